@@ -1,0 +1,11 @@
+//go:build tools
+
+// Package tools pins the binaries that tests run: a real kube-apiserver,
+// etcd and kubectl, built from source so no download site is needed.
+package tools
+
+import (
+	_ "go.etcd.io/etcd/server/v3/etcdmain"
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kubectl"
+)

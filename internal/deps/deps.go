@@ -1,0 +1,19 @@
+package deps
+import (
+	_ "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	_ "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	_ "google.golang.org/grpc"
+	_ "google.golang.org/grpc/xds"
+	_ "istio.io/api/networking/v1"
+	_ "istio.io/client-go/pkg/clientset/versioned"
+	_ "istio.io/client-go/pkg/informers/externalversions"
+	_ "k8s.io/client-go/informers"
+	_ "sigs.k8s.io/controller-runtime/pkg/envtest"
+	_ "github.com/prometheus/client_golang/prometheus"
+	_ "github.com/spf13/cobra"
+	_ "github.com/fsnotify/fsnotify"
+	_ "sigs.k8s.io/yaml"
+	_ "github.com/google/go-cmp/cmp"
+	_ "github.com/hashicorp/go-multierror"
+)

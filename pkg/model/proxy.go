@@ -1,0 +1,35 @@
+package model
+
+// NodeType is the role of a connected proxy, from the first field of its
+// node ID (sidecar~ip~pod.ns~ns.svc.cluster.local).
+type NodeType string
+
+const (
+	SidecarProxy NodeType = "sidecar"
+	Router       NodeType = "router"
+)
+
+// Proxy is a connected xDS client, as parsed from its node.
+type Proxy struct {
+	ID          string
+	Type        NodeType
+	IPAddresses []string
+	// Namespace is where the proxy's config is looked up from.
+	Namespace string
+	DNSDomain string
+	Labels    map[string]string
+	Locality  Locality
+	ClusterID string
+	// Generator names the generator set the client asked for in its
+	// metadata (Istio's GENERATOR, "grpc" for proxyless gRPC).
+	Generator string
+}
+
+// WatchedResource is what a client subscribes to for one type URL.
+type WatchedResource struct {
+	TypeURL string
+	// ResourceNames is sorted. With Wildcard set, the client wants every
+	// resource of the type, and ResourceNames adds explicit ones.
+	ResourceNames []string
+	Wildcard      bool
+}

@@ -1,0 +1,69 @@
+package model
+
+import (
+	"maps"
+	"time"
+)
+
+// PushRequest says what changed since the last push. The debouncer merges
+// the requests of many changes into one.
+type PushRequest struct {
+	// Full is false when only endpoints changed: then no push context rebuild
+	// is needed and only EDS is pushed.
+	Full bool
+	// ConfigsUpdated lists the objects that changed. Empty on a Full push
+	// means everything may have changed (a forced push).
+	ConfigsUpdated map[ConfigKey]struct{}
+	// Start is when the oldest merged change happened, for convergence time.
+	Start time.Time
+}
+
+// NewPushRequest returns the request for one changed object.
+func NewPushRequest(key ConfigKey, now time.Time) *PushRequest {
+	return &PushRequest{
+		Full:           !key.Kind.EndpointsOnly(),
+		ConfigsUpdated: map[ConfigKey]struct{}{key: {}},
+		Start:          now,
+	}
+}
+
+// EndpointsOnly reports whether a change of this kind can only affect
+// endpoints: Pods matter through the endpoints that point at them, which
+// the sources re-emit when a Pod changes.
+func (k Kind) EndpointsOnly() bool {
+	return k == KindEndpoints || k == KindWorkload
+}
+
+// Merge combines two requests into a new one; either may be nil.
+func (r *PushRequest) Merge(o *PushRequest) *PushRequest {
+	if r == nil {
+		return o
+	}
+	if o == nil {
+		return r
+	}
+	merged := &PushRequest{
+		Full:  r.Full || o.Full,
+		Start: r.Start,
+	}
+	if o.Start.Before(merged.Start) {
+		merged.Start = o.Start
+	}
+	// A forced full push (no keys) stays forced.
+	if (r.Full && len(r.ConfigsUpdated) == 0) || (o.Full && len(o.ConfigsUpdated) == 0) {
+		return merged
+	}
+	merged.ConfigsUpdated = make(map[ConfigKey]struct{}, len(r.ConfigsUpdated)+len(o.ConfigsUpdated))
+	maps.Copy(merged.ConfigsUpdated, r.ConfigsUpdated)
+	maps.Copy(merged.ConfigsUpdated, o.ConfigsUpdated)
+	return merged
+}
+
+// KindsUpdated returns the set of kinds this request touches.
+func (r *PushRequest) KindsUpdated() map[Kind]bool {
+	kinds := map[Kind]bool{}
+	for k := range r.ConfigsUpdated {
+		kinds[k.Kind] = true
+	}
+	return kinds
+}

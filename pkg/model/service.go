@@ -1,0 +1,77 @@
+package model
+
+import (
+	"slices"
+	"time"
+)
+
+// Protocol is the application protocol of a service port, following Istio's
+// naming conventions (port name prefix or appProtocol).
+type Protocol string
+
+const (
+	ProtocolHTTP    Protocol = "HTTP"
+	ProtocolHTTP2   Protocol = "HTTP2"
+	ProtocolGRPC    Protocol = "GRPC"
+	ProtocolHTTPS   Protocol = "HTTPS"
+	ProtocolTLS     Protocol = "TLS"
+	ProtocolTCP     Protocol = "TCP"
+	ProtocolUDP     Protocol = "UDP"
+	ProtocolUnknown Protocol = "UNKNOWN"
+)
+
+// IsHTTP reports whether traffic on the port is HTTP of some version.
+func (p Protocol) IsHTTP() bool {
+	return p == ProtocolHTTP || p == ProtocolHTTP2 || p == ProtocolGRPC
+}
+
+// Port is one port of a Service.
+type Port struct {
+	Name     string
+	Port     uint32
+	Protocol Protocol
+	// TargetPort is the numeric target port, or 0 when the target port is
+	// named (then TargetPortName is set and each endpoint carries its number).
+	TargetPort     uint32
+	TargetPortName string
+}
+
+// Service is a Kubernetes Service as the mesh sees it.
+type Service struct {
+	Name      string
+	Namespace string
+	// Hostname is the fully qualified name, <name>.<namespace>.svc.<domain>.
+	Hostname     string
+	ClusterIPs   []string
+	Ports        []*Port // sorted by port number
+	Labels       map[string]string
+	Selector     map[string]string
+	ExportTo     ExportTo
+	CreationTime time.Time
+}
+
+// Key identifies the service in the store.
+func (s *Service) Key() NamespacedName {
+	return NamespacedName{Namespace: s.Namespace, Name: s.Name}
+}
+
+// PortByNumber returns the service port with the given number, or nil.
+func (s *Service) PortByNumber(port uint32) *Port {
+	i, found := slices.BinarySearchFunc(s.Ports, port, func(p *Port, n uint32) int {
+		return int(int64(p.Port) - int64(n))
+	})
+	if !found {
+		return nil
+	}
+	return s.Ports[i]
+}
+
+// PortByName returns the service port with the given name, or nil.
+func (s *Service) PortByName(name string) *Port {
+	for _, p := range s.Ports {
+		if p.Name == name {
+			return p
+		}
+	}
+	return nil
+}

@@ -1,0 +1,245 @@
+package model
+
+import (
+	"cmp"
+	"slices"
+	"sync"
+)
+
+// Store holds everything the sources have read, as model types. Sources write
+// it; the push context builder reads it. Every mutation that changes what the
+// store holds is announced to the handlers, after the store's lock is released.
+type Store interface {
+	UpsertService(*Service)
+	DeleteService(NamespacedName)
+	// SetEndpoints replaces the endpoints that one EndpointSlice (named by
+	// slice) contributes to a service. An empty list removes the slice.
+	SetEndpoints(service NamespacedName, slice string, endpoints []*Endpoint)
+	UpsertWorkload(*Workload)
+	DeleteWorkload(NamespacedName)
+	UpsertNamespace(*Namespace)
+	DeleteNamespace(name string)
+	UpsertConfig(*Config)
+	DeleteConfig(ConfigKey)
+
+	Services() []*Service
+	Service(NamespacedName) *Service
+	// Endpoints returns the endpoints of a service from all of its slices,
+	// ordered by slice name then by position.
+	Endpoints(service NamespacedName) []*Endpoint
+	Workloads() []*Workload
+	Namespaces() []*Namespace
+	Configs(Kind) []*Config
+
+	// OnChange registers a handler for every change. Handlers run on the
+	// writer's goroutine and must not block.
+	OnChange(func(ConfigKey))
+}
+
+// NewStore returns an empty in-memory Store.
+func NewStore() Store {
+	return &memStore{
+		services:   map[NamespacedName]*Service{},
+		endpoints:  map[NamespacedName]map[string][]*Endpoint{},
+		workloads:  map[NamespacedName]*Workload{},
+		namespaces: map[string]*Namespace{},
+		configs:    map[ConfigKey]*Config{},
+	}
+}
+
+type memStore struct {
+	mu         sync.RWMutex
+	services   map[NamespacedName]*Service
+	endpoints  map[NamespacedName]map[string][]*Endpoint
+	workloads  map[NamespacedName]*Workload
+	namespaces map[string]*Namespace
+	configs    map[ConfigKey]*Config
+
+	handlersMu sync.RWMutex
+	handlers   []func(ConfigKey)
+}
+
+func (s *memStore) OnChange(h func(ConfigKey)) {
+	s.handlersMu.Lock()
+	defer s.handlersMu.Unlock()
+	s.handlers = append(s.handlers, h)
+}
+
+func (s *memStore) notify(key ConfigKey) {
+	s.handlersMu.RLock()
+	defer s.handlersMu.RUnlock()
+	for _, h := range s.handlers {
+		h(key)
+	}
+}
+
+func (s *memStore) write(key ConfigKey, mutate func() bool) {
+	s.mu.Lock()
+	changed := mutate()
+	s.mu.Unlock()
+	if changed {
+		s.notify(key)
+	}
+}
+
+func (s *memStore) UpsertService(svc *Service) {
+	s.write(ConfigKey{KindService, svc.Namespace, svc.Name}, func() bool {
+		s.services[svc.Key()] = svc
+		return true
+	})
+}
+
+func (s *memStore) DeleteService(n NamespacedName) {
+	s.write(ConfigKey{KindService, n.Namespace, n.Name}, func() bool {
+		_, ok := s.services[n]
+		delete(s.services, n)
+		return ok
+	})
+}
+
+func (s *memStore) SetEndpoints(svc NamespacedName, slice string, eps []*Endpoint) {
+	s.write(ConfigKey{KindEndpoints, svc.Namespace, svc.Name}, func() bool {
+		bySlice, ok := s.endpoints[svc]
+		if len(eps) == 0 {
+			if _, had := bySlice[slice]; !had {
+				return false
+			}
+			delete(bySlice, slice)
+			if len(bySlice) == 0 {
+				delete(s.endpoints, svc)
+			}
+			return true
+		}
+		if !ok {
+			bySlice = map[string][]*Endpoint{}
+			s.endpoints[svc] = bySlice
+		}
+		bySlice[slice] = eps
+		return true
+	})
+}
+
+func (s *memStore) UpsertWorkload(w *Workload) {
+	s.write(ConfigKey{KindWorkload, w.Namespace, w.Name}, func() bool {
+		s.workloads[w.Key()] = w
+		return true
+	})
+}
+
+func (s *memStore) DeleteWorkload(n NamespacedName) {
+	s.write(ConfigKey{KindWorkload, n.Namespace, n.Name}, func() bool {
+		_, ok := s.workloads[n]
+		delete(s.workloads, n)
+		return ok
+	})
+}
+
+func (s *memStore) UpsertNamespace(ns *Namespace) {
+	s.write(ConfigKey{Kind: KindNamespace, Name: ns.Name}, func() bool {
+		s.namespaces[ns.Name] = ns
+		return true
+	})
+}
+
+func (s *memStore) DeleteNamespace(name string) {
+	s.write(ConfigKey{Kind: KindNamespace, Name: name}, func() bool {
+		_, ok := s.namespaces[name]
+		delete(s.namespaces, name)
+		return ok
+	})
+}
+
+func (s *memStore) UpsertConfig(c *Config) {
+	s.write(c.Key(), func() bool {
+		s.configs[c.Key()] = c
+		return true
+	})
+}
+
+func (s *memStore) DeleteConfig(k ConfigKey) {
+	s.write(k, func() bool {
+		_, ok := s.configs[k]
+		delete(s.configs, k)
+		return ok
+	})
+}
+
+func (s *memStore) Services() []*Service {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]*Service, 0, len(s.services))
+	for _, svc := range s.services {
+		out = append(out, svc)
+	}
+	slices.SortFunc(out, func(a, b *Service) int { return cmp.Compare(a.Hostname, b.Hostname) })
+	return out
+}
+
+func (s *memStore) Service(n NamespacedName) *Service {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.services[n]
+}
+
+func (s *memStore) Endpoints(svc NamespacedName) []*Endpoint {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	bySlice := s.endpoints[svc]
+	if len(bySlice) == 0 {
+		return nil
+	}
+	names := make([]string, 0, len(bySlice))
+	total := 0
+	for name, eps := range bySlice {
+		names = append(names, name)
+		total += len(eps)
+	}
+	slices.Sort(names)
+	out := make([]*Endpoint, 0, total)
+	for _, name := range names {
+		out = append(out, bySlice[name]...)
+	}
+	return out
+}
+
+func (s *memStore) Workloads() []*Workload {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]*Workload, 0, len(s.workloads))
+	for _, w := range s.workloads {
+		out = append(out, w)
+	}
+	slices.SortFunc(out, func(a, b *Workload) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	return out
+}
+
+func (s *memStore) Namespaces() []*Namespace {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]*Namespace, 0, len(s.namespaces))
+	for _, ns := range s.namespaces {
+		out = append(out, ns)
+	}
+	slices.SortFunc(out, func(a, b *Namespace) int { return cmp.Compare(a.Name, b.Name) })
+	return out
+}
+
+// Configs returns the configs of one kind, oldest first (ties by namespace
+// and name), the order Istio's merge rules depend on.
+func (s *memStore) Configs(kind Kind) []*Config {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []*Config
+	for k, c := range s.configs {
+		if k.Kind == kind {
+			out = append(out, c)
+		}
+	}
+	slices.SortFunc(out, func(a, b *Config) int {
+		return cmp.Or(a.CreationTime.Compare(b.CreationTime),
+			cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	return out
+}
