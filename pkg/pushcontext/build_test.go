@@ -1,0 +1,309 @@
+package pushcontext
+
+import (
+	"encoding/json"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	networking "istio.io/api/networking/v1"
+
+	"github.com/meshpilot/meshpilot/pkg/model"
+)
+
+// view is everything a reader can observe of a snapshot, for comparing an
+// incrementally built snapshot with one built from scratch.
+type view struct {
+	Services  []string
+	Visible   map[string][]string
+	Rules     map[string][]string
+	Subsets   map[string][]string
+	Endpoints map[string][]string
+}
+
+var (
+	viewNamespaces = []string{"ns-0", "ns-1", "ns-2", "ns-3", "istio-system", "elsewhere"}
+	viewLabelSets  = []map[string]string{nil, version("v1"), version("v2"), {"zone": "a"}}
+)
+
+func observe(pc *PushContext) view {
+	v := view{
+		Services:  hostnames(pc.Services()),
+		Visible:   map[string][]string{},
+		Rules:     map[string][]string{},
+		Subsets:   map[string][]string{},
+		Endpoints: map[string][]string{},
+	}
+	for _, ns := range viewNamespaces {
+		v.Visible[ns] = hostnames(pc.ServicesVisibleTo(ns))
+		for _, svc := range pc.Services() {
+			rule := pc.DestinationRuleFor(ns, svc.Hostname)
+			v.Rules[ns+" "+svc.Hostname] = fromNames(rule)
+			v.Subsets[ns+" "+svc.Hostname] = subsetNames(rule)
+		}
+	}
+	for _, svc := range pc.Services() {
+		for _, p := range svc.Ports {
+			for _, labels := range viewLabelSets {
+				k := svc.Hostname + " " + strconv.Itoa(int(p.Port)) + " " + labelKey(labels)
+				v.Endpoints[k] = addresses(pc.Endpoints(svc.Hostname, p.Port, labels))
+			}
+		}
+	}
+	return v
+}
+
+func svcName(i int) model.NamespacedName {
+	return model.NamespacedName{Namespace: "ns-" + strconv.Itoa(i%4), Name: "svc-" + strconv.Itoa(i)}
+}
+
+func incrementalStore() model.Store {
+	store := model.NewStore()
+	for i := range 12 {
+		n := svcName(i)
+		var exportTo model.ExportTo
+		if i%5 == 0 {
+			exportTo = model.ExportTo{n.Namespace, "elsewhere"}
+		}
+		store.UpsertService(newService(n.Namespace, n.Name, exportTo))
+		store.SetEndpoints(n, "s", []*model.Endpoint{
+			newEndpoint(addr(3*i), "http", version("v1")),
+			newEndpoint(addr(3*i+1), "http", version("v2")),
+			newEndpoint(addr(3*i+2), "grpc", map[string]string{"version": "v1", "zone": "a"}),
+		})
+		if i%3 == 0 {
+			store.UpsertConfig(ruleConfig(n.Namespace, n.Name, i, &networking.DestinationRule{
+				Host: n.Name, Subsets: []*networking.Subset{subset("v1", version("v1"))},
+			}))
+		}
+	}
+	store.UpsertConfig(ruleConfig("istio-system", "zones", 100, &networking.DestinationRule{
+		Host: "*.ns-1.svc.cluster.local", Subsets: []*networking.Subset{subset("zone-a", map[string]string{"zone": "a"})},
+	}))
+	return store
+}
+
+func TestIncrementalBuild(t *testing.T) {
+	store := incrementalStore()
+	pc := Build(store, testOpts, nil, nil)
+	all := []string{indexServices, indexDestinationRules, indexResolution, indexEndpoints}
+
+	steps := []struct {
+		name string
+		// change writes the store and returns the push request for it.
+		change      func(pc *PushContext) *model.PushRequest
+		wantRebuilt []string
+		// wantNewEntries names the services whose endpoint entries must be new
+		// objects; every other service keeps its entry. nil with endpoints
+		// reused means the whole index is the previous one.
+		wantNewEntries []string
+	}{
+		{
+			name: "namespace change reuses everything",
+			change: func(*PushContext) *model.PushRequest {
+				store.UpsertNamespace(&model.Namespace{Name: "ns-0", Labels: map[string]string{"x": "y"}})
+				return pushRequest(key(model.KindNamespace, "", "ns-0"))
+			},
+		},
+		{
+			name: "destination rule change rebuilds rules and the affected subset lists",
+			change: func(*PushContext) *model.PushRequest {
+				store.UpsertConfig(ruleConfig("ns-3", "svc-3", 3, &networking.DestinationRule{
+					Host: "svc-3", Subsets: []*networking.Subset{subset("v1", version("v1")), subset("v2", version("v2"))},
+				}))
+				return pushRequest(key(model.KindDestinationRule, "ns-3", "svc-3"))
+			},
+			wantRebuilt:    []string{indexDestinationRules, indexResolution, indexEndpoints},
+			wantNewEntries: []string{"svc-3"},
+		},
+		{
+			name: "service change rebuilds services and only that service's entry",
+			change: func(*PushContext) *model.PushRequest {
+				store.UpsertService(newService("ns-2", "svc-2", model.ExportTo{"ns-3"}))
+				return pushRequest(key(model.KindService, "ns-2", "svc-2"))
+			},
+			wantRebuilt:    []string{indexServices, indexResolution, indexEndpoints},
+			wantNewEntries: []string{"svc-2"},
+		},
+		{
+			name: "a full push picks up the endpoint changes it lists",
+			change: func(*PushContext) *model.PushRequest {
+				store.SetEndpoints(svcName(7), "extra", []*model.Endpoint{newEndpoint("10.7.7.7", "grpc", version("v2"))})
+				return pushRequest(key(model.KindNamespace, "", "ns-1"), key(model.KindEndpoints, "ns-3", "svc-7"))
+			},
+			wantRebuilt:    []string{indexEndpoints},
+			wantNewEntries: []string{"svc-7"},
+		},
+		{
+			name: "endpoints updated on the fast path survive a later incremental build",
+			change: func(pc *PushContext) *model.PushRequest {
+				store.SetEndpoints(svcName(5), "s", []*model.Endpoint{newEndpoint("10.5.5.5", "http", version("v1"))})
+				if got := pc.UpdateEndpoints(store, []model.NamespacedName{svcName(5)}); len(got) != 1 {
+					t.Errorf("UpdateEndpoints changed %v, want svc-5", got)
+				}
+				store.UpsertConfig(ruleConfig("ns-0", "svc-0", 0, &networking.DestinationRule{Host: "svc-0"}))
+				return pushRequest(key(model.KindDestinationRule, "ns-0", "svc-0"))
+			},
+			wantRebuilt:    []string{indexDestinationRules, indexResolution, indexEndpoints},
+			wantNewEntries: []string{"svc-0"},
+		},
+		{
+			name: "wildcard rule change touches every service it matches",
+			change: func(*PushContext) *model.PushRequest {
+				store.DeleteConfig(key(model.KindDestinationRule, "istio-system", "zones"))
+				return pushRequest(key(model.KindDestinationRule, "istio-system", "zones"))
+			},
+			wantRebuilt:    []string{indexDestinationRules, indexResolution, indexEndpoints},
+			wantNewEntries: []string{"svc-1", "svc-5", "svc-9"},
+		},
+		{
+			name: "service deleted",
+			change: func(*PushContext) *model.PushRequest {
+				store.DeleteService(svcName(4))
+				return pushRequest(key(model.KindService, "ns-0", "svc-4"))
+			},
+			wantRebuilt:    []string{indexServices, indexResolution, indexEndpoints},
+			wantNewEntries: []string{},
+		},
+		{
+			name: "forced full push rebuilds everything",
+			change: func(*PushContext) *model.PushRequest {
+				return &model.PushRequest{Full: true}
+			},
+			wantRebuilt:    all,
+			wantNewEntries: []string{"svc-0", "svc-1", "svc-10", "svc-11", "svc-2", "svc-3", "svc-5", "svc-6", "svc-7", "svc-8", "svc-9"},
+		},
+	}
+	for _, step := range steps {
+		t.Run(step.name, func(t *testing.T) {
+			prev := pc
+			req := step.change(prev)
+			// After the change: it may use the endpoint fast path on prev.
+			before := entriesByName(prev)
+			pc = Build(store, testOpts, prev, req)
+
+			if diff := cmp.Diff(observe(Build(store, testOpts, nil, nil)), observe(pc)); diff != "" {
+				t.Fatalf("incremental snapshot differs from a fresh one (-fresh +incremental):\n%s", diff)
+			}
+			info := pc.BuildInfo()
+			if diff := cmp.Diff(sortedCopy(step.wantRebuilt), sortedCopy(info.Rebuilt)); diff != "" {
+				t.Errorf("rebuilt indexes (-want +got):\n%s", diff)
+			}
+			if len(info.Rebuilt)+len(info.Reused) != len(all) {
+				t.Errorf("build info accounts for %v + %v, want every index once", info.Rebuilt, info.Reused)
+			}
+			reused := map[string]bool{}
+			for _, name := range info.Reused {
+				reused[name] = true
+			}
+			identity := map[string]bool{
+				indexServices:         pc.services == prev.services,
+				indexDestinationRules: pc.rules == prev.rules,
+				indexResolution:       pc.resolution == prev.resolution,
+				indexEndpoints:        pc.endpoints == prev.endpoints,
+			}
+			for _, name := range all {
+				if identity[name] != reused[name] {
+					t.Errorf("index %s: same object as before = %v, reported reused = %v", name, identity[name], reused[name])
+				}
+			}
+			after := entriesByName(pc)
+			var newEntries []string
+			for name, e := range after {
+				if before[name] != e {
+					newEntries = append(newEntries, name)
+				}
+			}
+			if reused[indexEndpoints] {
+				if len(newEntries) != 0 {
+					t.Errorf("endpoint index reused but entries changed: %v", newEntries)
+				}
+				return
+			}
+			if diff := cmp.Diff(sortedCopy(step.wantNewEntries), sortedCopy(newEntries)); diff != "" {
+				t.Errorf("services with new endpoint entries (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func entriesByName(pc *PushContext) map[string]*endpointEntry {
+	out := map[string]*endpointEntry{}
+	for i, svc := range pc.services.all {
+		out[svc.Name] = pc.endpoints.slots[i].entry.Load()
+	}
+	return out
+}
+
+func TestBuildVersions(t *testing.T) {
+	store := incrementalStore()
+	first := Build(store, testOpts, nil, nil)
+	second := Build(store, testOpts, first, pushRequest(key(model.KindNamespace, "", "x")))
+	third := Build(store, testOpts, second, nil)
+	seen := map[string]bool{}
+	for _, pc := range []*PushContext{first, second, third} {
+		if seen[pc.Version()] {
+			t.Errorf("version %s repeats", pc.Version())
+		}
+		seen[pc.Version()] = true
+	}
+	host := hostname("ns-1", "svc-1")
+	if third.EndpointsVersion(host) == first.EndpointsVersion(host) {
+		t.Error("a full rebuild must hand out new endpoint versions, or generator caches could serve stale data")
+	}
+	if first.EndpointsVersion("unknown.host") != 0 {
+		t.Error("unknown host should have version 0")
+	}
+	changedOpts := testOpts
+	changedOpts.DomainSuffix = "example.org"
+	if info := Build(store, changedOpts, first, pushRequest(key(model.KindNamespace, "", "x"))).BuildInfo(); !info.Full {
+		t.Error("changed options must force a full rebuild")
+	}
+}
+
+func TestSummary(t *testing.T) {
+	build := func() *PushContext {
+		store := incrementalStore()
+		store.UpsertConfig(ruleConfig("ns-0", "dup", 50, &networking.DestinationRule{
+			Host: "svc-0", Subsets: []*networking.Subset{subset("v1", version("other"))},
+		}))
+		return Build(store, testOpts, nil, nil)
+	}
+	a, b := build().Summary(), build().Summary()
+	for _, s := range []*Summary{&a, &b} {
+		s.Version, s.BuildTime, s.BuildDuration = "", time.Time{}, "" // differ by design
+	}
+	if diff := cmp.Diff(a, b); diff != "" {
+		t.Errorf("two builds of equal stores summarise differently (-a +b):\n%s", diff)
+	}
+	wantCounts := SummaryCounts{Services: 12, Endpoints: 36, DestinationRules: 6, MergedDestinationRules: 5}
+	if diff := cmp.Diff(wantCounts, a.Counts); diff != "" {
+		t.Errorf("counts (-want +got):\n%s", diff)
+	}
+	if len(a.Problems) != 1 || a.Problems[0].Name != "dup" {
+		t.Errorf("problems = %+v, want the dropped duplicate subset of ns-0/dup", a.Problems)
+	}
+	var merged *RuleSummary
+	for i := range a.DestinationRules {
+		if a.DestinationRules[i].Host == hostname("ns-0", "svc-0") {
+			merged = &a.DestinationRules[i]
+		}
+	}
+	if merged == nil || !cmp.Equal(merged.From, []string{"ns-0/svc-0", "ns-0/dup"}) {
+		t.Errorf("merged rule summary = %+v", merged)
+	}
+	// svc-0, svc-5 and svc-10 are exported to their namespace and "elsewhere".
+	var elsewhere *NamespaceVisibility
+	for i := range a.Visibility.Namespaces {
+		if a.Visibility.Namespaces[i].Namespace == "elsewhere" {
+			elsewhere = &a.Visibility.Namespaces[i]
+		}
+	}
+	if elsewhere == nil || len(elsewhere.RestrictedServices) != 3 || elsewhere.VisibleServices != 12 {
+		t.Errorf("visibility of elsewhere = %+v", elsewhere)
+	}
+	if _, err := json.Marshal(a); err != nil {
+		t.Errorf("summary does not marshal: %v", err)
+	}
+}

@@ -1,0 +1,190 @@
+package pushcontext
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/meshpilot/meshpilot/pkg/model"
+)
+
+// Options are the mesh-wide settings that shape the indexes.
+type Options struct {
+	DomainSuffix  string // "cluster.local"
+	RootNamespace string // "istio-system"
+}
+
+const (
+	defaultDomainSuffix  = "cluster.local"
+	defaultRootNamespace = "istio-system"
+)
+
+func (o Options) withDefaults() Options {
+	if o.DomainSuffix == "" {
+		o.DomainSuffix = defaultDomainSuffix
+	}
+	if o.RootNamespace == "" {
+		o.RootNamespace = defaultRootNamespace
+	}
+	return o
+}
+
+// PushContext is an immutable snapshot of the store with precomputed indexes.
+// Every method is safe for concurrent use; only UpdateEndpoints changes
+// anything, and it does so by atomically swapping per-service entries.
+type PushContext struct {
+	opts      Options
+	seq       uint64
+	version   string
+	buildTime time.Time
+	// buildDuration is how long Build took, for the debug summary.
+	buildDuration time.Duration
+
+	services   *serviceIndex
+	rules      *ruleIndex
+	resolution *resolutionIndex
+	endpoints  *endpointIndex
+
+	// versions hands out endpoint entry versions. The whole chain of
+	// snapshots built from one another shares it, so a version never repeats
+	// for a host while generators may still cache by it.
+	versions *versionSource
+	build    BuildInfo
+}
+
+// versionSource is only touched by the push loop (Build and
+// UpdateEndpoints run on one goroutine), so it needs no synchronisation.
+type versionSource struct{ last uint64 }
+
+func (v *versionSource) next() uint64 {
+	v.last++
+	return v.last
+}
+
+// Version is unique per snapshot: the build time and a counter that grows
+// along the chain of snapshots built from one another.
+func (pc *PushContext) Version() string { return pc.version }
+
+// ServiceForHostname returns the service with the given hostname, or nil.
+func (pc *PushContext) ServiceForHostname(host string) *model.Service {
+	if i, ok := pc.services.byHost[host]; ok {
+		return pc.services.all[i]
+	}
+	return nil
+}
+
+// ServiceByName returns the named service, or nil.
+func (pc *PushContext) ServiceByName(namespace, name string) *model.Service {
+	if i, ok := pc.services.byName[model.NamespacedName{Namespace: namespace, Name: name}]; ok {
+		return pc.services.all[i]
+	}
+	return nil
+}
+
+// ServicesVisibleTo returns the services whose ExportTo allows namespace ns,
+// sorted by hostname. The slice is shared: never mutate it.
+func (pc *PushContext) ServicesVisibleTo(ns string) []*model.Service {
+	return pc.services.visibleTo(ns)
+}
+
+// Services returns every service, sorted by hostname. The slice is shared.
+func (pc *PushContext) Services() []*model.Service { return pc.services.all }
+
+// Build makes a new immutable snapshot from the store. When prev and req are
+// non-nil and req lists ConfigsUpdated, indexes whose inputs did not change
+// are reused from prev. Build must not run concurrently with itself or with
+// UpdateEndpoints.
+func Build(store model.Store, opts Options, prev *PushContext, req *model.PushRequest) *PushContext {
+	opts = opts.withDefaults()
+	plan := planBuild(opts, prev, req)
+	pc := &PushContext{opts: opts, buildTime: time.Now()}
+	if plan.full {
+		pc.versions = &versionSource{last: uint64(pc.buildTime.UnixNano())}
+		pc.seq = 1
+		if prev != nil {
+			// Keep the chain's counters so versions stay unique across a
+			// forced full rebuild too.
+			pc.versions = prev.versions
+			pc.seq = prev.seq + 1
+		}
+	} else {
+		pc.versions = prev.versions
+		pc.seq = prev.seq + 1
+	}
+	pc.version = pc.buildTime.UTC().Format(time.RFC3339Nano) + "/" + strconv.FormatUint(pc.seq, 10)
+	pc.build.Full = plan.full
+
+	if plan.full || plan.services {
+		pc.services = buildServiceIndex(store.Services())
+		pc.build.rebuilt(indexServices)
+	} else {
+		pc.services = prev.services
+		pc.build.reused(indexServices)
+	}
+
+	if plan.full || plan.rules {
+		pc.rules = buildRuleIndex(store.Configs(model.KindDestinationRule), opts)
+		pc.build.rebuilt(indexDestinationRules)
+	} else {
+		pc.rules = prev.rules
+		pc.build.reused(indexDestinationRules)
+	}
+
+	resolutionChanged := plan.full || plan.services || plan.rules
+	if resolutionChanged {
+		pc.resolution = buildResolutionIndex(pc.services, pc.rules, opts.RootNamespace)
+		pc.build.rebuilt(indexResolution)
+	} else {
+		pc.resolution = prev.resolution
+		pc.build.reused(indexResolution)
+	}
+
+	switch {
+	case plan.full:
+		pc.endpoints = buildEndpointIndex(store, pc.services, pc.resolution, nil, nil, pc.versions, &pc.build)
+		pc.build.rebuilt(indexEndpoints)
+	case !resolutionChanged && len(plan.endpoints) == 0:
+		pc.endpoints = prev.endpoints
+		pc.build.reused(indexEndpoints)
+	default:
+		pc.endpoints = buildEndpointIndex(store, pc.services, pc.resolution, prev, plan.endpoints, pc.versions, &pc.build)
+		pc.build.rebuilt(indexEndpoints)
+	}
+	pc.buildDuration = time.Since(pc.buildTime)
+	return pc
+}
+
+// buildPlan says which indexes a Build must recompute.
+type buildPlan struct {
+	full     bool
+	services bool
+	rules    bool
+	// endpoints lists the services whose endpoints must be re-read from the
+	// store even if their entries could otherwise be reused.
+	endpoints map[model.NamespacedName]struct{}
+}
+
+func planBuild(opts Options, prev *PushContext, req *model.PushRequest) buildPlan {
+	if prev == nil || req == nil || len(req.ConfigsUpdated) == 0 || prev.opts != opts {
+		return buildPlan{full: true}
+	}
+	var plan buildPlan
+	for key := range req.ConfigsUpdated {
+		switch key.Kind {
+		case model.KindService:
+			plan.services = true
+		case model.KindDestinationRule:
+			plan.rules = true
+		case model.KindEndpoints:
+			if plan.endpoints == nil {
+				plan.endpoints = map[model.NamespacedName]struct{}{}
+			}
+			plan.endpoints[model.NamespacedName{Namespace: key.Namespace, Name: key.Name}] = struct{}{}
+		case model.KindNamespace, model.KindWorkload:
+			// No index depends on namespaces or workloads yet.
+		default:
+			// A kind this package does not know may feed anything.
+			return buildPlan{full: true}
+		}
+	}
+	return plan
+}

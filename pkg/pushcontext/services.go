@@ -1,0 +1,133 @@
+package pushcontext
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/meshpilot/meshpilot/pkg/model"
+)
+
+// serviceIndex finds services by hostname and name, and answers which
+// services a namespace may see. Services are identified across the other
+// indexes by their position in all.
+type serviceIndex struct {
+	all    []*model.Service // sorted by hostname, hostnames unique
+	byHost map[string]int32
+	byName map[model.NamespacedName]int32
+	// public holds the services every namespace sees. Most namespaces see
+	// exactly this list, so it is shared rather than copied per namespace.
+	public []*model.Service
+	// restricted holds, only for namespaces that some non-public service is
+	// exported to, the public services merged with those extra services.
+	restricted map[string][]*model.Service
+	problems   []Problem
+}
+
+func (s *serviceIndex) visibleTo(ns string) []*model.Service {
+	if list, ok := s.restricted[ns]; ok {
+		return list
+	}
+	return s.public
+}
+
+func buildServiceIndex(services []*model.Service) *serviceIndex {
+	byHostname := func(a, b *model.Service) int { return cmp.Compare(a.Hostname, b.Hostname) }
+	if !slices.IsSortedFunc(services, byHostname) {
+		services = slices.Clone(services)
+		slices.SortStableFunc(services, byHostname)
+	}
+	idx := &serviceIndex{
+		all:    make([]*model.Service, 0, len(services)),
+		byHost: make(map[string]int32, len(services)),
+		byName: make(map[model.NamespacedName]int32, len(services)),
+	}
+	publicCount := 0
+	for _, svc := range services {
+		switch {
+		case svc == nil:
+			continue
+		case svc.Hostname == "":
+			idx.problems = append(idx.problems, serviceProblem(svc, "service has no hostname; ignored"))
+			continue
+		}
+		if _, dup := idx.byHost[svc.Hostname]; dup {
+			idx.problems = append(idx.problems, serviceProblem(svc,
+				"hostname "+svc.Hostname+" is already used by another service; ignored"))
+			continue
+		}
+		ord := int32(len(idx.all))
+		idx.all = append(idx.all, svc)
+		idx.byHost[svc.Hostname] = ord
+		idx.byName[svc.Key()] = ord
+		if svc.ExportTo.Public() {
+			publicCount++
+		}
+	}
+
+	idx.public = idx.all
+	if publicCount == len(idx.all) {
+		return idx
+	}
+	idx.public = make([]*model.Service, 0, publicCount)
+	extra := map[string][]*model.Service{}
+	for _, svc := range idx.all {
+		if svc.ExportTo.Public() {
+			idx.public = append(idx.public, svc)
+			continue
+		}
+		for _, ns := range svc.ExportTo {
+			ns = exportedNamespace(ns, svc.Namespace)
+			if ns == "" {
+				continue
+			}
+			list := extra[ns]
+			// The same namespace listed twice must not add the service twice;
+			// services arrive in order, so a repeat is always the last one.
+			if n := len(list); n > 0 && list[n-1] == svc {
+				continue
+			}
+			extra[ns] = append(list, svc)
+		}
+	}
+	idx.restricted = make(map[string][]*model.Service, len(extra))
+	for ns, list := range extra {
+		idx.restricted[ns] = mergeByHostname(idx.public, list)
+	}
+	return idx
+}
+
+// exportedNamespace maps one ExportTo entry to the namespace it names, or ""
+// for none. Conversion should already have resolved "." but a literal one is
+// honoured here too, so a missed conversion cannot hide a service from its
+// own namespace.
+func exportedNamespace(entry, own string) string {
+	switch entry {
+	case ".":
+		return own
+	case "~", "":
+		return ""
+	}
+	return entry
+}
+
+// mergeByHostname merges two hostname-sorted lists without duplicates
+// between them into a new sorted list.
+func mergeByHostname(a, b []*model.Service) []*model.Service {
+	out := make([]*model.Service, 0, len(a)+len(b))
+	i, j := 0, 0
+	for i < len(a) && j < len(b) {
+		if a[i].Hostname < b[j].Hostname {
+			out = append(out, a[i])
+			i++
+		} else {
+			out = append(out, b[j])
+			j++
+		}
+	}
+	out = append(out, a[i:]...)
+	return append(out, b[j:]...)
+}
+
+func serviceProblem(svc *model.Service, msg string) Problem {
+	return Problem{Kind: model.KindService.String(), Namespace: svc.Namespace, Name: svc.Name, Message: msg}
+}
