@@ -1,0 +1,124 @@
+package grpcgen
+
+import (
+	"fmt"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+
+	"github.com/meshpilot/meshpilot/pkg/model"
+	"github.com/meshpilot/meshpilot/pkg/pushcontext"
+)
+
+// ClusterGenerator serves CDS: EDS clusters named outbound|port|subset|host,
+// with the load balancing policy of the DestinationRule the proxy's namespace
+// resolves. A cluster depends only on the push context, the proxy namespace
+// and its name, so marshalled clusters are shared by all proxies of a
+// namespace for one push context version.
+type ClusterGenerator struct {
+	opts  Options
+	cache versionCache
+}
+
+// cdsCacheKey is what a generated cluster depends on within one push version.
+type cdsCacheKey struct {
+	namespace string
+	cluster   clusterKey
+}
+
+// NewClusterGenerator returns the CDS generator.
+func NewClusterGenerator(opts Options) *ClusterGenerator {
+	return &ClusterGenerator{opts: opts.withDefaults()}
+}
+
+// Generate implements Generator. Requested clusters of unknown or invisible
+// services, ports or subsets are left out. With a wildcard subscription every
+// cluster visible to the proxy is returned; every valid explicit name is one
+// of those, so explicit names add nothing then.
+func (g *ClusterGenerator) Generate(proxy *model.Proxy, push *pushcontext.PushContext, w *model.WatchedResource, _ *model.PushRequest) (model.Resources, error) {
+	if push == nil {
+		return nil, fmt.Errorf("grpcgen: no push context")
+	}
+	b := clusterBuild{g: g, gen: g.cache.generation(push.Version()), push: push, ns: proxy.Namespace}
+	if w.Wildcard {
+		for _, svc := range push.ServicesVisibleTo(proxy.Namespace) {
+			dr := push.DestinationRuleFor(proxy.Namespace, svc.Hostname)
+			for _, p := range svc.Ports {
+				if err := b.emit(clusterKey{host: svc.Hostname, port: p.Port}, dr); err != nil {
+					return nil, err
+				}
+				if dr == nil {
+					continue
+				}
+				for _, s := range dr.Spec.GetSubsets() {
+					if err := b.emit(clusterKey{host: svc.Hostname, port: p.Port, subset: s.GetName()}, dr); err != nil {
+						return nil, err
+					}
+				}
+			}
+		}
+		return b.out, nil
+	}
+	b.out = make(model.Resources, 0, len(w.ResourceNames))
+	for _, name := range w.ResourceNames {
+		key, ok := parseClusterName(name)
+		if !ok {
+			continue
+		}
+		svc := visibleService(push, proxy.Namespace, key.host)
+		if svc == nil || svc.PortByNumber(key.port) == nil {
+			continue
+		}
+		dr := push.DestinationRuleFor(proxy.Namespace, key.host)
+		if key.subset != "" && (dr == nil || dr.Subset(key.subset) == nil) {
+			continue
+		}
+		if err := b.emit(key, dr); err != nil {
+			return nil, err
+		}
+	}
+	return b.out, nil
+}
+
+// clusterBuild is one Generate call's state.
+type clusterBuild struct {
+	g    *ClusterGenerator
+	gen  *cacheGeneration
+	push *pushcontext.PushContext
+	ns   string
+	out  model.Resources
+}
+
+func (b *clusterBuild) emit(key clusterKey, dr *pushcontext.DestinationRule) error {
+	ck := cdsCacheKey{namespace: b.ns, cluster: key}
+	if cached, ok := b.gen.entries.Load(ck); ok {
+		b.out = append(b.out, *cached.(*model.Resource))
+		return nil
+	}
+	res, err := marshalResource(key.name(), b.g.buildCluster(key, dr, b.ns))
+	if err != nil {
+		return err
+	}
+	b.gen.entries.Store(ck, &res)
+	b.out = append(b.out, res)
+	return nil
+}
+
+func (g *ClusterGenerator) buildCluster(key clusterKey, dr *pushcontext.DestinationRule, ns string) *cluster.Cluster {
+	name := key.name()
+	c := &cluster.Cluster{
+		Name:                 name,
+		ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_EDS},
+		EdsClusterConfig: &cluster.Cluster_EdsClusterConfig{
+			EdsConfig:   adsConfigSource(),
+			ServiceName: name,
+		},
+	}
+	if dr == nil {
+		return c
+	}
+	if unsupported := applyLoadBalancer(c, dr.TrafficPolicy(key.port, key.subset).GetLoadBalancer()); unsupported != "" {
+		g.opts.Logger.Warn("load balancer policy not supported by gRPC; using ROUND_ROBIN",
+			"cluster", name, "policy", unsupported, "proxyNamespace", ns, "destinationRule", dr.From)
+	}
+	return c
+}
