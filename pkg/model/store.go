@@ -22,10 +22,13 @@ type Store interface {
 	UpsertConfig(*Config)
 	DeleteConfig(ConfigKey)
 
+	// Services returns every service sorted by hostname. The slice is
+	// shared until the next service change: never mutate it.
 	Services() []*Service
 	Service(NamespacedName) *Service
 	// Endpoints returns the endpoints of a service from all of its slices,
-	// ordered by slice name then by position.
+	// ordered by slice name then by position. The slice is shared until the
+	// service's endpoints change: never mutate it.
 	Endpoints(service NamespacedName) []*Endpoint
 	Workloads() []*Workload
 	Namespaces() []*Namespace
@@ -40,7 +43,7 @@ type Store interface {
 func NewStore() Store {
 	return &memStore{
 		services:   map[NamespacedName]*Service{},
-		endpoints:  map[NamespacedName]map[string][]*Endpoint{},
+		endpoints:  map[NamespacedName]*endpointSet{},
 		workloads:  map[NamespacedName]*Workload{},
 		namespaces: map[string]*Namespace{},
 		configs:    map[ConfigKey]*Config{},
@@ -48,12 +51,15 @@ func NewStore() Store {
 }
 
 type memStore struct {
-	mu         sync.RWMutex
-	services   map[NamespacedName]*Service
-	endpoints  map[NamespacedName]map[string][]*Endpoint
-	workloads  map[NamespacedName]*Workload
-	namespaces map[string]*Namespace
-	configs    map[ConfigKey]*Config
+	mu       sync.RWMutex
+	services map[NamespacedName]*Service
+	// sortedServices caches Services(); nil after any service change. Push
+	// context builds read it far more often than services change.
+	sortedServices []*Service
+	endpoints      map[NamespacedName]*endpointSet
+	workloads      map[NamespacedName]*Workload
+	namespaces     map[string]*Namespace
+	configs        map[ConfigKey]*Config
 
 	handlersMu sync.RWMutex
 	handlers   []func(ConfigKey)
@@ -85,6 +91,7 @@ func (s *memStore) write(key ConfigKey, mutate func() bool) {
 func (s *memStore) UpsertService(svc *Service) {
 	s.write(ConfigKey{KindService, svc.Namespace, svc.Name}, func() bool {
 		s.services[svc.Key()] = svc
+		s.sortedServices = nil
 		return true
 	})
 }
@@ -93,28 +100,56 @@ func (s *memStore) DeleteService(n NamespacedName) {
 	s.write(ConfigKey{KindService, n.Namespace, n.Name}, func() bool {
 		_, ok := s.services[n]
 		delete(s.services, n)
+		s.sortedServices = nil
 		return ok
 	})
 }
 
+// endpointSet is a service's endpoints by EndpointSlice, plus their
+// concatenation, rebuilt on write because reads far outnumber writes.
+type endpointSet struct {
+	bySlice map[string][]*Endpoint
+	all     []*Endpoint
+}
+
+func (e *endpointSet) flatten() {
+	names := make([]string, 0, len(e.bySlice))
+	total := 0
+	for name, eps := range e.bySlice {
+		names = append(names, name)
+		total += len(eps)
+	}
+	slices.Sort(names)
+	all := make([]*Endpoint, 0, total)
+	for _, name := range names {
+		all = append(all, e.bySlice[name]...)
+	}
+	e.all = all
+}
+
 func (s *memStore) SetEndpoints(svc NamespacedName, slice string, eps []*Endpoint) {
 	s.write(ConfigKey{KindEndpoints, svc.Namespace, svc.Name}, func() bool {
-		bySlice, ok := s.endpoints[svc]
+		set := s.endpoints[svc]
 		if len(eps) == 0 {
-			if _, had := bySlice[slice]; !had {
+			if set == nil {
 				return false
 			}
-			delete(bySlice, slice)
-			if len(bySlice) == 0 {
-				delete(s.endpoints, svc)
+			if _, had := set.bySlice[slice]; !had {
+				return false
 			}
-			return true
+			delete(set.bySlice, slice)
+			if len(set.bySlice) == 0 {
+				delete(s.endpoints, svc)
+				return true
+			}
+		} else {
+			if set == nil {
+				set = &endpointSet{bySlice: map[string][]*Endpoint{}}
+				s.endpoints[svc] = set
+			}
+			set.bySlice[slice] = eps
 		}
-		if !ok {
-			bySlice = map[string][]*Endpoint{}
-			s.endpoints[svc] = bySlice
-		}
-		bySlice[slice] = eps
+		set.flatten()
 		return true
 	})
 }
@@ -166,13 +201,22 @@ func (s *memStore) DeleteConfig(k ConfigKey) {
 
 func (s *memStore) Services() []*Service {
 	s.mu.RLock()
-	defer s.mu.RUnlock()
-	out := make([]*Service, 0, len(s.services))
-	for _, svc := range s.services {
-		out = append(out, svc)
+	sorted := s.sortedServices
+	s.mu.RUnlock()
+	if sorted != nil {
+		return sorted
 	}
-	slices.SortFunc(out, func(a, b *Service) int { return cmp.Compare(a.Hostname, b.Hostname) })
-	return out
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sortedServices == nil {
+		out := make([]*Service, 0, len(s.services))
+		for _, svc := range s.services {
+			out = append(out, svc)
+		}
+		slices.SortFunc(out, func(a, b *Service) int { return cmp.Compare(a.Hostname, b.Hostname) })
+		s.sortedServices = out
+	}
+	return s.sortedServices
 }
 
 func (s *memStore) Service(n NamespacedName) *Service {
@@ -184,22 +228,10 @@ func (s *memStore) Service(n NamespacedName) *Service {
 func (s *memStore) Endpoints(svc NamespacedName) []*Endpoint {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	bySlice := s.endpoints[svc]
-	if len(bySlice) == 0 {
-		return nil
+	if set := s.endpoints[svc]; set != nil {
+		return set.all
 	}
-	names := make([]string, 0, len(bySlice))
-	total := 0
-	for name, eps := range bySlice {
-		names = append(names, name)
-		total += len(eps)
-	}
-	slices.Sort(names)
-	out := make([]*Endpoint, 0, total)
-	for _, name := range names {
-		out = append(out, bySlice[name]...)
-	}
-	return out
+	return nil
 }
 
 func (s *memStore) Workloads() []*Workload {
