@@ -22,6 +22,14 @@ const (
 // DestinationRule. It returns the push context and every cluster name.
 func benchWorld(b *testing.B) (*pushcontext.PushContext, []string) {
 	b.Helper()
+	store, names := benchStore(b)
+	return pushcontext.Build(store, testPushOptions(), nil, nil), names
+}
+
+// benchStore fills a store with benchWorld's services and returns it with
+// every cluster name.
+func benchStore(b *testing.B) (model.Store, []string) {
+	b.Helper()
 	store := model.NewStore()
 	var names []string
 	for i := range benchServices {
@@ -54,7 +62,7 @@ func benchWorld(b *testing.B) (*pushcontext.PushContext, []string) {
 		names = append(names, ClusterName(host, 7070, ""), ClusterName(host, 7071, ""))
 	}
 	slices.Sort(names)
-	return pushcontext.Build(store, testPushOptions(), nil, nil), names
+	return store, names
 }
 
 func benchmarkGenerator(b *testing.B, newGen func() Generator, wantCount int) {

@@ -2,6 +2,7 @@ package grpcgen
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -60,50 +61,33 @@ func (g *EndpointGenerator) Generate(proxy *model.Proxy, push *pushcontext.PushC
 		return nil, fmt.Errorf("grpcgen: no push context")
 	}
 	g.sweep(push)
-	var changedHosts map[string]struct{}
-	if req != nil && !req.Full {
-		changedHosts = endpointChanges(push, req)
-		if len(changedHosts) == 0 {
-			return nil, nil
-		}
-	}
-	skip := func(host string) bool {
-		if changedHosts == nil {
-			return false
-		}
-		_, changed := changedHosts[host]
-		return !changed
-	}
 	ns := proxy.Namespace
-	var out model.Resources
-	if w.Wildcard {
-		// Every valid explicit name is among the visible clusters.
-		for _, svc := range push.ServicesVisibleTo(ns) {
-			if skip(svc.Hostname) {
-				continue
-			}
-			dr := push.DestinationRuleFor(ns, svc.Hostname)
-			for _, p := range svc.Ports {
-				var err error
-				if out, err = g.emit(out, push, clusterKey{host: svc.Hostname, port: p.Port}, nil); err != nil {
-					return nil, err
-				}
-				if dr == nil {
-					continue
-				}
-				for _, s := range dr.Spec.GetSubsets() {
-					if out, err = g.emit(out, push, clusterKey{host: svc.Hostname, port: p.Port, subset: s.GetName()}, s.GetLabels()); err != nil {
-						return nil, err
-					}
-				}
+	if req != nil && !req.Full {
+		// Walk only the changed services' clusters and keep the watched ones,
+		// so an endpoint push costs what changed, not what the proxy watches.
+		var out model.Resources
+		for _, svc := range changedServices(push, ns, req) {
+			var err error
+			if out, err = g.emitClusters(out, push, ns, svc, w); err != nil {
+				return nil, err
 			}
 		}
 		return out, nil
 	}
-	out = make(model.Resources, 0, len(w.ResourceNames))
+	if w.Wildcard {
+		var out model.Resources
+		for _, svc := range push.ServicesVisibleTo(ns) {
+			var err error
+			if out, err = g.emitClusters(out, push, ns, svc, w); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	}
+	out := make(model.Resources, 0, len(w.ResourceNames))
 	for _, name := range w.ResourceNames {
 		key, ok := parseClusterName(name)
-		if !ok || skip(key.host) {
+		if !ok {
 			continue
 		}
 		svc := visibleService(push, ns, key.host)
@@ -130,19 +114,56 @@ func (g *EndpointGenerator) Generate(proxy *model.Proxy, push *pushcontext.PushC
 	return out, nil
 }
 
-// endpointChanges returns the hostnames of the services whose endpoints the
+// emitClusters appends the load assignments of every cluster of svc (each
+// port, plain and per subset of the rule the proxy's namespace resolves)
+// that w watches.
+func (g *EndpointGenerator) emitClusters(out model.Resources, push *pushcontext.PushContext, ns string, svc *model.Service, w *model.WatchedResource) (model.Resources, error) {
+	dr := push.DestinationRuleFor(ns, svc.Hostname)
+	var err error
+	for _, p := range svc.Ports {
+		key := clusterKey{host: svc.Hostname, port: p.Port}
+		if watches(w, key) {
+			if out, err = g.emit(out, push, key, nil); err != nil {
+				return nil, err
+			}
+		}
+		if dr == nil {
+			continue
+		}
+		for _, s := range dr.Spec.GetSubsets() {
+			key.subset = s.GetName()
+			if !watches(w, key) {
+				continue
+			}
+			if out, err = g.emit(out, push, key, s.GetLabels()); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return out, nil
+}
+
+func watches(w *model.WatchedResource, key clusterKey) bool {
+	if w.Wildcard {
+		return true
+	}
+	_, found := slices.BinarySearch(w.ResourceNames, key.name())
+	return found
+}
+
+// changedServices returns the services visible from ns whose endpoints the
 // request reports as changed.
-func endpointChanges(push *pushcontext.PushContext, req *model.PushRequest) map[string]struct{} {
-	hosts := map[string]struct{}{}
+func changedServices(push *pushcontext.PushContext, ns string, req *model.PushRequest) []*model.Service {
+	var out []*model.Service
 	for key := range req.ConfigsUpdated {
 		if key.Kind != model.KindEndpoints {
 			continue
 		}
-		if svc := push.ServiceByName(key.Namespace, key.Name); svc != nil {
-			hosts[svc.Hostname] = struct{}{}
+		if svc := push.ServiceByName(key.Namespace, key.Name); svc != nil && visibleService(push, ns, svc.Hostname) != nil {
+			out = append(out, svc)
 		}
 	}
-	return hosts
+	return out
 }
 
 // emit appends the cluster's load assignment, from the cache when the
