@@ -1,0 +1,220 @@
+package controllers
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	istioclient "istio.io/client-go/pkg/clientset/versioned"
+	istioinformers "istio.io/client-go/pkg/informers/externalversions"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/meshpilot/meshpilot/pkg/model"
+)
+
+// KubeSourceName is the Kubernetes source's Name and its metrics label.
+const KubeSourceName = "kubernetes"
+
+const (
+	istioNetworkingGroup    = "networking.istio.io"
+	destinationRuleResource = "destinationrules"
+)
+
+// KubeSourceOptions configures a KubeSource.
+type KubeSourceOptions struct {
+	Client      kubernetes.Interface
+	IstioClient istioclient.Interface
+	Store       model.Store
+	// DomainSuffix is the cluster DNS domain; DefaultDomainSuffix if empty.
+	DomainSuffix string
+	Logger       *slog.Logger
+	// Metrics may be shared with other sources; nil creates unregistered ones.
+	Metrics *Metrics
+	// Ingester, if set, is shared with other sources so that, for example,
+	// a file's EndpointSlice resolves a Pod that Kubernetes reported. Store
+	// and DomainSuffix are then taken from it. Nil makes a private one.
+	Ingester *Ingester
+	// ResyncPeriod re-delivers every cached object; 0 (the default) never.
+	// Resyncs do not write the store: unchanged resourceVersions are skipped.
+	ResyncPeriod time.Duration
+}
+
+// KubeSource watches Services, EndpointSlices, Pods, Namespaces and
+// DestinationRules through informers and feeds them to the Ingester.
+type KubeSource struct {
+	opts     KubeSourceOptions
+	log      *slog.Logger
+	metrics  *Metrics
+	ingester *Ingester
+	synced   atomic.Bool
+}
+
+// NewKubeSource checks the options and returns a source; Run starts it.
+func NewKubeSource(opts KubeSourceOptions) (*KubeSource, error) {
+	switch {
+	case opts.Client == nil:
+		return nil, errors.New("kubernetes source: Client is required")
+	case opts.IstioClient == nil:
+		return nil, errors.New("kubernetes source: IstioClient is required")
+	case opts.Store == nil && opts.Ingester == nil:
+		return nil, errors.New("kubernetes source: Store or Ingester is required")
+	}
+	s := &KubeSource{
+		opts:     opts,
+		log:      cmp.Or(opts.Logger, slog.New(slog.DiscardHandler)).With("source", KubeSourceName),
+		metrics:  opts.Metrics,
+		ingester: opts.Ingester,
+	}
+	if s.metrics == nil {
+		s.metrics = NewMetrics(nil)
+	}
+	if s.ingester == nil {
+		s.ingester = NewIngester(IngesterOptions{Store: opts.Store, DomainSuffix: opts.DomainSuffix})
+	}
+	return s, nil
+}
+
+// Name identifies the source in logs and metrics.
+func (s *KubeSource) Name() string { return KubeSourceName }
+
+// HasSynced reports whether every informer has listed and the ingester has
+// applied the initial lists.
+func (s *KubeSource) HasSynced() bool { return s.synced.Load() }
+
+// Run watches until ctx is done. It returns an error only if ctx ends
+// before the informers sync.
+func (s *KubeSource) Run(ctx context.Context) error {
+	drVersion, err := s.destinationRuleVersion(ctx)
+	if err != nil {
+		return err
+	}
+	kubeFactory := informers.NewSharedInformerFactoryWithOptions(s.opts.Client, s.opts.ResyncPeriod,
+		informers.WithTransform(trimObject))
+	defer kubeFactory.Shutdown()
+	istioFactory := istioinformers.NewSharedInformerFactoryWithOptions(s.opts.IstioClient, s.opts.ResyncPeriod,
+		istioinformers.WithTransform(trimObject))
+	defer istioFactory.Shutdown()
+
+	informersByKind := map[string]cache.SharedIndexInformer{
+		"Service":       kubeFactory.Core().V1().Services().Informer(),
+		"EndpointSlice": kubeFactory.Discovery().V1().EndpointSlices().Informer(),
+		"Pod":           kubeFactory.Core().V1().Pods().Informer(),
+		"Namespace":     kubeFactory.Core().V1().Namespaces().Informer(),
+	}
+	switch drVersion {
+	case "v1":
+		informersByKind["DestinationRule"] = istioFactory.Networking().V1().DestinationRules().Informer()
+	case "v1beta1":
+		informersByKind["DestinationRule"] = istioFactory.Networking().V1beta1().DestinationRules().Informer()
+	}
+	var synced []cache.InformerSynced
+	for _, kind := range slices.Sorted(maps.Keys(informersByKind)) {
+		reg, err := informersByKind[kind].AddEventHandler(s.handler(kind))
+		if err != nil {
+			return fmt.Errorf("kubernetes source: watch %s: %w", kind, err)
+		}
+		synced = append(synced, reg.HasSynced)
+	}
+	kubeFactory.Start(ctx.Done())
+	istioFactory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return fmt.Errorf("kubernetes source: informers did not sync: %w", context.Cause(ctx))
+	}
+	s.synced.Store(true)
+	s.log.Info("kubernetes source synced", "destinationRuleVersion", drVersion)
+	<-ctx.Done()
+	return nil
+}
+
+// destinationRuleVersion asks discovery which DestinationRule version to
+// watch: v1, else v1beta1, else "" when the CRD is not installed. Transient
+// discovery failures are retried until ctx ends.
+func (s *KubeSource) destinationRuleVersion(ctx context.Context) (string, error) {
+	disco := discovery.ToDiscoveryInterfaceWithContext(s.opts.Client.Discovery())
+	for _, version := range []string{"v1", "v1beta1"} {
+		gv := istioNetworkingGroup + "/" + version
+		var served bool
+		err := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+			list, err := disco.ServerResourcesForGroupVersionWithContext(ctx, gv)
+			switch {
+			case apierrors.IsNotFound(err):
+				return true, nil
+			case err != nil:
+				s.log.Warn("discovery failed; retrying", "groupVersion", gv, "error", err)
+				return false, nil
+			}
+			served = slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool {
+				return r.Name == destinationRuleResource
+			})
+			return true, nil
+		})
+		if err != nil {
+			return "", fmt.Errorf("kubernetes source: discovery of %s: %w", gv, err)
+		}
+		if served {
+			return version, nil
+		}
+	}
+	s.metrics.CRDMissing.WithLabelValues(destinationRuleResource + "." + istioNetworkingGroup).Inc()
+	s.log.Warn("the DestinationRule CRD (destinationrules.networking.istio.io) is not installed; "+
+		"DestinationRules are ignored until meshpilot restarts with it installed",
+		"servedVersionsTried", "v1,v1beta1")
+	return "", nil
+}
+
+func (s *KubeSource) handler(kind string) cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) { s.apply(kind, "upsert", obj, s.ingester.Upsert) },
+		UpdateFunc: func(oldObj, newObj any) {
+			if sameResourceVersion(oldObj, newObj) {
+				return // a resync, not a change
+			}
+			s.apply(kind, "upsert", newObj, s.ingester.Upsert)
+		},
+		DeleteFunc: func(obj any) {
+			if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tombstone.Obj
+			}
+			s.apply(kind, "delete", obj, s.ingester.Delete)
+		},
+	}
+}
+
+func (s *KubeSource) apply(kind, event string, obj any, op func(any) error) {
+	err := op(obj)
+	if err == nil {
+		s.metrics.Events.WithLabelValues(KubeSourceName, kind, event).Inc()
+		return
+	}
+	var objErr *ObjectError
+	if !errors.As(err, &objErr) {
+		objErr = &ObjectError{Reason: ReasonInvalid, Document: -1, Err: err}
+	}
+	objErr.Kind = kind
+	if accessor, ok := obj.(metav1.ObjectMetaAccessor); ok {
+		objErr.Namespace, objErr.Name = accessor.GetObjectMeta().GetNamespace(), accessor.GetObjectMeta().GetName()
+	}
+	report(s.log, s.metrics, KubeSourceName, objErr)
+}
+
+func sameResourceVersion(a, b any) bool {
+	am, ok1 := a.(metav1.ObjectMetaAccessor)
+	bm, ok2 := b.(metav1.ObjectMetaAccessor)
+	if !ok1 || !ok2 {
+		return false
+	}
+	rv := am.GetObjectMeta().GetResourceVersion()
+	return rv != "" && rv == bm.GetObjectMeta().GetResourceVersion()
+}

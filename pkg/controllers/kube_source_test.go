@@ -1,0 +1,226 @@
+package controllers
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/testing/protocmp"
+	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
+	istiofake "istio.io/client-go/pkg/clientset/versioned/fake"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	fakediscovery "k8s.io/client-go/discovery/fake"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/meshpilot/meshpilot/pkg/model"
+)
+
+var cmpProto = protocmp.Transform()
+
+func TestDestinationRuleVersion(t *testing.T) {
+	drList := func(gv string) *metav1.APIResourceList {
+		return &metav1.APIResourceList{GroupVersion: gv, APIResources: []metav1.APIResource{{Name: "destinationrules"}}}
+	}
+	cases := []struct {
+		name        string
+		served      []*metav1.APIResourceList
+		want        string
+		wantMissing float64
+	}{
+		{name: "v1 served", served: []*metav1.APIResourceList{drList("networking.istio.io/v1"), drList("networking.istio.io/v1beta1")}, want: "v1"},
+		{name: "only v1beta1", served: []*metav1.APIResourceList{drList("networking.istio.io/v1beta1")}, want: "v1beta1"},
+		{
+			name: "group served without DestinationRules",
+			served: []*metav1.APIResourceList{{GroupVersion: "networking.istio.io/v1",
+				APIResources: []metav1.APIResource{{Name: "virtualservices"}}}},
+			want: "", wantMissing: 1,
+		},
+		{name: "CRD absent", want: "", wantMissing: 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			client := kubefake.NewClientset()
+			client.Discovery().(*fakediscovery.FakeDiscovery).Resources = tc.served
+			metrics := NewMetrics(prometheus.NewRegistry())
+			src, err := NewKubeSource(KubeSourceOptions{Client: client, IstioClient: istiofake.NewSimpleClientset(),
+				Store: model.NewStore(), Metrics: metrics})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := src.destinationRuleVersion(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Errorf("version = %q, want %q", got, tc.want)
+			}
+			missing := counterValue(t, metrics.CRDMissing.WithLabelValues("destinationrules.networking.istio.io"))
+			if missing != tc.wantMissing {
+				t.Errorf("missing CRD count = %v, want %v", missing, tc.wantMissing)
+			}
+		})
+	}
+}
+
+func TestTrimObject(t *testing.T) {
+	meta := func() metav1.ObjectMeta {
+		return metav1.ObjectMeta{
+			Name: "x", Namespace: "ns", Labels: map[string]string{"app": "x"},
+			Annotations:   map[string]string{annotationLastApplied: "{...}", "keep": "me"},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}},
+		}
+	}
+	wantMeta := metav1.ObjectMeta{Name: "x", Namespace: "ns", Labels: map[string]string{"app": "x"},
+		Annotations: map[string]string{"keep": "me"}}
+	pod := &corev1.Pod{
+		ObjectMeta: meta(),
+		Spec: corev1.PodSpec{ServiceAccountName: "sa", NodeName: "n1",
+			Containers: []corev1.Container{{Name: "app", Image: "big", Env: []corev1.EnvVar{{Name: "A", Value: "B"}}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.244.1.5", PodIPs: []corev1.PodIP{{IP: "10.244.1.5"}},
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady}}},
+	}
+	onlyLastApplied := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "s",
+		Annotations: map[string]string{annotationLastApplied: "{}"}}}
+	cases := []struct {
+		name string
+		in   runtime.Object
+		want runtime.Object
+	}{
+		{
+			name: "pod keeps only what is read",
+			in:   pod,
+			want: &corev1.Pod{ObjectMeta: wantMeta, Spec: corev1.PodSpec{ServiceAccountName: "sa", NodeName: "n1"},
+				Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.244.1.5", PodIPs: []corev1.PodIP{{IP: "10.244.1.5"}}}},
+		},
+		{
+			name: "service metadata",
+			in:   &corev1.Service{ObjectMeta: meta(), Spec: corev1.ServiceSpec{ClusterIP: "10.0.0.1"}},
+			want: &corev1.Service{ObjectMeta: wantMeta, Spec: corev1.ServiceSpec{ClusterIP: "10.0.0.1"}},
+		},
+		{
+			name: "destination rule metadata",
+			in:   &networkingv1.DestinationRule{ObjectMeta: meta()},
+			want: &networkingv1.DestinationRule{ObjectMeta: wantMeta},
+		},
+		{
+			name: "annotations emptied",
+			in:   onlyLastApplied,
+			want: &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "s"}},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := trimObject(tc.in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got, cmpProto); diff != "" {
+				t.Errorf("(-want +got)\n%s", diff)
+			}
+			again, _ := trimObject(got)
+			if diff := cmp.Diff(got, again, cmpProto); diff != "" {
+				t.Errorf("not idempotent (-once +twice)\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestKubeSourceWithFakeClients runs the source's wiring against fake
+// clients, with the DestinationRule CRD absent: the source must still sync.
+// (The istio fake clientset cannot serve client-go's watch-list streams;
+// the envtest test covers DestinationRules against a real API server.)
+func TestKubeSourceWithFakeClients(t *testing.T) {
+	client := kubefake.NewClientset(
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "reviews", Namespace: "ns"}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}},
+	)
+	istio := istiofake.NewSimpleClientset()
+	store := model.NewStore()
+	metrics := NewMetrics(prometheus.NewRegistry())
+	src, err := NewKubeSource(KubeSourceOptions{Client: client, IstioClient: istio, Store: store, Metrics: metrics})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if src.Name() != "kubernetes" {
+		t.Errorf("Name() = %q", src.Name())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	eventually(t, "sync", src.HasSynced)
+	// HasSynced means the initial lists are in the store already.
+	if store.Service(reviews) == nil || len(store.Namespaces()) != 1 {
+		t.Fatalf("initial list missing: services=%v namespaces=%v", store.Services(), store.Namespaces())
+	}
+	if got := counterValue(t, metrics.CRDMissing.WithLabelValues("destinationrules.networking.istio.io")); got != 1 {
+		t.Errorf("missing CRD not counted: %v", got)
+	}
+	if err := client.CoreV1().Services("ns").Delete(ctx, "reviews", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "service deleted", func() bool { return store.Service(reviews) == nil })
+}
+
+func TestKubeSourceOptions(t *testing.T) {
+	for name, opts := range map[string]KubeSourceOptions{
+		"no client":       {IstioClient: istiofake.NewSimpleClientset(), Store: model.NewStore()},
+		"no istio client": {Client: kubefake.NewClientset(), Store: model.NewStore()},
+		"no store":        {Client: kubefake.NewClientset(), IstioClient: istiofake.NewSimpleClientset()},
+	} {
+		if _, err := NewKubeSource(opts); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+func TestKubeSourceRunEndsWithContextBeforeSync(t *testing.T) {
+	src, err := NewKubeSource(KubeSourceOptions{Client: kubefake.NewClientset(), IstioClient: istiofake.NewSimpleClientset(),
+		Store: model.NewStore()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Nanosecond)
+	defer cancel()
+	<-ctx.Done()
+	if err := src.Run(ctx); err == nil {
+		t.Fatal("Run with a dead context reported success")
+	}
+	if src.HasSynced() {
+		t.Fatal("synced without running")
+	}
+}
+
+func TestKubeHandlerSkipsResync(t *testing.T) {
+	store := model.NewStore()
+	writes := 0
+	store.OnChange(func(model.ConfigKey) { writes++ })
+	src, err := NewKubeSource(KubeSourceOptions{Client: kubefake.NewClientset(), IstioClient: istiofake.NewSimpleClientset(), Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := src.handler("Service")
+	svc := func(rv string) *corev1.Service {
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "reviews", Namespace: "ns", ResourceVersion: rv}}
+	}
+	h.OnAdd(svc("1"), true)
+	h.OnUpdate(svc("1"), svc("1"))
+	if writes != 1 {
+		t.Fatalf("resync wrote the store: %d writes", writes)
+	}
+	h.OnUpdate(svc("1"), svc("2"))
+	h.OnDelete(cache.DeletedFinalStateUnknown{Key: "ns/reviews", Obj: svc("2")})
+	if writes != 3 || store.Service(reviews) != nil {
+		t.Fatalf("writes = %d, service = %v; want an update and a delete", writes, store.Service(reviews))
+	}
+}

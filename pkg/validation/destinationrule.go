@@ -1,0 +1,337 @@
+package validation
+
+import (
+	"fmt"
+	"math/big"
+
+	networking "istio.io/api/networking/v1"
+	"istio.io/api/networking/v1alpha3"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// maxRequestsPerConnection is the documented ceiling (2^29) of
+// connectionPool.http.maxRequestsPerConnection.
+const maxRequestsPerConnection = 1 << 29
+
+// ValidateDestinationRule returns every problem with a DestinationRule, or
+// nil. name and namespace are the object's metadata.
+func ValidateDestinationRule(name, namespace string, dr *networking.DestinationRule) error {
+	var p problems
+	for _, msg := range validation.IsDNS1123Subdomain(name) {
+		p.add("metadata.name", "%s", msg)
+	}
+	for _, msg := range validation.IsDNS1123Label(namespace) {
+		p.add("metadata.namespace", "%s", msg)
+	}
+	if dr == nil {
+		p.add("spec", "is required")
+		return p.err()
+	}
+	for _, msg := range ValidateHost(dr.GetHost()) {
+		p.add("spec.host", "%s", msg)
+	}
+	for _, msg := range ValidateExportTo(dr.GetExportTo()) {
+		p.add("spec.exportTo", "%s", msg)
+	}
+	p.trafficPolicy("spec.trafficPolicy", dr.GetTrafficPolicy())
+	p.subsets(dr.GetSubsets())
+	p.workloadSelector("spec.workloadSelector", dr.GetWorkloadSelector().GetMatchLabels(), dr.GetWorkloadSelector() != nil)
+	return p.err()
+}
+
+func (p *problems) subsets(subsets []*v1alpha3.Subset) {
+	seen := make(map[string]bool, len(subsets))
+	for i, s := range subsets {
+		path := fmt.Sprintf("spec.subsets[%d]", i)
+		switch name := s.GetName(); {
+		case name == "":
+			p.add(path+".name", "is required")
+		default:
+			for _, msg := range validation.IsDNS1123Label(name) {
+				p.add(path+".name", "%s", msg)
+			}
+			if seen[name] {
+				p.add(path+".name", "duplicate subset name %q", name)
+			}
+			seen[name] = true
+		}
+		if len(s.GetLabels()) == 0 {
+			p.add(path+".labels", "a subset must select workloads by at least one label")
+		}
+		p.labels(path+".labels", s.GetLabels())
+		p.trafficPolicy(path+".trafficPolicy", s.GetTrafficPolicy())
+	}
+}
+
+func (p *problems) labels(path string, labels map[string]string) {
+	for k, v := range labels {
+		for _, msg := range validation.IsQualifiedName(k) {
+			p.add(path, "key %q: %s", k, msg)
+		}
+		for _, msg := range validation.IsValidLabelValue(v) {
+			p.add(path, "value of %q: %s", k, msg)
+		}
+	}
+}
+
+func (p *problems) workloadSelector(path string, labels map[string]string, set bool) {
+	if !set {
+		return
+	}
+	if len(labels) == 0 {
+		p.add(path+".matchLabels", "a workload selector must have at least one label")
+	}
+	p.labels(path+".matchLabels", labels)
+}
+
+func (p *problems) trafficPolicy(path string, tp *v1alpha3.TrafficPolicy) {
+	if tp == nil {
+		return
+	}
+	p.loadBalancer(path+".loadBalancer", tp.GetLoadBalancer())
+	p.connectionPool(path+".connectionPool", tp.GetConnectionPool())
+	p.outlierDetection(path+".outlierDetection", tp.GetOutlierDetection())
+	p.tls(path+".tls", tp.GetTls())
+	p.tunnel(path+".tunnel", tp.GetTunnel())
+	if pp := tp.GetProxyProtocol(); pp != nil {
+		if _, ok := v1alpha3.TrafficPolicy_ProxyProtocol_VERSION_name[int32(pp.GetVersion())]; !ok {
+			p.add(path+".proxyProtocol.version", "unknown version %d", pp.GetVersion())
+		}
+	}
+	if rb := tp.GetRetryBudget(); rb != nil {
+		if rb.GetPercent() != nil {
+			p.checkPercent(path+".retryBudget.percent", rb.GetPercent().GetValue())
+		}
+		p.checkDuration(path+".retryBudget.budgetInterval", rb.GetBudgetInterval())
+	}
+	seenPorts := make(map[uint32]bool, len(tp.GetPortLevelSettings()))
+	for i, pls := range tp.GetPortLevelSettings() {
+		plsPath := fmt.Sprintf("%s.portLevelSettings[%d]", path, i)
+		if pls.GetPort() == nil {
+			p.add(plsPath+".port", "is required")
+		} else {
+			n := pls.GetPort().GetNumber()
+			p.checkPort(plsPath+".port.number", n)
+			if seenPorts[n] {
+				p.add(plsPath+".port.number", "duplicate settings for port %d", n)
+			}
+			seenPorts[n] = true
+		}
+		p.loadBalancer(plsPath+".loadBalancer", pls.GetLoadBalancer())
+		p.connectionPool(plsPath+".connectionPool", pls.GetConnectionPool())
+		p.outlierDetection(plsPath+".outlierDetection", pls.GetOutlierDetection())
+		p.tls(plsPath+".tls", pls.GetTls())
+	}
+}
+
+// loadBalancer checks the LB policy. simple, consistentHash and
+// backendUtilization share a proto oneof, so a spec can never carry two;
+// the YAML/JSON decoder rejects a document that sets both.
+func (p *problems) loadBalancer(path string, lb *v1alpha3.LoadBalancerSettings) {
+	if lb == nil {
+		return
+	}
+	switch policy := lb.GetLbPolicy().(type) {
+	case *v1alpha3.LoadBalancerSettings_Simple:
+		if _, ok := v1alpha3.LoadBalancerSettings_SimpleLB_name[int32(policy.Simple)]; !ok {
+			p.add(path+".simple", "unknown load balancer %d", policy.Simple)
+		}
+	case *v1alpha3.LoadBalancerSettings_ConsistentHash:
+		p.consistentHash(path+".consistentHash", policy.ConsistentHash)
+	case *v1alpha3.LoadBalancerSettings_BackendUtilization:
+		bu := policy.BackendUtilization
+		p.checkDuration(path+".backendUtilization.weightStabilizationPeriod", bu.GetWeightStabilizationPeriod())
+		p.checkDuration(path+".backendUtilization.weightExpirationPeriod", bu.GetWeightExpirationPeriod())
+		p.checkDuration(path+".backendUtilization.weightUpdatePeriod", bu.GetWeightUpdatePeriod())
+	}
+	if lb.GetLocalityLbSetting() != nil && lb.GetZoneAwareLbSetting() != nil {
+		p.add(path, "only one of localityLbSetting and zoneAwareLbSetting may be set")
+	}
+	p.localityLB(path+".localityLbSetting", lb.GetLocalityLbSetting())
+	p.checkDuration(path+".warmupDurationSecs", lb.GetWarmupDurationSecs())
+	if w := lb.GetWarmup(); w != nil {
+		p.checkDuration(path+".warmup.duration", w.GetDuration())
+		if w.GetMinimumPercent() != nil {
+			p.checkPercent(path+".warmup.minimumPercent", w.GetMinimumPercent().GetValue())
+		}
+		if a := w.GetAggression(); a != nil && a.GetValue() < 1 {
+			p.add(path+".warmup.aggression", "must be at least 1, got %v", a.GetValue())
+		}
+	}
+}
+
+func (p *problems) consistentHash(path string, ch *v1alpha3.LoadBalancerSettings_ConsistentHashLB) {
+	if ch == nil {
+		p.add(path, "is empty")
+		return
+	}
+	switch key := ch.GetHashKey().(type) {
+	case nil:
+		p.add(path, "exactly one hash key (httpHeaderName, httpCookie, useSourceIp, httpQueryParameterName) is required")
+	case *v1alpha3.LoadBalancerSettings_ConsistentHashLB_HttpHeaderName:
+		if key.HttpHeaderName == "" {
+			p.add(path+".httpHeaderName", "must not be empty")
+		}
+	case *v1alpha3.LoadBalancerSettings_ConsistentHashLB_HttpQueryParameterName:
+		if key.HttpQueryParameterName == "" {
+			p.add(path+".httpQueryParameterName", "must not be empty")
+		}
+	case *v1alpha3.LoadBalancerSettings_ConsistentHashLB_UseSourceIp:
+		if !key.UseSourceIp {
+			p.add(path+".useSourceIp", "must be true when it is the hash key")
+		}
+	case *v1alpha3.LoadBalancerSettings_ConsistentHashLB_HttpCookie:
+		if key.HttpCookie.GetName() == "" {
+			p.add(path+".httpCookie.name", "is required")
+		}
+		if ttl := key.HttpCookie.GetTtl(); ttl != nil {
+			if err := ttl.CheckValid(); err != nil || ttl.AsDuration() < 0 {
+				p.add(path+".httpCookie.ttl", "must be a non-negative duration")
+			}
+		}
+	}
+	if mg, ok := ch.GetHashAlgorithm().(*v1alpha3.LoadBalancerSettings_ConsistentHashLB_Maglev); ok {
+		if size := mg.Maglev.GetTableSize(); size != 0 && !new(big.Int).SetUint64(size).ProbablyPrime(20) {
+			p.add(path+".maglev.tableSize", "must be a prime number, got %d", size)
+		}
+	}
+}
+
+func (p *problems) localityLB(path string, l *v1alpha3.LocalityLoadBalancerSetting) {
+	if l == nil {
+		return
+	}
+	if len(l.GetDistribute()) > 0 && len(l.GetFailover()) > 0 {
+		p.add(path, "only one of distribute and failover may be set")
+	}
+	for i, d := range l.GetDistribute() {
+		dPath := fmt.Sprintf("%s.distribute[%d]", path, i)
+		if d.GetFrom() == "" {
+			p.add(dPath+".from", "is required")
+		}
+		var sum uint64
+		for _, w := range d.GetTo() {
+			sum += uint64(w)
+		}
+		if sum != 100 {
+			p.add(dPath+".to", "weights must sum to 100, got %d", sum)
+		}
+	}
+	for i, f := range l.GetFailover() {
+		fPath := fmt.Sprintf("%s.failover[%d]", path, i)
+		if f.GetFrom() == "" || f.GetTo() == "" {
+			p.add(fPath, "from and to are required")
+		} else if f.GetFrom() == f.GetTo() {
+			p.add(fPath, "from and to must differ")
+		}
+	}
+}
+
+func (p *problems) connectionPool(path string, cp *v1alpha3.ConnectionPoolSettings) {
+	if cp == nil {
+		return
+	}
+	if cp.GetTcp() == nil && cp.GetHttp() == nil {
+		p.add(path, "must set tcp or http settings")
+	}
+	if tcp := cp.GetTcp(); tcp != nil {
+		p.checkNonNegative(path+".tcp.maxConnections", tcp.GetMaxConnections())
+		p.checkDuration(path+".tcp.connectTimeout", tcp.GetConnectTimeout())
+		p.checkDuration(path+".tcp.maxConnectionDuration", tcp.GetMaxConnectionDuration())
+		p.checkDuration(path+".tcp.idleTimeout", tcp.GetIdleTimeout())
+		if ka := tcp.GetTcpKeepalive(); ka != nil {
+			p.checkDuration(path+".tcp.tcpKeepalive.time", ka.GetTime())
+			p.checkDuration(path+".tcp.tcpKeepalive.interval", ka.GetInterval())
+		}
+	}
+	if h := cp.GetHttp(); h != nil {
+		p.checkNonNegative(path+".http.http1MaxPendingRequests", h.GetHttp1MaxPendingRequests())
+		p.checkNonNegative(path+".http.http2MaxRequests", h.GetHttp2MaxRequests())
+		p.checkNonNegative(path+".http.maxRetries", h.GetMaxRetries())
+		p.checkNonNegative(path+".http.maxConcurrentStreams", h.GetMaxConcurrentStreams())
+		if n := h.GetMaxRequestsPerConnection(); n < 0 || n > maxRequestsPerConnection {
+			p.add(path+".http.maxRequestsPerConnection", "must be in 0..%d, got %d", maxRequestsPerConnection, n)
+		}
+		p.checkDuration(path+".http.idleTimeout", h.GetIdleTimeout())
+		if _, ok := v1alpha3.ConnectionPoolSettings_HTTPSettings_H2UpgradePolicy_name[int32(h.GetH2UpgradePolicy())]; !ok {
+			p.add(path+".http.h2UpgradePolicy", "unknown policy %d", h.GetH2UpgradePolicy())
+		}
+		if ka := h.GetHttp2KeepAlive(); ka != nil {
+			p.checkDuration(path+".http.http2KeepAlive.interval", ka.GetInterval())
+			p.checkDuration(path+".http.http2KeepAlive.timeout", ka.GetTimeout())
+		}
+	}
+}
+
+func (p *problems) outlierDetection(path string, od *v1alpha3.OutlierDetection) {
+	if od == nil {
+		return
+	}
+	p.checkNonNegative(path+".consecutiveErrors", od.GetConsecutiveErrors())
+	p.checkDuration(path+".interval", od.GetInterval())
+	p.checkDuration(path+".baseEjectionTime", od.GetBaseEjectionTime())
+	p.checkPercent(path+".maxEjectionPercent", float64(od.GetMaxEjectionPercent()))
+	p.checkPercent(path+".minHealthPercent", float64(od.GetMinHealthPercent()))
+	if f := od.GetFailurePercentageThreshold(); f != nil {
+		p.checkPercent(path+".failurePercentageThreshold", float64(f.GetValue()))
+	}
+	for i, code := range od.GetOutlierDetectionHttpErrorCodes() {
+		if code < 100 || code > 599 {
+			p.add(fmt.Sprintf("%s.outlierDetectionHttpErrorCodes[%d]", path, i), "not an HTTP status code: %d", code)
+		}
+	}
+}
+
+func (p *problems) tls(path string, tls *v1alpha3.ClientTLSSettings) {
+	if tls == nil {
+		return
+	}
+	hasCerts := tls.GetClientCertificate() != "" || tls.GetPrivateKey() != "" ||
+		tls.GetCaCertificates() != "" || tls.GetCredentialName() != "" || tls.GetCaCertCredentialName() != ""
+	switch tls.GetMode() {
+	case v1alpha3.ClientTLSSettings_DISABLE:
+		if hasCerts {
+			p.add(path, "mode DISABLE must not set certificates, keys or credential names")
+		}
+	case v1alpha3.ClientTLSSettings_ISTIO_MUTUAL:
+		if hasCerts {
+			p.add(path, "mode ISTIO_MUTUAL uses Istio's certificates and must not set certificates, keys or credential names")
+		}
+	case v1alpha3.ClientTLSSettings_SIMPLE:
+		if tls.GetClientCertificate() != "" || tls.GetPrivateKey() != "" {
+			p.add(path, "mode SIMPLE presents no client certificate; use MUTUAL to set clientCertificate and privateKey")
+		}
+	case v1alpha3.ClientTLSSettings_MUTUAL:
+		if tls.GetCredentialName() == "" {
+			if tls.GetClientCertificate() == "" {
+				p.add(path+".clientCertificate", "mode MUTUAL needs credentialName or clientCertificate and privateKey")
+			}
+			if tls.GetPrivateKey() == "" {
+				p.add(path+".privateKey", "mode MUTUAL needs credentialName or clientCertificate and privateKey")
+			}
+		} else if tls.GetClientCertificate() != "" || tls.GetPrivateKey() != "" {
+			p.add(path, "credentialName and clientCertificate/privateKey are mutually exclusive")
+		}
+	default:
+		p.add(path+".mode", "unknown TLS mode %d", tls.GetMode())
+	}
+	if tls.GetInsecureSkipVerify().GetValue() &&
+		(tls.GetCaCertificates() != "" || tls.GetCaCertCredentialName() != "" || len(tls.GetSubjectAltNames()) > 0) {
+		p.add(path+".insecureSkipVerify", "cannot skip verification while also setting CA certificates or subjectAltNames")
+	}
+}
+
+func (p *problems) tunnel(path string, t *v1alpha3.TrafficPolicy_TunnelSettings) {
+	if t == nil {
+		return
+	}
+	switch t.GetProtocol() {
+	case "", "CONNECT", "POST":
+	default:
+		p.add(path+".protocol", "must be CONNECT or POST, got %q", t.GetProtocol())
+	}
+	if t.GetTargetHost() == "" {
+		p.add(path+".targetHost", "is required")
+	}
+	p.checkPort(path+".targetPort", t.GetTargetPort())
+}

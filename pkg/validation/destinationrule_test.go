@@ -1,0 +1,429 @@
+package validation
+
+import (
+	"strings"
+	"testing"
+
+	networking "istio.io/api/networking/v1"
+	"sigs.k8s.io/yaml"
+)
+
+func parseSpec(t *testing.T, spec string) *networking.DestinationRule {
+	t.Helper()
+	js, err := yaml.YAMLToJSON([]byte(spec))
+	if err != nil {
+		t.Fatalf("bad test YAML: %v", err)
+	}
+	dr := &networking.DestinationRule{}
+	if err := dr.UnmarshalJSON(js); err != nil {
+		t.Fatalf("bad test spec: %v", err)
+	}
+	return dr
+}
+
+// problemsOf splits a joined error into its messages.
+func problemsOf(err error) []string {
+	if err == nil {
+		return nil
+	}
+	joined, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return []string{err.Error()}
+	}
+	var out []string
+	for _, e := range joined.Unwrap() {
+		out = append(out, e.Error())
+	}
+	return out
+}
+
+func TestValidateDestinationRule(t *testing.T) {
+	cases := []struct {
+		name      string
+		drName    string // defaults to "dr"
+		namespace string // defaults to "ns"
+		spec      string
+		// want lists a substring of each expected problem, in order; nil
+		// means the rule is valid.
+		want []string
+	}{
+		{name: "minimal", spec: `host: reviews`},
+		{name: "fqdn", spec: `host: reviews.prod.svc.cluster.local`},
+		{name: "wildcard host", spec: `host: "*.example.com"`},
+		{name: "star host", spec: `host: "*"`},
+		{name: "missing host", spec: `subsets: []`, want: []string{"spec.host: host is required"}},
+		{name: "host with bad label", spec: `host: Reviews_x.prod`, want: []string{`spec.host: label "Reviews_x"`}},
+		{name: "host with inner wildcard", spec: `host: "foo.*.com"`, want: []string{"spec.host: a wildcard is only allowed"}},
+		{name: "host trailing dot", spec: `host: foo.com.`, want: []string{"must not end with a dot"}},
+		{name: "bad object name", drName: "Bad_Name", spec: `host: a`, want: []string{"metadata.name"}},
+		{name: "bad namespace", namespace: "a.b", spec: `host: a`, want: []string{"metadata.namespace"}},
+		{
+			name: "good subsets",
+			spec: `
+host: reviews
+subsets:
+- name: v1
+  labels: {version: v1}
+- name: v2
+  labels: {version: v2}
+  trafficPolicy:
+    loadBalancer: {simple: ROUND_ROBIN}`,
+		},
+		{
+			name: "subset problems all reported",
+			spec: `
+host: reviews
+subsets:
+- name: v1
+  labels: {version: v1}
+- name: v1
+  labels: {version: v2}
+- name: V_2
+  labels: {version: v3}
+- labels: {version: v4}
+- name: v5`,
+			want: []string{
+				`spec.subsets[1].name: duplicate subset name "v1"`,
+				"spec.subsets[2].name: a lowercase RFC 1123 label",
+				"spec.subsets[3].name: is required",
+				"spec.subsets[4].labels: a subset must select workloads",
+			},
+		},
+		{
+			name: "subset bad label value",
+			spec: `
+host: reviews
+subsets:
+- name: v1
+  labels: {version: "not valid!"}`,
+			want: []string{`spec.subsets[0].labels: value of "version"`},
+		},
+		{
+			name: "consistent hash with header",
+			spec: `
+host: a
+trafficPolicy:
+  loadBalancer:
+    consistentHash: {httpHeaderName: x-user}`,
+		},
+		{
+			name: "consistent hash without key",
+			spec: `
+host: a
+trafficPolicy:
+  loadBalancer:
+    consistentHash: {minimumRingSize: 1024}`,
+			want: []string{"spec.trafficPolicy.loadBalancer.consistentHash: exactly one hash key"},
+		},
+		{
+			name: "consistent hash cookie without name",
+			spec: `
+host: a
+trafficPolicy:
+  loadBalancer:
+    consistentHash: {httpCookie: {ttl: 10s}}`,
+			want: []string{"consistentHash.httpCookie.name: is required"},
+		},
+		{
+			name: "consistent hash empty header",
+			spec: `
+host: a
+trafficPolicy:
+  loadBalancer:
+    consistentHash: {httpHeaderName: ""}`,
+			want: []string{"httpHeaderName: must not be empty"},
+		},
+		{
+			name: "maglev table not prime",
+			spec: `
+host: a
+trafficPolicy:
+  loadBalancer:
+    consistentHash: {useSourceIp: true, maglev: {tableSize: 1000}}`,
+			want: []string{"maglev.tableSize: must be a prime number"},
+		},
+		{
+			name: "locality distribute must sum to 100",
+			spec: `
+host: a
+trafficPolicy:
+  loadBalancer:
+    simple: LEAST_REQUEST
+    localityLbSetting:
+      distribute:
+      - from: us-east/*
+        to: {"us-east/*": 60, "us-west/*": 30}`,
+			want: []string{"localityLbSetting.distribute[0].to: weights must sum to 100, got 90"},
+		},
+		{
+			name: "locality distribute and failover",
+			spec: `
+host: a
+trafficPolicy:
+  loadBalancer:
+    localityLbSetting:
+      distribute:
+      - from: r/z
+        to: {"r/z": 100}
+      failover:
+      - from: r
+        to: r`,
+			want: []string{"only one of distribute and failover", "failover[0]: from and to must differ"},
+		},
+		{
+			name: "connection pool in range",
+			spec: `
+host: a
+trafficPolicy:
+  connectionPool:
+    tcp: {maxConnections: 100, connectTimeout: 30ms, tcpKeepalive: {time: 7200s, interval: 75s}}
+    http: {http1MaxPendingRequests: 10, http2MaxRequests: 100, maxRequestsPerConnection: 1, maxRetries: 3, idleTimeout: 1h}`,
+		},
+		{
+			name: "connection pool out of range",
+			spec: `
+host: a
+trafficPolicy:
+  connectionPool:
+    tcp: {maxConnections: -1, connectTimeout: 0s}
+    http: {http1MaxPendingRequests: -2, http2MaxRequests: -3, maxRequestsPerConnection: 1000000000, maxRetries: -4, maxConcurrentStreams: -5}`,
+			want: []string{
+				"tcp.maxConnections: must not be negative",
+				"tcp.connectTimeout: duration must be at least 1ms",
+				"http.http1MaxPendingRequests: must not be negative",
+				"http.http2MaxRequests: must not be negative",
+				"http.maxRetries: must not be negative",
+				"http.maxConcurrentStreams: must not be negative",
+				"http.maxRequestsPerConnection: must be in 0..536870912",
+			},
+		},
+		{
+			name: "empty connection pool",
+			spec: `
+host: a
+trafficPolicy:
+  connectionPool: {}`,
+			want: []string{"connectionPool: must set tcp or http settings"},
+		},
+		{
+			name: "outlier detection out of range",
+			spec: `
+host: a
+trafficPolicy:
+  outlierDetection: {consecutiveErrors: -1, interval: 0s, maxEjectionPercent: 101, minHealthPercent: -1, outlierDetectionHttpErrorCodes: [503, 42]}`,
+			want: []string{
+				"outlierDetection.consecutiveErrors: must not be negative",
+				"outlierDetection.interval: duration must be at least",
+				"outlierDetection.maxEjectionPercent: must be between 0 and 100",
+				"outlierDetection.minHealthPercent: must be between 0 and 100",
+				"outlierDetectionHttpErrorCodes[1]: not an HTTP status code",
+			},
+		},
+		{
+			name: "tls mutual with credential",
+			spec: `
+host: a
+trafficPolicy:
+  tls: {mode: MUTUAL, credentialName: client-creds}`,
+		},
+		{
+			name: "tls mutual with files",
+			spec: `
+host: a
+trafficPolicy:
+  tls: {mode: MUTUAL, clientCertificate: /c.pem, privateKey: /k.pem, caCertificates: /ca.pem}`,
+		},
+		{
+			name: "tls mutual without key",
+			spec: `
+host: a
+trafficPolicy:
+  tls: {mode: MUTUAL, clientCertificate: /c.pem}`,
+			want: []string{"tls.privateKey: mode MUTUAL needs"},
+		},
+		{
+			name: "tls mutual with nothing",
+			spec: `
+host: a
+trafficPolicy:
+  tls: {mode: MUTUAL}`,
+			want: []string{"tls.clientCertificate: mode MUTUAL needs", "tls.privateKey: mode MUTUAL needs"},
+		},
+		{
+			name: "tls mutual with both credential and files",
+			spec: `
+host: a
+trafficPolicy:
+  tls: {mode: MUTUAL, credentialName: c, clientCertificate: /c.pem, privateKey: /k.pem}`,
+			want: []string{"mutually exclusive"},
+		},
+		{
+			name: "tls istio mutual with certs",
+			spec: `
+host: a
+trafficPolicy:
+  tls: {mode: ISTIO_MUTUAL, caCertificates: /ca.pem}`,
+			want: []string{"tls: mode ISTIO_MUTUAL uses Istio's certificates"},
+		},
+		{
+			name: "tls istio mutual with sni is fine",
+			spec: `
+host: a
+trafficPolicy:
+  tls: {mode: ISTIO_MUTUAL, sni: a.example.com}`,
+		},
+		{
+			name: "tls disable with credential",
+			spec: `
+host: a
+trafficPolicy:
+  tls: {mode: DISABLE, credentialName: x}`,
+			want: []string{"tls: mode DISABLE must not set"},
+		},
+		{
+			name: "tls simple with client key",
+			spec: `
+host: a
+trafficPolicy:
+  tls: {mode: SIMPLE, privateKey: /k.pem}`,
+			want: []string{"mode SIMPLE presents no client certificate"},
+		},
+		{
+			name: "tls insecure skip verify with ca",
+			spec: `
+host: a
+trafficPolicy:
+  tls: {mode: SIMPLE, insecureSkipVerify: true, caCertificates: /ca.pem}`,
+			want: []string{"tls.insecureSkipVerify: cannot skip verification"},
+		},
+		{
+			name: "port level settings",
+			spec: `
+host: a
+trafficPolicy:
+  portLevelSettings:
+  - port: {number: 80}
+    loadBalancer: {simple: RANDOM}
+  - port: {number: 0}
+  - port: {number: 70000}
+  - port: {number: 80}
+  - loadBalancer: {simple: RANDOM}
+  - port: {number: 443}
+    tls: {mode: MUTUAL}
+    connectionPool: {tcp: {maxConnections: -1}}`,
+			want: []string{
+				"portLevelSettings[1].port.number: port number must be in 1..65535, got 0",
+				"portLevelSettings[2].port.number: port number must be in 1..65535, got 70000",
+				"portLevelSettings[3].port.number: duplicate settings for port 80",
+				"portLevelSettings[4].port: is required",
+				"portLevelSettings[5].connectionPool.tcp.maxConnections: must not be negative",
+				"portLevelSettings[5].tls.clientCertificate",
+				"portLevelSettings[5].tls.privateKey",
+			},
+		},
+		{
+			name: "tunnel ok",
+			spec: `
+host: a
+trafficPolicy:
+  tunnel: {protocol: POST, targetHost: 10.0.0.1, targetPort: 8443}`,
+		},
+		{
+			name: "tunnel default protocol",
+			spec: `
+host: a
+trafficPolicy:
+  tunnel: {targetHost: example.com, targetPort: 443}`,
+		},
+		{
+			name: "tunnel bad",
+			spec: `
+host: a
+trafficPolicy:
+  tunnel: {protocol: GET}`,
+			want: []string{
+				`tunnel.protocol: must be CONNECT or POST, got "GET"`,
+				"tunnel.targetHost: is required",
+				"tunnel.targetPort: port number must be in 1..65535, got 0",
+			},
+		},
+		{name: "export to", spec: "host: a\nexportTo: ['.', 'istio-system', '*']"},
+		{name: "export to nobody", spec: "host: a\nexportTo: ['~']"},
+		{
+			name: "export to bad",
+			spec: "host: a\nexportTo: ['~', 'Bad_NS', '.', '.']",
+			want: []string{
+				`spec.exportTo: "~" must be the only entry`,
+				`spec.exportTo: namespace "Bad_NS"`,
+				`spec.exportTo: duplicate entry "."`,
+			},
+		},
+		{
+			name: "workload selector empty",
+			spec: "host: a\nworkloadSelector: {}",
+			want: []string{"spec.workloadSelector.matchLabels: a workload selector must have at least one label"},
+		},
+		{name: "workload selector", spec: "host: a\nworkloadSelector: {matchLabels: {app: x}}"},
+		{
+			name: "retry budget and warmup",
+			spec: `
+host: a
+trafficPolicy:
+  retryBudget: {percent: 150}
+  loadBalancer:
+    warmup: {duration: 0s, minimumPercent: 200, aggression: 0.5}`,
+			want: []string{
+				"loadBalancer.warmup.duration: duration must be at least",
+				"loadBalancer.warmup.minimumPercent: must be between 0 and 100",
+				"loadBalancer.warmup.aggression: must be at least 1",
+				"retryBudget.percent: must be between 0 and 100",
+			},
+		},
+		{
+			name: "subset traffic policy validated",
+			spec: `
+host: a
+subsets:
+- name: v1
+  labels: {v: "1"}
+  trafficPolicy:
+    tls: {mode: ISTIO_MUTUAL, privateKey: /k}`,
+			want: []string{"spec.subsets[0].trafficPolicy.tls: mode ISTIO_MUTUAL"},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			name, ns := tc.drName, tc.namespace
+			if name == "" {
+				name = "dr"
+			}
+			if ns == "" {
+				ns = "ns"
+			}
+			got := problemsOf(ValidateDestinationRule(name, ns, parseSpec(t, tc.spec)))
+			if len(got) != len(tc.want) {
+				t.Fatalf("got %d problems, want %d:\n%s", len(got), len(tc.want), strings.Join(got, "\n"))
+			}
+			for i, want := range tc.want {
+				if !strings.Contains(got[i], want) {
+					t.Errorf("problem %d = %q, want it to contain %q", i, got[i], want)
+				}
+			}
+		})
+	}
+}
+
+func TestValidateDestinationRuleNilSpec(t *testing.T) {
+	if err := ValidateDestinationRule("a", "b", nil); err == nil || !strings.Contains(err.Error(), "spec: is required") {
+		t.Fatalf("got %v, want a missing-spec error", err)
+	}
+}
+
+func TestValidateDestinationRuleDoesNotMutate(t *testing.T) {
+	dr := parseSpec(t, "host: a\nsubsets: [{name: v1, labels: {v: '1'}}]")
+	before := dr.String()
+	_ = ValidateDestinationRule("a", "b", dr)
+	if dr.String() != before {
+		t.Fatalf("spec changed: %s -> %s", before, dr.String())
+	}
+}
