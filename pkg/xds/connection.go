@@ -1,0 +1,391 @@
+package xds
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/meshpilot/meshpilot/pkg/model"
+)
+
+// connection is one ADS stream. Its goroutine alone handles requests and
+// pushes and mutates the watches; mu lets the debug endpoints read them.
+type connection struct {
+	s     *Server
+	delta bool
+	log   *slog.Logger
+
+	id          string
+	connectedAt time.Time
+	proxy       *model.Proxy
+	generators  map[string]Generator
+
+	queue pushQueue
+
+	mu      sync.Mutex
+	watches map[string]*watch
+	order   []string // watched type URLs in push order
+
+	// send hands a response to the sender goroutine; sendResult returns its error.
+	sendCh     chan func() error
+	sendResult chan error
+	done       chan struct{}
+}
+
+// watch is the state of one type URL on one connection.
+type watch struct {
+	typeURL  string
+	resource model.WatchedResource
+
+	// sent is what the client holds, as far as the server knows: the last
+	// resources sent (or, for delta, announced in initial_resource_versions).
+	sent        map[string]sentResource
+	sentNonce   string
+	sentVersion string
+	sentHash    uint64
+	lastPush    time.Time
+
+	ackedVersion string
+	ackedNonce   string
+
+	nack *NackRecord
+	// nackedHash is the content hash of the last rejected response; a
+	// response with the same content is withheld until one is ACKed.
+	nackedHash    uint64
+	nackWithholds bool
+}
+
+type sentResource struct {
+	version  string // hash of the marshalled bytes, hex
+	resource *anypb.Any
+}
+
+// NackRecord is the last rejection of a type on a connection.
+type NackRecord struct {
+	Version string    `json:"version"`
+	Nonce   string    `json:"nonce"`
+	Error   string    `json:"error"`
+	Time    time.Time `json:"time"`
+}
+
+// generated is one resource of a response, with its content hash.
+type generated struct {
+	name     string
+	resource *anypb.Any
+	hash     uint64
+	version  string
+}
+
+func (s *Server) newConnection(delta bool) *connection {
+	return &connection{
+		s:           s,
+		delta:       delta,
+		log:         s.log,
+		connectedAt: time.Now(),
+		queue:       newPushQueue(),
+		watches:     map[string]*watch{},
+		sendCh:      make(chan func() error),
+		sendResult:  make(chan error, 1),
+		done:        make(chan struct{}),
+	}
+}
+
+func (c *connection) mode() string {
+	if c.delta {
+		return "delta"
+	}
+	return "sotw"
+}
+
+// initialize parses the node of the first request and registers the
+// connection for pushes. Later requests may omit the node (gRFC A27).
+func (c *connection) initialize(node *corev3.Node) error {
+	if c.proxy != nil {
+		return nil
+	}
+	proxy, err := parseNode(node)
+	if err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	c.proxy = proxy
+	c.generators = c.s.opts.Generators(proxy)
+	c.id = proxy.ID + "-" + formatUint(c.s.connIDs.Add(1))
+	c.log = c.s.log.With("proxy", proxy.ID, "conn", c.id, "mode", c.mode())
+	c.s.addConnection(c)
+	c.log.Info("xDS client connected", "namespace", proxy.Namespace, "generator", proxy.Generator)
+	return nil
+}
+
+func (c *connection) generator(typeURL string) (Generator, error) {
+	if typeURL == "" {
+		return nil, status.Error(codes.InvalidArgument, "request has no type_url")
+	}
+	g, ok := c.generators[typeURL]
+	if !ok || g == nil {
+		return nil, status.Errorf(codes.InvalidArgument, "type_url %q is not served to this proxy", typeURL)
+	}
+	return g, nil
+}
+
+// addWatch starts tracking a type URL.
+func (c *connection) addWatch(typeURL string) *watch {
+	w := &watch{typeURL: typeURL, resource: model.WatchedResource{TypeURL: typeURL}, sent: map[string]sentResource{}}
+	c.mu.Lock()
+	c.watches[typeURL] = w
+	c.order = append(c.order, typeURL)
+	slices.SortFunc(c.order, func(a, b string) int {
+		return cmp.Or(cmp.Compare(typeRank(a), typeRank(b)), cmp.Compare(a, b))
+	})
+	c.mu.Unlock()
+	return w
+}
+
+func typeRank(typeURL string) int {
+	if r, ok := pushOrder[typeURL]; ok {
+		return r
+	}
+	return len(pushOrder)
+}
+
+func (c *connection) recordNack(w *watch, version, nonce, detail string) {
+	c.mu.Lock()
+	w.nack = &NackRecord{Version: version, Nonce: nonce, Error: detail, Time: time.Now()}
+	w.nackedHash = w.sentHash
+	w.nackWithholds = true
+	c.mu.Unlock()
+	c.s.metrics.nacks.WithLabelValues(shortType(w.typeURL)).Inc()
+	c.log.Warn("xDS client rejected a response", "type", shortType(w.typeURL), "nonce", nonce,
+		"version", version, "error", detail)
+}
+
+func (c *connection) recordAck(w *watch, version, nonce string) {
+	c.mu.Lock()
+	w.ackedVersion = version
+	w.ackedNonce = nonce
+	w.nackWithholds = false
+	c.mu.Unlock()
+	c.log.Debug("xDS client acknowledged", "type", shortType(w.typeURL), "nonce", nonce, "version", version)
+}
+
+// generate runs the type's generator for w and hashes the result. Resources
+// outside an explicit subscription are dropped, since the client did not ask
+// for them.
+func (c *connection) generate(w *watch, req *model.PushRequest, st *pushState) ([]generated, error) {
+	g := c.generators[w.typeURL]
+	wr := w.resource
+	c.s.generationSlots <- struct{}{}
+	defer func() { <-c.s.generationSlots }()
+	res, err := g.Generate(c.proxy, st.push, &wr, req)
+	if err != nil {
+		c.s.metrics.generateErrors.WithLabelValues(shortType(w.typeURL)).Inc()
+		c.log.Error("generator failed; keeping the previous response", "type", shortType(w.typeURL), "err", err)
+		return nil, err
+	}
+	out := make([]generated, 0, len(res))
+	for _, r := range res {
+		if r.Resource == nil {
+			continue
+		}
+		if !w.resource.Wildcard {
+			if _, found := slices.BinarySearch(w.resource.ResourceNames, r.Name); !found {
+				continue
+			}
+		}
+		h := xxhash.Sum64(r.Resource.GetValue())
+		out = append(out, generated{name: r.Name, resource: r.Resource, hash: h, version: hashString(h)})
+	}
+	return out, nil
+}
+
+// subscribed reports whether w currently asks for anything.
+func (w *watch) subscribed() bool {
+	return w.resource.Wildcard || len(w.resource.ResourceNames) > 0
+}
+
+// responseHash identifies a response's content: names and bytes, in order.
+func responseHash(items []generated, removed []string) uint64 {
+	d := xxhash.New()
+	var buf [8]byte
+	for _, it := range items {
+		_, _ = d.WriteString(it.name)
+		for i := range buf {
+			buf[i] = byte(it.hash >> (8 * i))
+		}
+		_, _ = d.Write(buf[:])
+	}
+	_, _ = d.WriteString("\x00removed")
+	for _, name := range removed {
+		_, _ = d.WriteString(name)
+		_, _ = d.Write([]byte{0})
+	}
+	return d.Sum64()
+}
+
+func hashString(h uint64) string {
+	const digits = "0123456789abcdef"
+	var b [16]byte
+	for i := 15; i >= 0; i-- {
+		b[i] = digits[h&0xf]
+		h >>= 4
+	}
+	return string(b[:])
+}
+
+// sortedNames copies, sorts and de-duplicates resource names.
+func sortedNames(names []string) []string {
+	if len(names) == 0 {
+		return nil
+	}
+	out := slices.Clone(names)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// send hands one message to the sender goroutine and waits at most
+// SendTimeout. On timeout the stream ends; the stuck Send returns once gRPC
+// tears the stream down.
+func (c *connection) send(f func() error) error {
+	timer := time.NewTimer(c.s.opts.SendTimeout)
+	defer timer.Stop()
+	select {
+	case c.sendCh <- f:
+	case <-timer.C:
+		return c.sendTimedOut()
+	}
+	select {
+	case err := <-c.sendResult:
+		if err != nil {
+			c.s.metrics.streamErrors.WithLabelValues(reasonSendError).Inc()
+		}
+		return err
+	case <-timer.C:
+		return c.sendTimedOut()
+	}
+}
+
+func (c *connection) sendTimedOut() error {
+	c.s.metrics.streamErrors.WithLabelValues(reasonSendTimeout).Inc()
+	c.log.Warn("send timed out; closing the stream", "timeout", c.s.opts.SendTimeout)
+	return status.Errorf(codes.DeadlineExceeded, "send timed out after %s", c.s.opts.SendTimeout)
+}
+
+func (c *connection) runSender() {
+	for {
+		select {
+		case f := <-c.sendCh:
+			c.sendResult <- f()
+		case <-c.done:
+			return
+		}
+	}
+}
+
+// serveStream is the life of a stream, for both ADS variants: wait for the
+// first push context, then handle requests and queued pushes one at a time.
+func serveStream[Req any](ctx context.Context, c *connection, recv func() (Req, error),
+	handle func(Req) error, push func(*model.PushRequest) error,
+) error {
+	s := c.s
+	defer func() {
+		close(c.done)
+		s.removeConnection(c)
+		if c.proxy != nil {
+			c.log.Info("xDS client disconnected")
+		}
+	}()
+	go c.runSender()
+
+	reqs := make(chan Req)
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			req, err := recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case reqs <- req:
+			case <-c.done:
+				return
+			}
+		}
+	}()
+
+	if !s.waitReady(ctx) {
+		return nil
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			// The stream is over; its receive error says why (gRPC may have
+			// ended it itself, e.g. on a request that does not unmarshal).
+			for {
+				select {
+				case err := <-recvErr:
+					return c.recvError(ctx, err)
+				case <-reqs:
+				}
+			}
+		case <-s.stop:
+			return nil
+		case err := <-recvErr:
+			return c.recvError(ctx, err)
+		case req := <-reqs:
+			if err := handle(req); err != nil {
+				return c.streamError(err)
+			}
+		case <-c.queue.signal:
+			if c.proxy == nil {
+				continue
+			}
+			if req := c.queue.take(); req != nil {
+				if err := push(req); err != nil {
+					return c.streamError(err)
+				}
+			}
+		}
+	}
+}
+
+func (c *connection) recvError(ctx context.Context, err error) error {
+	if errors.Is(err, io.EOF) {
+		return nil
+	}
+	switch status.Code(err) {
+	case codes.Canceled, codes.DeadlineExceeded:
+		return nil
+	case codes.Internal:
+		// gRPC reports a request that does not unmarshal as Internal (and
+		// has already sent that status, ending the stream); it is a bad
+		// request all the same.
+		c.s.metrics.streamErrors.WithLabelValues(reasonInvalidArgument).Inc()
+		c.log.Warn("malformed request; closing the stream", "err", err)
+		return status.Errorf(codes.InvalidArgument, "malformed request: %v", status.Convert(err).Message())
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	c.s.metrics.streamErrors.WithLabelValues(reasonRecvError).Inc()
+	c.log.Warn("receive failed", "err", err)
+	return err
+}
+
+func (c *connection) streamError(err error) error {
+	if status.Code(err) == codes.InvalidArgument {
+		c.s.metrics.streamErrors.WithLabelValues(reasonInvalidArgument).Inc()
+		c.log.Warn("invalid request; closing the stream", "err", err)
+	}
+	return err
+}

@@ -1,0 +1,156 @@
+package xds
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+)
+
+func getJSON(t *testing.T, srv *httptest.Server, path string, wantStatus int, into any) string {
+	t.Helper()
+	resp, err := http.Get(srv.URL + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != wantStatus {
+		t.Fatalf("GET %s: status %d (%s), want %d", path, resp.StatusCode, body, wantStatus)
+	}
+	if into != nil {
+		if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+			t.Fatalf("GET %s: content type %q", path, ct)
+		}
+		if err := json.Unmarshal(body, into); err != nil {
+			t.Fatalf("GET %s: %v\n%s", path, err, body)
+		}
+	}
+	return string(body)
+}
+
+func TestDebugEndpoints(t *testing.T) {
+	h := newHarness(t, harnessConfig{seed: seedAB})
+	c := h.sotw("client")
+	cds := c.subscribe(ClusterType)
+	c.ack(cds)
+	eds := c.subscribe(EndpointType, hostname("a"))
+	nack(c, eds, "", "bad endpoints", hostname("a"))
+	c.expectQuiet("before reading debug state")
+
+	srv := httptest.NewServer(h.server.DebugHandler())
+	defer srv.Close()
+
+	t.Run("syncz", func(t *testing.T) {
+		var syncz []struct {
+			ProxyID string `json:"proxyID"`
+			Mode    string `json:"mode"`
+			Types   []struct {
+				Type         string `json:"type"`
+				SentVersion  string `json:"sentVersion"`
+				AckedVersion string `json:"ackedVersion"`
+				Nack         *struct {
+					Nonce string `json:"nonce"`
+					Error string `json:"error"`
+				} `json:"nack"`
+				Subscribed int `json:"subscribedNames"`
+				Resources  int `json:"resourcesSent"`
+			} `json:"types"`
+		}
+		getJSON(t, srv, "/debug/syncz", http.StatusOK, &syncz)
+		if len(syncz) != 1 || syncz[0].ProxyID != proxyID("client") || syncz[0].Mode != "sotw" {
+			t.Fatalf("syncz = %+v, want one sotw entry for the client", syncz)
+		}
+		byType := map[string]int{}
+		for i, ts := range syncz[0].Types {
+			byType[ts.Type] = i
+		}
+		cdsStatus, edsStatus := syncz[0].Types[byType["cds"]], syncz[0].Types[byType["eds"]]
+		if cdsStatus.AckedVersion != cds.GetVersionInfo() || cdsStatus.SentVersion != cds.GetVersionInfo() ||
+			cdsStatus.Nack != nil || cdsStatus.Resources != 2 {
+			t.Fatalf("cds status = %+v", cdsStatus)
+		}
+		if edsStatus.Nack == nil || edsStatus.Nack.Error != "bad endpoints" || edsStatus.Nack.Nonce != eds.GetNonce() ||
+			edsStatus.AckedVersion != "" || edsStatus.Subscribed != 1 {
+			t.Fatalf("eds status = %+v", edsStatus)
+		}
+	})
+
+	t.Run("config_dump", func(t *testing.T) {
+		var dump struct {
+			ProxyID string `json:"proxyID"`
+			Types   []struct {
+				TypeURL   string `json:"typeURL"`
+				Version   string `json:"version"`
+				Nonce     string `json:"nonce"`
+				Resources []struct {
+					Name     string         `json:"name"`
+					Version  string         `json:"version"`
+					Resource map[string]any `json:"resource"`
+				} `json:"resources"`
+			} `json:"types"`
+		}
+		getJSON(t, srv, "/debug/config_dump?proxyID="+url.QueryEscape(proxyID("client")), http.StatusOK, &dump)
+		if dump.ProxyID != proxyID("client") || len(dump.Types) != 3 {
+			t.Fatalf("dump = %+v, want cds, eds and the probe type", dump)
+		}
+		got := dump.Types[0] // clusters come first
+		if got.TypeURL != ClusterType || got.Version != cds.GetVersionInfo() || got.Nonce != cds.GetNonce() || len(got.Resources) != 2 {
+			t.Fatalf("cds dump = %+v", got)
+		}
+		for i, want := range []string{hostname("a"), hostname("b")} {
+			r := got.Resources[i]
+			if r.Name != want || r.Version == "" || r.Resource["@type"] != ClusterType || r.Resource["name"] != want ||
+				r.Resource["type"] != "EDS" {
+				t.Fatalf("cds resource %d = %+v, want cluster %s rendered as protojson", i, r, want)
+			}
+		}
+		// What was last sent includes the rejected EDS response.
+		if eds := dump.Types[1]; eds.TypeURL != EndpointType || len(eds.Resources) != 1 ||
+			eds.Resources[0].Resource["clusterName"] != hostname("a") {
+			t.Fatalf("eds dump = %+v", eds)
+		}
+	})
+
+	t.Run("config_dump of an unknown proxy", func(t *testing.T) {
+		body := getJSON(t, srv, "/debug/config_dump?proxyID=sidecar~1.2.3.4~nobody.default~default.svc.cluster.local", http.StatusNotFound, nil)
+		if !strings.Contains(body, "is not connected") {
+			t.Fatalf("404 body %q does not say why", body)
+		}
+		getJSON(t, srv, "/debug/config_dump", http.StatusBadRequest, nil)
+	})
+
+	t.Run("pushcontext", func(t *testing.T) {
+		var summary map[string]any
+		getJSON(t, srv, "/debug/pushcontext", http.StatusOK, &summary)
+		want, err := json.Marshal(h.server.PushContext().Summary())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wantMap map[string]any
+		if err := json.Unmarshal(want, &wantMap); err != nil {
+			t.Fatal(err)
+		}
+		if summary["version"] != wantMap["version"] || summary["version"] == nil {
+			t.Fatalf("pushcontext version = %v, want %v", summary["version"], wantMap["version"])
+		}
+	})
+}
+
+func TestDebugPushContextBeforeStart(t *testing.T) {
+	h := newHarness(t, harnessConfig{manualStart: true})
+	srv := httptest.NewServer(h.server.DebugHandler())
+	defer srv.Close()
+	getJSON(t, srv, "/debug/pushcontext", http.StatusServiceUnavailable, nil)
+	var syncz []any
+	getJSON(t, srv, "/debug/syncz", http.StatusOK, &syncz)
+	if len(syncz) != 0 {
+		t.Fatalf("syncz = %v, want empty", syncz)
+	}
+}

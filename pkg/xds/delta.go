@@ -1,0 +1,220 @@
+package xds
+
+import (
+	"slices"
+	"time"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+
+	"github.com/meshpilot/meshpilot/pkg/model"
+)
+
+// wildcardName subscribes a delta stream to every resource of a type.
+const wildcardName = "*"
+
+// DeltaAggregatedResources serves an incremental (delta) ADS stream.
+func (s *Server) DeltaAggregatedResources(stream grpc.BidiStreamingServer[discoveryv3.DeltaDiscoveryRequest, discoveryv3.DeltaDiscoveryResponse]) error {
+	c := s.newConnection(true)
+	delta := &deltaStream{connection: c, stream: stream}
+	return serveStream(stream.Context(), c, stream.Recv, delta.handle, delta.push)
+}
+
+type deltaStream struct {
+	*connection
+	stream grpc.BidiStreamingServer[discoveryv3.DeltaDiscoveryRequest, discoveryv3.DeltaDiscoveryResponse]
+}
+
+// handle records an ACK or NACK if the request carries one, applies its
+// subscription changes (delta requests are never ignored as a whole: their
+// subscription changes are increments that would otherwise be lost), and
+// answers new subscriptions.
+func (c *deltaStream) handle(req *discoveryv3.DeltaDiscoveryRequest) error {
+	if err := c.initialize(req.GetNode()); err != nil {
+		return err
+	}
+	typeURL := req.GetTypeUrl()
+	if _, err := c.generator(typeURL); err != nil {
+		return err
+	}
+	w := c.watches[typeURL]
+	first := w == nil
+	if first {
+		w = c.addWatch(typeURL)
+	}
+	if nonce := req.GetResponseNonce(); nonce != "" {
+		switch {
+		case nonce != w.sentNonce:
+			c.log.Debug("stale nonce", "type", shortType(typeURL), "nonce", nonce, "current", w.sentNonce)
+		case req.GetErrorDetail() != nil:
+			c.recordNack(w, w.sentVersion, nonce, req.GetErrorDetail().GetMessage())
+		default:
+			c.recordAck(w, w.sentVersion, nonce)
+		}
+	}
+	added, wildcardAdded := c.applySubscriptions(w, req, first)
+	if first || wildcardAdded || len(added) > 0 {
+		return c.respond(w, nil, added, first)
+	}
+	return nil
+}
+
+// applySubscriptions updates w from the request; it returns the names newly
+// subscribed and whether the wildcard was just turned on.
+func (c *deltaStream) applySubscriptions(w *watch, req *discoveryv3.DeltaDiscoveryRequest, first bool) ([]string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	wildcard := w.resource.Wildcard
+	wasWildcard := wildcard
+	if first && fullStateType(w.typeURL) && len(req.GetResourceNamesSubscribe()) == 0 {
+		wildcard = true
+	}
+	names := w.resource.ResourceNames
+	var added []string
+	for _, name := range req.GetResourceNamesSubscribe() {
+		if name == wildcardName {
+			wildcard = true
+			continue
+		}
+		if i, found := slices.BinarySearch(names, name); !found {
+			names = slices.Insert(names, i, name)
+			added = append(added, name)
+		}
+	}
+	for _, name := range req.GetResourceNamesUnsubscribe() {
+		if name == wildcardName {
+			wildcard = false
+			continue
+		}
+		if i, found := slices.BinarySearch(names, name); found {
+			names = slices.Delete(names, i, i+1)
+		}
+		if !wildcard {
+			// The client forgets what it unsubscribed from.
+			delete(w.sent, name)
+		}
+	}
+	if first {
+		for name, version := range req.GetInitialResourceVersions() {
+			w.sent[name] = sentResource{version: version}
+		}
+	}
+	w.resource.ResourceNames = names
+	w.resource.Wildcard = wildcard
+	return added, wildcard && !wasWildcard
+}
+
+func (c *deltaStream) push(req *model.PushRequest) error {
+	for _, typeURL := range c.order {
+		if !req.Full && typeURL != EndpointType {
+			continue
+		}
+		if err := c.respond(c.watches[typeURL], req, nil, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// respond generates w and sends what differs from what the client holds.
+// req is nil when answering a subscription; added are the names it just
+// subscribed to, and first marks the type's first request, which is always
+// answered so that the client knows it is in sync.
+func (c *deltaStream) respond(w *watch, req *model.PushRequest, added []string, first bool) error {
+	if !w.subscribed() && !first {
+		return nil
+	}
+	start := time.Now()
+	subscription := req == nil
+	if subscription {
+		req = &model.PushRequest{Full: true, Start: start}
+	}
+	st := c.s.current.Load()
+	var items []generated
+	if w.subscribed() {
+		var err error
+		if items, err = c.generate(w, req, st); err != nil {
+			return nil
+		}
+	}
+	partial := !req.Full && w.typeURL == EndpointType
+	if partial && len(items) == 0 {
+		return nil
+	}
+
+	changed := items[:0:0]
+	for _, it := range items {
+		if prev, ok := w.sent[it.name]; !ok || prev.version != it.version {
+			changed = append(changed, it)
+		}
+	}
+	// A partial result says nothing about the resources it leaves out.
+	var removed []string
+	if !partial {
+		removed = removedNames(w, items, added)
+	}
+	if len(changed) == 0 && len(removed) == 0 && !first {
+		return nil
+	}
+	hash := responseHash(changed, removed)
+	if w.nackWithholds && hash == w.nackedHash && !first {
+		return nil
+	}
+
+	resp := &discoveryv3.DeltaDiscoveryResponse{
+		SystemVersionInfo: st.version,
+		Resources:         make([]*discoveryv3.Resource, len(changed)),
+		RemovedResources:  removed,
+		TypeUrl:           w.typeURL,
+		Nonce:             c.s.nextNonce(),
+	}
+	for i, it := range changed {
+		resp.Resources[i] = &discoveryv3.Resource{Name: it.name, Version: it.version, Resource: it.resource}
+	}
+	if err := c.send(func() error { return c.stream.Send(resp) }); err != nil {
+		return err
+	}
+	now := time.Now()
+
+	c.mu.Lock()
+	for _, it := range changed {
+		w.sent[it.name] = sentResource{version: it.version, resource: it.resource}
+	}
+	for _, name := range removed {
+		delete(w.sent, name)
+	}
+	w.sentNonce, w.sentVersion, w.sentHash, w.lastPush = resp.Nonce, st.version, hash, now
+	c.mu.Unlock()
+
+	c.recordPush(w.typeURL, req, start, now, subscription, len(changed), resp.Nonce, st.version)
+	return nil
+}
+
+// removedNames lists, sorted, the resources the client holds that a full
+// generation no longer produced, plus the names it just subscribed to that
+// do not exist (so that it need not wait for them).
+func removedNames(w *watch, items []generated, added []string) []string {
+	if len(w.sent) == 0 && len(added) == 0 {
+		return nil
+	}
+	present := make(map[string]struct{}, len(items))
+	for _, it := range items {
+		present[it.name] = struct{}{}
+	}
+	var removed []string
+	for name := range w.sent {
+		if _, ok := present[name]; !ok {
+			removed = append(removed, name)
+		}
+	}
+	for _, name := range added {
+		if _, ok := present[name]; ok {
+			continue
+		}
+		if _, held := w.sent[name]; !held {
+			removed = append(removed, name)
+		}
+	}
+	slices.Sort(removed)
+	return removed
+}

@@ -1,0 +1,73 @@
+package xds
+
+import (
+	"strings"
+
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+
+	"github.com/meshpilot/meshpilot/pkg/model"
+	"github.com/meshpilot/meshpilot/pkg/pushcontext"
+)
+
+// Generator produces the resources of one type URL for one proxy. It must be
+// a pure function of its arguments: the server calls it from many connection
+// goroutines at once.
+//
+// On a Full request the result is the complete set for w. On an endpoint-only
+// request (req.Full false) only EDS is regenerated, and the result may be
+// partial: it holds only the ClusterLoadAssignments that the request touched,
+// and an empty result means nothing to send.
+type Generator interface {
+	Generate(proxy *model.Proxy, push *pushcontext.PushContext, w *model.WatchedResource, req *model.PushRequest) (model.Resources, error)
+}
+
+// GeneratorFunc adapts a function to a Generator.
+type GeneratorFunc func(proxy *model.Proxy, push *pushcontext.PushContext, w *model.WatchedResource, req *model.PushRequest) (model.Resources, error)
+
+// Generate calls f.
+func (f GeneratorFunc) Generate(proxy *model.Proxy, push *pushcontext.PushContext, w *model.WatchedResource, req *model.PushRequest) (model.Resources, error) {
+	return f(proxy, push, w, req)
+}
+
+// Type URLs the server knows by name. Any other type URL is served when the
+// proxy's generator set has a generator for it.
+const (
+	ListenerType = resourcev3.ListenerType
+	RouteType    = resourcev3.RouteType
+	ClusterType  = resourcev3.ClusterType
+	EndpointType = resourcev3.EndpointType
+	SecretType   = resourcev3.SecretType
+)
+
+// pushOrder is the order a full push sends types in: clusters before their
+// endpoints, listeners before their routes, so that a client never sees a
+// reference to something it has not been sent yet (Envoy's make-before-break).
+var pushOrder = map[string]int{ClusterType: 0, EndpointType: 1, ListenerType: 2, RouteType: 3, SecretType: 4}
+
+// fullStateType reports whether a SotW response of this type replaces the
+// client's whole set, so that a missing resource means deleted, and whether
+// an empty first subscription means "everything" (wildcard).
+func fullStateType(typeURL string) bool {
+	return typeURL == ListenerType || typeURL == ClusterType
+}
+
+// shortType names a type URL in metrics and logs: cds, eds, lds, rds, sds, or
+// the message name in lower case for anything else.
+func shortType(typeURL string) string {
+	switch typeURL {
+	case ClusterType:
+		return "cds"
+	case EndpointType:
+		return "eds"
+	case ListenerType:
+		return "lds"
+	case RouteType:
+		return "rds"
+	case SecretType:
+		return "sds"
+	}
+	if i := strings.LastIndexByte(typeURL, '.'); i >= 0 {
+		return strings.ToLower(typeURL[i+1:])
+	}
+	return "unknown"
+}

@@ -1,0 +1,83 @@
+package xds
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the ADS server's Prometheus metrics. A nil *Metrics (or one
+// from NewMetrics(nil)) records nothing registered anywhere.
+type Metrics struct {
+	clients         *prometheus.GaugeVec
+	pushes          *prometheus.CounterVec
+	pushTime        *prometheus.HistogramVec
+	convergence     prometheus.Histogram
+	nacks           *prometheus.CounterVec
+	buildTime       prometheus.Histogram
+	triggers        *prometheus.CounterVec
+	debouncedPushes *prometheus.CounterVec
+	streamErrors    *prometheus.CounterVec
+	generateErrors  *prometheus.CounterVec
+}
+
+// NewMetrics creates the metrics and registers them with reg (if non-nil).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	latency := []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+	m := &Metrics{
+		clients: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "meshpilot_xds_clients",
+			Help: "Connected ADS streams, by protocol variant (sotw or delta).",
+		}, []string{"type"}),
+		pushes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meshpilot_xds_pushes_total",
+			Help: "xDS responses sent, by resource type (cds, eds, lds, rds, ...).",
+		}, []string{"type"}),
+		pushTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "meshpilot_xds_push_time_seconds",
+			Help:    "Time to generate and send one xDS response, by resource type.",
+			Buckets: latency,
+		}, []string{"type"}),
+		convergence: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "meshpilot_proxy_convergence_seconds",
+			Help:    "Time from the oldest change in a push to the response reaching the stream.",
+			Buckets: latency,
+		}),
+		nacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meshpilot_xds_nacks_total",
+			Help: "Responses rejected by clients, by resource type.",
+		}, []string{"type"}),
+		buildTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "meshpilot_pushcontext_build_seconds",
+			Help:    "Time to build a push context.",
+			Buckets: latency,
+		}),
+		triggers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meshpilot_xds_push_triggers_total",
+			Help: "Config updates received before debouncing, by the kind of object that changed (forced for a full push of everything).",
+		}, []string{"kind"}),
+		debouncedPushes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meshpilot_xds_debounced_pushes_total",
+			Help: "Pushes started after debouncing, by kind (full or eds).",
+		}, []string{"type"}),
+		streamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meshpilot_xds_stream_errors_total",
+			Help: "ADS streams ended by an error, by reason.",
+		}, []string{"reason"}),
+		generateErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meshpilot_xds_generate_errors_total",
+			Help: "Generator failures, by resource type; the previous response stays in place.",
+		}, []string{"type"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.clients, m.pushes, m.pushTime, m.convergence, m.nacks, m.buildTime,
+			m.triggers, m.debouncedPushes, m.streamErrors, m.generateErrors)
+	}
+	return m
+}
+
+// Stream error reasons.
+const (
+	reasonInvalidArgument = "invalid_argument"
+	reasonSendTimeout     = "send_timeout"
+	reasonSendError       = "send_error"
+	reasonRecvError       = "recv_error"
+)

@@ -1,0 +1,223 @@
+package xds
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+
+	"github.com/meshpilot/meshpilot/pkg/model"
+	"github.com/meshpilot/meshpilot/pkg/pushcontext"
+)
+
+// Options configure a Server. Zero durations take the defaults below.
+type Options struct {
+	Store       model.Store
+	PushContext pushcontext.Options
+	// Generators chooses the generator set of a proxy, keyed by type URL. A
+	// type URL without a generator is refused.
+	Generators func(*model.Proxy) map[string]Generator
+	// DebounceAfter is the quiet period after a change before a push starts
+	// (default 100ms); DebounceMax bounds how long continuous changes can
+	// delay a push (default 10s).
+	DebounceAfter time.Duration
+	DebounceMax   time.Duration
+	// SendTimeout bounds one send on a stream (default 10s); a client that
+	// does not read for that long loses its stream and reconnects.
+	SendTimeout time.Duration
+	// MaxConcurrentGenerations bounds how many connections generate at once
+	// (default 100), so that a full push to thousands of connections does
+	// not hold thousands of half-built responses in memory. Sends are not
+	// bounded: a slow client must not hold a slot.
+	MaxConcurrentGenerations int
+	Logger                   *slog.Logger
+	Metrics                  *Metrics
+}
+
+const (
+	defaultDebounceAfter = 100 * time.Millisecond
+	defaultDebounceMax   = 10 * time.Second
+	defaultSendTimeout   = 10 * time.Second
+	defaultGenerations   = 100
+)
+
+// Server is the ADS server. It implements go-control-plane's
+// AggregatedDiscoveryServiceServer.
+type Server struct {
+	opts    Options
+	log     *slog.Logger
+	metrics *Metrics
+
+	// current is the push context that connections generate from, with the
+	// version_info that responses carry.
+	current atomic.Pointer[pushState]
+	ready   chan struct{}
+	stop    chan struct{}
+	stopped sync.Once
+
+	// updates collects ConfigUpdate requests until the push loop takes them.
+	updates pushQueue
+
+	connsMu sync.RWMutex
+	conns   map[*connection]struct{}
+
+	// generationSlots holds one token per generation in progress.
+	generationSlots chan struct{}
+
+	nonces  atomic.Uint64
+	connIDs atomic.Uint64
+}
+
+// pushState is one generation of what the server serves from.
+type pushState struct {
+	push *pushcontext.PushContext
+	// version is the push context's version, suffixed with a counter after
+	// each incremental endpoint update so that every EDS push differs.
+	version    string
+	edsUpdates uint64
+}
+
+var _ discoveryv3.AggregatedDiscoveryServiceServer = (*Server)(nil)
+
+// NewServer returns a server; Start must run before streams are served.
+func NewServer(opts Options) *Server {
+	if opts.DebounceAfter <= 0 {
+		opts.DebounceAfter = defaultDebounceAfter
+	}
+	if opts.DebounceMax <= 0 {
+		opts.DebounceMax = defaultDebounceMax
+	}
+	if opts.DebounceMax < opts.DebounceAfter {
+		opts.DebounceMax = opts.DebounceAfter
+	}
+	if opts.SendTimeout <= 0 {
+		opts.SendTimeout = defaultSendTimeout
+	}
+	if opts.MaxConcurrentGenerations <= 0 {
+		opts.MaxConcurrentGenerations = defaultGenerations
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = NewMetrics(nil)
+	}
+	if opts.Generators == nil {
+		opts.Generators = func(*model.Proxy) map[string]Generator { return nil }
+	}
+	return &Server{
+		opts:    opts,
+		log:     opts.Logger.With("component", "xds"),
+		metrics: opts.Metrics,
+		ready:   make(chan struct{}),
+		stop:    make(chan struct{}),
+		updates: newPushQueue(),
+		conns:   map[*connection]struct{}{},
+
+		generationSlots: make(chan struct{}, opts.MaxConcurrentGenerations),
+	}
+}
+
+// Register serves both ADS variants on g.
+func (s *Server) Register(g *grpc.Server) {
+	discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, s)
+}
+
+// Ready reports whether the first push context has been built.
+func (s *Server) Ready() bool { return s.current.Load() != nil }
+
+// PushContext returns the push context being served, nil before Start.
+func (s *Server) PushContext() *pushcontext.PushContext {
+	if st := s.current.Load(); st != nil {
+		return st.push
+	}
+	return nil
+}
+
+// ConfigUpdate asks for a push. It never blocks: requests are merged until the
+// push loop, after debouncing, takes them.
+func (s *Server) ConfigUpdate(req *model.PushRequest) {
+	if req == nil {
+		return
+	}
+	if req.Start.IsZero() {
+		// A zero start would win every merge and hide convergence time.
+		stamped := *req
+		stamped.Start = time.Now()
+		req = &stamped
+	}
+	if req.Full && len(req.ConfigsUpdated) == 0 {
+		s.metrics.triggers.WithLabelValues("forced").Inc()
+	} else {
+		for kind := range req.KindsUpdated() {
+			s.metrics.triggers.WithLabelValues(kind.String()).Inc()
+		}
+	}
+	s.updates.put(req)
+}
+
+// Start builds the first push context, which releases waiting streams, then
+// runs the debounce and push loop until ctx is done or Stop is called. Call
+// it once.
+func (s *Server) Start(ctx context.Context) {
+	// The first build reads the whole store, so changes queued before it are
+	// already included.
+	s.updates.take()
+	s.build(&model.PushRequest{Full: true, Start: time.Now()})
+	close(s.ready)
+	s.log.Info("first push context built", "version", s.current.Load().version)
+	s.pushLoop(ctx)
+}
+
+// Stop ends every stream cleanly (the client sees the stream finish and
+// reconnects elsewhere). The caller then stops the gRPC server.
+func (s *Server) Stop() {
+	s.stopped.Do(func() { close(s.stop) })
+}
+
+func (s *Server) nextNonce() string {
+	return formatUint(s.nonces.Add(1))
+}
+
+func (s *Server) addConnection(c *connection) {
+	s.connsMu.Lock()
+	s.conns[c] = struct{}{}
+	s.connsMu.Unlock()
+	s.metrics.clients.WithLabelValues(c.mode()).Inc()
+}
+
+func (s *Server) removeConnection(c *connection) {
+	s.connsMu.Lock()
+	_, ok := s.conns[c]
+	delete(s.conns, c)
+	s.connsMu.Unlock()
+	if ok {
+		s.metrics.clients.WithLabelValues(c.mode()).Dec()
+	}
+}
+
+func (s *Server) connections() []*connection {
+	s.connsMu.RLock()
+	defer s.connsMu.RUnlock()
+	out := make([]*connection, 0, len(s.conns))
+	for c := range s.conns {
+		out = append(out, c)
+	}
+	return out
+}
+
+// waitReady blocks until the first push context exists, the stream ends or
+// the server stops; it reports whether serving can go on.
+func (s *Server) waitReady(ctx context.Context) bool {
+	select {
+	case <-s.ready:
+		return true
+	case <-ctx.Done():
+	case <-s.stop:
+	}
+	return false
+}

@@ -1,0 +1,181 @@
+package xds
+
+import (
+	"slices"
+	"time"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/meshpilot/meshpilot/pkg/model"
+)
+
+// StreamAggregatedResources serves a state-of-the-world ADS stream.
+func (s *Server) StreamAggregatedResources(stream grpc.BidiStreamingServer[discoveryv3.DiscoveryRequest, discoveryv3.DiscoveryResponse]) error {
+	c := s.newConnection(false)
+	sotw := &sotwStream{connection: c, stream: stream}
+	return serveStream(stream.Context(), c, stream.Recv, sotw.handle, sotw.push)
+}
+
+type sotwStream struct {
+	*connection
+	stream grpc.BidiStreamingServer[discoveryv3.DiscoveryRequest, discoveryv3.DiscoveryResponse]
+}
+
+// handle processes one request: a new subscription, an ACK (possibly with
+// changed names), a NACK, or a stale request to ignore.
+func (c *sotwStream) handle(req *discoveryv3.DiscoveryRequest) error {
+	if err := c.initialize(req.GetNode()); err != nil {
+		return err
+	}
+	typeURL := req.GetTypeUrl()
+	if _, err := c.generator(typeURL); err != nil {
+		return err
+	}
+	w := c.watches[typeURL]
+	nonce := req.GetResponseNonce()
+	names := sortedNames(req.GetResourceNames())
+
+	if nonce == "" || w == nil {
+		// A new subscription, or the client starting over for this type (a
+		// client that reconnects may still carry a nonce of the previous
+		// stream): the legacy wildcard rule applies to a request with no names.
+		if w == nil {
+			w = c.addWatch(typeURL)
+		}
+		c.setNames(w, names, fullStateType(typeURL) && len(names) == 0)
+		return c.respond(w, nil)
+	}
+	if nonce != w.sentNonce {
+		c.log.Debug("ignoring stale request", "type", shortType(typeURL), "nonce", nonce, "current", w.sentNonce)
+		return nil
+	}
+	switch {
+	case req.GetErrorDetail() != nil:
+		c.recordNack(w, req.GetVersionInfo(), nonce, req.GetErrorDetail().GetMessage())
+	case req.GetVersionInfo() == w.sentVersion:
+		c.recordAck(w, req.GetVersionInfo(), nonce)
+	default:
+		// The current nonce with an older version: the client rejected the
+		// last response and is now changing its subscription.
+	}
+	// gRPC changes its subscription inside ACKs (and after NACKs).
+	if w.resource.Wildcard || slices.Equal(names, w.resource.ResourceNames) {
+		return nil
+	}
+	c.setNames(w, names, false)
+	return c.respond(w, nil)
+}
+
+func (c *sotwStream) setNames(w *watch, names []string, wildcard bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w.resource.ResourceNames = names
+	w.resource.Wildcard = wildcard
+	if !wildcard {
+		for name := range w.sent {
+			if _, found := slices.BinarySearch(names, name); !found {
+				delete(w.sent, name)
+			}
+		}
+	}
+}
+
+// push regenerates the watched types that req can affect.
+func (c *sotwStream) push(req *model.PushRequest) error {
+	for _, typeURL := range c.order {
+		if !req.Full && typeURL != EndpointType {
+			continue
+		}
+		if err := c.respond(c.watches[typeURL], req); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// respond generates w and sends it. req is nil when answering a
+// subscription, which is always answered; a push is skipped when it would
+// not change what the client holds.
+func (c *sotwStream) respond(w *watch, req *model.PushRequest) error {
+	if !w.subscribed() {
+		return nil
+	}
+	start := time.Now()
+	subscription := req == nil
+	if subscription {
+		req = &model.PushRequest{Full: true, Start: start}
+	}
+	st := c.s.current.Load()
+	items, err := c.generate(w, req, st)
+	if err != nil {
+		return nil
+	}
+	partial := !req.Full && w.typeURL == EndpointType
+	if partial && len(items) == 0 {
+		return nil
+	}
+	if !subscription && unchanged(w, items, partial) {
+		return nil
+	}
+	hash := responseHash(items, nil)
+	if w.nackWithholds && hash == w.nackedHash {
+		c.log.Debug("withholding a response identical to the one the client rejected", "type", shortType(w.typeURL))
+		return nil
+	}
+
+	resources := make([]*anypb.Any, len(items))
+	for i, it := range items {
+		resources[i] = it.resource
+	}
+	resp := &discoveryv3.DiscoveryResponse{
+		VersionInfo: st.version,
+		Resources:   resources,
+		TypeUrl:     w.typeURL,
+		Nonce:       c.s.nextNonce(),
+	}
+	if err := c.send(func() error { return c.stream.Send(resp) }); err != nil {
+		return err
+	}
+	now := time.Now()
+
+	c.mu.Lock()
+	if !partial {
+		clear(w.sent)
+	}
+	for _, it := range items {
+		w.sent[it.name] = sentResource{version: it.version, resource: it.resource}
+	}
+	w.sentNonce, w.sentVersion, w.sentHash, w.lastPush = resp.Nonce, resp.VersionInfo, hash, now
+	c.mu.Unlock()
+
+	c.recordPush(w.typeURL, req, start, now, subscription, len(items), resp.Nonce, resp.VersionInfo)
+	return nil
+}
+
+// unchanged reports whether sending items would leave the client as it is.
+func unchanged(w *watch, items []generated, partial bool) bool {
+	if !partial && len(items) != len(w.sent) {
+		return false
+	}
+	for _, it := range items {
+		if prev, ok := w.sent[it.name]; !ok || prev.version != it.version {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *connection) recordPush(typeURL string, req *model.PushRequest, start, now time.Time, subscription bool,
+	resources int, nonce, version string,
+) {
+	short := shortType(typeURL)
+	c.s.metrics.pushes.WithLabelValues(short).Inc()
+	c.s.metrics.pushTime.WithLabelValues(short).Observe(now.Sub(start).Seconds())
+	if !subscription && !req.Start.IsZero() {
+		c.s.metrics.convergence.Observe(now.Sub(req.Start).Seconds())
+	}
+	c.log.Debug("sent", "type", short, "nonce", nonce, "version", version, "resources", resources,
+		"subscription", subscription)
+}
