@@ -1,0 +1,275 @@
+package bootstrap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/meshpilot/meshpilot/pkg/controllers"
+	"github.com/meshpilot/meshpilot/pkg/model"
+	"github.com/meshpilot/meshpilot/pkg/pushcontext"
+	"github.com/meshpilot/meshpilot/pkg/xds"
+	"github.com/meshpilot/meshpilot/pkg/xds/grpcgen"
+)
+
+// Server is an assembled control plane. New opens its listeners, so their
+// addresses are known (and ":0" works) before Run serves them.
+type Server struct {
+	opts     Options
+	log      *slog.Logger
+	registry *prometheus.Registry
+	store    model.Store
+	sources  []source
+	xds      *xds.Server
+	grpc     *grpc.Server
+
+	xdsListener  net.Listener
+	httpServers  []*http.Server
+	httpListener []net.Listener
+
+	shuttingDown atomic.Bool
+}
+
+// New builds a control plane from opts without starting anything.
+func New(opts Options) (*Server, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{opts: opts, log: opts.Logger, registry: prometheus.NewRegistry()}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	s.store = model.NewStore()
+	sources, err := s.newSources(s.store, controllers.NewMetrics(s.registry))
+	if err != nil {
+		return nil, err
+	}
+	s.sources = sources
+
+	// Every proxy is proxyless gRPC for now; Envoy generator sets will be
+	// chosen per proxy here.
+	generators := map[string]xds.Generator{}
+	for typeURL, g := range grpcgen.New(grpcgen.Options{Logger: s.log, DomainSuffix: opts.DomainSuffix}).ByTypeURL() {
+		generators[typeURL] = g
+	}
+	s.xds = xds.NewServer(xds.Options{
+		Store:         s.store,
+		PushContext:   pushcontext.Options{DomainSuffix: opts.DomainSuffix, RootNamespace: opts.RootNamespace},
+		Generators:    func(*model.Proxy) map[string]xds.Generator { return generators },
+		DebounceAfter: opts.DebounceAfter,
+		DebounceMax:   opts.DebounceMax,
+		SendTimeout:   opts.SendTimeout,
+		Logger:        s.log,
+		Metrics:       xds.NewMetrics(s.registry),
+	})
+	s.store.OnChange(func(key model.ConfigKey) {
+		s.xds.ConfigUpdate(model.NewPushRequest(key, time.Now()))
+	})
+
+	s.grpc = grpc.NewServer(
+		grpc.MaxConcurrentStreams(100_000),
+		grpc.MaxRecvMsgSize(4<<20),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 15 * time.Second, PermitWithoutStream: true}),
+	)
+	s.xds.Register(s.grpc)
+
+	if err := s.listen(); err != nil {
+		s.closeListeners()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Server) listen() error {
+	l, err := net.Listen("tcp", s.opts.XDSAddr)
+	if err != nil {
+		return fmt.Errorf("xds listener: %w", err)
+	}
+	s.xdsListener = l
+	for _, h := range []struct {
+		addr    string
+		handler http.Handler
+	}{
+		{s.opts.HTTPAddr, s.debugMux(s.xds.DebugHandler())},
+		{s.opts.MonitoringAddr, s.monitoringMux(s.registry)},
+	} {
+		if h.addr == "" {
+			continue
+		}
+		l, err := net.Listen("tcp", h.addr)
+		if err != nil {
+			return fmt.Errorf("http listener %s: %w", h.addr, err)
+		}
+		s.httpListener = append(s.httpListener, l)
+		s.httpServers = append(s.httpServers, &http.Server{Handler: h.handler, ReadHeaderTimeout: 10 * time.Second})
+	}
+	return nil
+}
+
+func (s *Server) closeListeners() {
+	if s.xdsListener != nil {
+		_ = s.xdsListener.Close()
+	}
+	for _, l := range s.httpListener {
+		_ = l.Close()
+	}
+}
+
+// XDSAddr is the address the xDS server listens on.
+func (s *Server) XDSAddr() net.Addr { return s.xdsListener.Addr() }
+
+// HTTPAddr is the debug server's address, nil when disabled.
+func (s *Server) HTTPAddr() net.Addr { return s.listenerAddr(s.opts.HTTPAddr, 0) }
+
+// MonitoringAddr is the metrics server's address, nil when disabled.
+func (s *Server) MonitoringAddr() net.Addr {
+	i := 0
+	if s.opts.HTTPAddr != "" {
+		i = 1
+	}
+	return s.listenerAddr(s.opts.MonitoringAddr, i)
+}
+
+func (s *Server) listenerAddr(configured string, i int) net.Addr {
+	if configured == "" || i >= len(s.httpListener) {
+		return nil
+	}
+	return s.httpListener[i].Addr()
+}
+
+// Registry holds every metric the control plane exports.
+func (s *Server) Registry() *prometheus.Registry { return s.registry }
+
+// Run serves until ctx is cancelled, then shuts down gracefully. HTTP and
+// xDS serve at once; xDS clients wait for the first push context, which is
+// built once every source has synced.
+func (s *Server) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(s.sources)+len(s.httpServers)+1)
+
+	for i, srv := range s.httpServers {
+		wg.Go(func() {
+			if err := srv.Serve(s.httpListener[i]); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errs <- fmt.Errorf("http %s: %w", s.httpListener[i].Addr(), err)
+			}
+		})
+	}
+	for _, src := range s.sources {
+		wg.Go(func() {
+			if err := src.Run(ctx); err != nil && ctx.Err() == nil {
+				errs <- fmt.Errorf("source %s: %w", src.Name(), err)
+			}
+		})
+	}
+	wg.Go(func() {
+		if err := s.grpc.Serve(s.xdsListener); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			errs <- fmt.Errorf("xds: %w", err)
+		}
+	})
+	wg.Go(func() {
+		if !s.waitForSources(ctx) {
+			return
+		}
+		s.log.Info("all config sources synced; building the first push context")
+		s.xds.Start(ctx)
+	})
+	s.log.Info("meshpilot serving", "xds", s.XDSAddr().String(), "http", addrString(s.HTTPAddr()),
+		"monitoring", addrString(s.MonitoringAddr()))
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errs:
+		s.log.Error("component failed; shutting down", "err", runErr)
+	}
+	s.shutdown()
+	cancel()
+	wg.Wait()
+	return runErr
+}
+
+func (s *Server) waitForSources(ctx context.Context) bool {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if s.sourcesSynced() == "" {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-tick.C:
+		}
+	}
+}
+
+// sourcesSynced names the sources that have not synced yet.
+func (s *Server) sourcesSynced() string {
+	var pending []string
+	for _, src := range s.sources {
+		if !src.HasSynced() {
+			pending = append(pending, src.Name())
+		}
+	}
+	return strings.Join(pending, ", ")
+}
+
+func (s *Server) notReadyReason() string {
+	switch {
+	case s.shuttingDown.Load():
+		return "shutting down"
+	case s.sourcesSynced() != "":
+		return "waiting for config sources to sync: " + s.sourcesSynced()
+	case !s.xds.Ready():
+		return "waiting for the first push context"
+	}
+	return ""
+}
+
+// shutdown stops taking new work, lets streams and requests drain for at
+// most ShutdownGrace, then closes what is left.
+func (s *Server) shutdown() {
+	s.shuttingDown.Store(true)
+	s.log.Info("shutting down", "grace", s.opts.ShutdownGrace)
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.ShutdownGrace)
+	defer cancel()
+
+	s.xds.Stop()
+	stopped := make(chan struct{})
+	go func() {
+		s.grpc.GracefulStop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		s.grpc.Stop()
+	}
+	for _, srv := range s.httpServers {
+		_ = srv.Shutdown(ctx)
+	}
+}
+
+func addrString(a net.Addr) string {
+	if a == nil {
+		return "disabled"
+	}
+	return a.String()
+}
