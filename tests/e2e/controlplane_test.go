@@ -1,0 +1,141 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/meshpilot/meshpilot/pkg/bootstrap"
+)
+
+type controlPlaneOptions = bootstrap.Options
+
+// controlPlane is `pilot discovery` in this process, on ephemeral ports.
+type controlPlane struct {
+	srv     *bootstrap.Server
+	xdsAddr string
+	httpURL string
+}
+
+func startControlPlane(t *testing.T, m mesh) *controlPlane {
+	t.Helper()
+	opts := bootstrap.DefaultOptions()
+	opts.XDSAddr, opts.HTTPAddr, opts.MonitoringAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	opts.DebounceAfter = 20 * time.Millisecond
+	opts.ShutdownGrace = 2 * time.Second
+	logs := &lockedBuffer{}
+	opts.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	m.configure(&opts)
+	srv, err := bootstrap.New(opts)
+	if err != nil {
+		t.Fatalf("bootstrap: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("control plane exited with error: %v", err)
+		}
+		if t.Failed() {
+			t.Logf("control plane log:\n%s", logs.String())
+		}
+	})
+	cp := &controlPlane{srv: srv, xdsAddr: srv.XDSAddr().String(), httpURL: "http://" + srv.HTTPAddr().String()}
+	waitFor(t, 60*time.Second, "control plane ready", func() error {
+		code, body := cp.get(t, "/ready")
+		if code != http.StatusOK {
+			return fmt.Errorf("/ready: %d %s", code, body)
+		}
+		return nil
+	})
+	return cp
+}
+
+func (cp *controlPlane) get(t *testing.T, path string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(cp.httpURL + path)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// nacks is the number of NACKs the control plane has received, of any type.
+func (cp *controlPlane) nacks(t *testing.T) float64 {
+	t.Helper()
+	families, err := cp.srv.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0.0
+	for _, f := range families {
+		if f.GetName() != "meshpilot_xds_nacks_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			total += m.GetCounter().GetValue()
+		}
+	}
+	return total
+}
+
+// configErrors counts meshpilot_config_errors_total across all labels.
+func (cp *controlPlane) configErrors(t *testing.T) int {
+	t.Helper()
+	n, err := testutil.GatherAndCount(cp.srv.Registry(), "meshpilot_config_errors_total")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// waitFor polls check until it succeeds or the deadline passes. Deadlines are
+// generous: they bound a broken test, they do not measure speed.
+func waitFor(t *testing.T, timeout time.Duration, what string, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for {
+		if err = check(); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s: %v", what, err)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+var errNotYet = errors.New("not yet")
+
+// lockedBuffer collects the control plane's log, shown only when a test
+// fails; goroutines may still write to it after the test ends.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

@@ -1,0 +1,44 @@
+// Package layering enforces the pipeline's one-way data flow:
+// controllers → model/store → pushcontext → xds. Only the wiring
+// (pkg/bootstrap, cmd/) may see every stage.
+package layering
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/meshpilot/meshpilot/"
+
+func TestStagesImportOnlyEarlierStages(t *testing.T) {
+	cases := []struct {
+		stage     string
+		forbidden []string
+	}{
+		{"pkg/model", []string{"pkg/controllers", "pkg/pushcontext", "pkg/xds", "pkg/bootstrap", "pkg/validation"}},
+		{"pkg/validation", []string{"pkg/controllers", "pkg/pushcontext", "pkg/xds", "pkg/bootstrap"}},
+		{"pkg/controllers", []string{"pkg/pushcontext", "pkg/xds", "pkg/bootstrap"}},
+		{"pkg/pushcontext", []string{"pkg/controllers", "pkg/xds", "pkg/bootstrap"}},
+		{"pkg/xds", []string{"pkg/controllers", "pkg/bootstrap"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.stage, func(t *testing.T) {
+			out, err := exec.Command("go", "list", "-deps", module+tc.stage+"/...").CombinedOutput()
+			if err != nil {
+				t.Fatalf("go list: %v\n%s", err, out)
+			}
+			deps := strings.Fields(string(out))
+			if len(deps) == 0 {
+				t.Fatalf("go list found no packages under %s", tc.stage)
+			}
+			for _, dep := range deps {
+				for _, f := range tc.forbidden {
+					if dep == module+f || strings.HasPrefix(dep, module+f+"/") {
+						t.Errorf("%s depends on %s, a stage it must not see", tc.stage, dep)
+					}
+				}
+			}
+		})
+	}
+}
