@@ -3,9 +3,7 @@ package grpcgen
 import (
 	"bytes"
 	"encoding/json"
-	"flag"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -16,11 +14,10 @@ import (
 	"google.golang.org/protobuf/proto"
 	"sigs.k8s.io/yaml"
 
+	"github.com/meshpilot/meshpilot/internal/xdstest"
 	"github.com/meshpilot/meshpilot/pkg/model"
 	"github.com/meshpilot/meshpilot/pkg/pushcontext"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files")
 
 // goldenOutput is the document written to testdata/<case>.out.yaml.
 type goldenOutput struct {
@@ -44,20 +41,7 @@ func TestGolden(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			f := loadFixture(t, in)
 			got := runGolden(t, f)
-			outPath := filepath.Join("testdata", name+".out.yaml")
-			if *update {
-				if err := os.WriteFile(outPath, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(outPath)
-			if err != nil {
-				t.Fatalf("%v (run with -update to create it)", err)
-			}
-			if diff := cmp.Diff(string(want), string(got)); diff != "" {
-				t.Errorf("%s differs (-want +got; run with -update to accept):\n%s", outPath, diff)
-			}
+			xdstest.Golden(t, filepath.Join("testdata", name+".out.yaml"), got)
 		})
 	}
 }
@@ -180,7 +164,7 @@ func checkResources(t *testing.T, typeURL string, w *model.WatchedResource, res 
 		if got := resourceName(msg); got != r.Name {
 			t.Errorf("%s: resource %q carries name %q", typeURL, r.Name, got)
 		}
-		if err := validateDeep(msg); err != nil {
+		if err := xdstest.ValidateDeep(msg); err != nil {
 			t.Errorf("%s: %s fails validation: %v", typeURL, r.Name, err)
 		}
 		if err := grpcAccepts(msg); err != nil {
