@@ -122,4 +122,26 @@ func BenchmarkEndpointsLookup(b *testing.B) {
 			_ = pc.DestinationRuleFor("ns-3", host)
 		}
 	})
+	proxy := &model.Proxy{Namespace: "ns-3", Labels: map[string]string{"app": "web"}}
+	b.Run("destinationrule-for-proxy", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = pc.DestinationRuleForProxy(proxy, host)
+		}
+	})
+}
+
+// BenchmarkRuleChanges measures the answer for one changed rule at 10,000
+// services, without the memo.
+func BenchmarkRuleChanges(b *testing.B) {
+	store := benchStore(10000)
+	prev := Build(store, testOpts, nil, nil)
+	req := pushRequest(key(model.KindDestinationRule, "ns-10", "svc-10"))
+	pc := Build(store, testOpts, prev, req)
+	b.ReportAllocs()
+	for b.Loop() {
+		if changes := pc.computeRuleChanges(prev, req); len(changes) != 1 {
+			b.Fatalf("changes = %v", changes)
+		}
+	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	networking "istio.io/api/networking/v1"
+	typev1beta1 "istio.io/api/type/v1beta1"
 
 	"github.com/meshpilot/meshpilot/pkg/model"
 )
@@ -20,11 +21,16 @@ type view struct {
 	Rules     map[string][]string
 	Subsets   map[string][]string
 	Endpoints map[string][]string
+	// ProxyRules are what proxies with some labels resolve, per namespace.
+	ProxyRules map[string][]string
+	Workloads  map[string]string   // IP -> namespace/name
+	Targets    map[string][]string // workload -> hostnames
 }
 
 var (
 	viewNamespaces = []string{"ns-0", "ns-1", "ns-2", "ns-3", "istio-system", "elsewhere"}
 	viewLabelSets  = []map[string]string{nil, version("v1"), version("v2"), {"zone": "a"}}
+	viewProxies    = []map[string]string{nil, {"app": "svc-0"}, {"app": "svc-1"}, {"app": "svc-4", "version": "v1"}}
 )
 
 func observe(pc *PushContext) view {
@@ -34,6 +40,10 @@ func observe(pc *PushContext) view {
 		Rules:     map[string][]string{},
 		Subsets:   map[string][]string{},
 		Endpoints: map[string][]string{},
+
+		ProxyRules: map[string][]string{},
+		Workloads:  map[string]string{},
+		Targets:    map[string][]string{},
 	}
 	for _, ns := range viewNamespaces {
 		v.Visible[ns] = hostnames(pc.ServicesVisibleTo(ns))
@@ -41,7 +51,20 @@ func observe(pc *PushContext) view {
 			rule := pc.DestinationRuleFor(ns, svc.Hostname)
 			v.Rules[ns+" "+svc.Hostname] = fromNames(rule)
 			v.Subsets[ns+" "+svc.Hostname] = subsetNames(rule)
+			for _, labels := range viewProxies {
+				proxyRule := pc.DestinationRuleForProxy(&model.Proxy{Namespace: ns, Labels: labels}, svc.Hostname)
+				k := ns + " " + labelKey(labels) + " " + svc.Hostname
+				v.ProxyRules[k] = append(fromNames(proxyRule), subsetNames(proxyRule)...)
+			}
 		}
+	}
+	for i := range 3 * 12 {
+		w := pc.WorkloadByIP(addr(i))
+		if w == nil {
+			continue
+		}
+		v.Workloads[addr(i)] = workloadName(w)
+		v.Targets[workloadName(w)] = hostnamesOrNil(pc.ServiceTargets(w))
 	}
 	for _, svc := range pc.Services() {
 		for _, p := range svc.Ports {
@@ -66,7 +89,10 @@ func incrementalStore() model.Store {
 		if i%5 == 0 {
 			exportTo = model.ExportTo{n.Namespace, "elsewhere"}
 		}
-		store.UpsertService(newService(n.Namespace, n.Name, exportTo))
+		svc := newService(n.Namespace, n.Name, exportTo)
+		svc.Selector = map[string]string{"app": n.Name}
+		store.UpsertService(svc)
+		store.UpsertWorkload(pod(n.Namespace, n.Name+"-pod", map[string]string{"app": n.Name, "version": "v1"}, addr(3*i)))
 		store.SetEndpoints(n, "s", []*model.Endpoint{
 			newEndpoint(addr(3*i), "http", version("v1")),
 			newEndpoint(addr(3*i+1), "http", version("v2")),
@@ -87,7 +113,7 @@ func incrementalStore() model.Store {
 func TestIncrementalBuild(t *testing.T) {
 	store := incrementalStore()
 	pc := Build(store, testOpts, nil, nil)
-	all := []string{indexServices, indexDestinationRules, indexResolution, indexEndpoints}
+	all := []string{indexServices, indexDestinationRules, indexResolution, indexEndpoints, indexWorkloads, indexServiceTargets}
 
 	steps := []struct {
 		name string
@@ -118,12 +144,35 @@ func TestIncrementalBuild(t *testing.T) {
 			wantNewEntries: []string{"svc-3"},
 		},
 		{
+			name: "selector rule added",
+			change: func(*PushContext) *model.PushRequest {
+				store.UpsertConfig(ruleConfig("ns-0", "for-svc-4", 4, &networking.DestinationRule{
+					Host: "*", Subsets: []*networking.Subset{subset("v2", version("v2"))},
+					WorkloadSelector: &typev1beta1.WorkloadSelector{MatchLabels: map[string]string{"app": "svc-4"}},
+				}))
+				return pushRequest(key(model.KindDestinationRule, "ns-0", "for-svc-4"))
+			},
+			wantRebuilt: []string{indexDestinationRules, indexResolution, indexEndpoints},
+			// Every service but svc-3 (whose rule declares v2 since an
+			// earlier step) gets the new label set.
+			wantNewEntries: []string{"svc-0", "svc-1", "svc-10", "svc-11", "svc-2", "svc-4", "svc-5", "svc-6", "svc-7", "svc-8", "svc-9"},
+		},
+		{
+			name: "workload change rebuilds the workload indexes only",
+			change: func(*PushContext) *model.PushRequest {
+				store.UpsertWorkload(pod("ns-1", "svc-1-pod", map[string]string{"app": "svc-0"}, addr(3)))
+				store.UpsertWorkload(pod("ns-1", "extra", map[string]string{"app": "svc-1"}, addr(35)))
+				return pushRequest(key(model.KindWorkload, "ns-1", "svc-1-pod"), key(model.KindWorkload, "ns-1", "extra"))
+			},
+			wantRebuilt: []string{indexWorkloads, indexServiceTargets},
+		},
+		{
 			name: "service change rebuilds services and only that service's entry",
 			change: func(*PushContext) *model.PushRequest {
 				store.UpsertService(newService("ns-2", "svc-2", model.ExportTo{"ns-3"}))
 				return pushRequest(key(model.KindService, "ns-2", "svc-2"))
 			},
-			wantRebuilt:    []string{indexServices, indexResolution, indexEndpoints},
+			wantRebuilt:    []string{indexServices, indexResolution, indexEndpoints, indexServiceTargets},
 			wantNewEntries: []string{"svc-2"},
 		},
 		{
@@ -163,7 +212,7 @@ func TestIncrementalBuild(t *testing.T) {
 				store.DeleteService(svcName(4))
 				return pushRequest(key(model.KindService, "ns-0", "svc-4"))
 			},
-			wantRebuilt:    []string{indexServices, indexResolution, indexEndpoints},
+			wantRebuilt:    []string{indexServices, indexResolution, indexEndpoints, indexServiceTargets},
 			wantNewEntries: []string{},
 		},
 		{
@@ -202,6 +251,8 @@ func TestIncrementalBuild(t *testing.T) {
 				indexDestinationRules: pc.rules == prev.rules,
 				indexResolution:       pc.resolution == prev.resolution,
 				indexEndpoints:        pc.endpoints == prev.endpoints,
+				indexWorkloads:        pc.workloads == prev.workloads,
+				indexServiceTargets:   pc.targets == prev.targets,
 			}
 			for _, name := range all {
 				if identity[name] != reused[name] {

@@ -2,6 +2,7 @@ package pushcontext
 
 import (
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/meshpilot/meshpilot/pkg/model"
@@ -29,8 +30,10 @@ func (o Options) withDefaults() Options {
 }
 
 // PushContext is an immutable snapshot of the store with precomputed indexes.
-// Every method is safe for concurrent use; only UpdateEndpoints changes
-// anything, and it does so by atomically swapping per-service entries.
+// Every method is safe for concurrent use. Only UpdateEndpoints changes what
+// readers see, and it does so by atomically swapping per-service entries;
+// ReportProblem records, and a few lookups fill caches, without locks on the
+// read path.
 type PushContext struct {
 	opts      Options
 	seq       uint64
@@ -43,12 +46,20 @@ type PushContext struct {
 	rules      *ruleIndex
 	resolution *resolutionIndex
 	endpoints  *endpointIndex
+	workloads  *workloadIndex
+	targets    *targetIndex
 
 	// versions hands out endpoint entry versions. The whole chain of
 	// snapshots built from one another shares it, so a version never repeats
 	// for a host while generators may still cache by it.
 	versions *versionSource
 	build    BuildInfo
+
+	// translation is the only state written after Build: what generators
+	// report they could not translate.
+	translation translationProblems
+	// ruleChanges memoises RuleChanges.
+	ruleChanges atomic.Pointer[ruleChangesMemo]
 }
 
 // versionSource is only touched by the push loop (Build and
@@ -138,6 +149,23 @@ func Build(store model.Store, opts Options, prev *PushContext, req *model.PushRe
 		pc.build.reused(indexResolution)
 	}
 
+	if plan.full || plan.workloads {
+		pc.workloads = buildWorkloadIndex(store.Workloads())
+		pc.build.rebuilt(indexWorkloads)
+	} else {
+		pc.workloads = prev.workloads
+		pc.build.reused(indexWorkloads)
+	}
+
+	// The cache of service targets holds workloads, so it goes when they do.
+	if plan.full || plan.services || plan.workloads {
+		pc.targets = buildTargetIndex(pc.services)
+		pc.build.rebuilt(indexServiceTargets)
+	} else {
+		pc.targets = prev.targets
+		pc.build.reused(indexServiceTargets)
+	}
+
 	switch {
 	case plan.full:
 		pc.endpoints = buildEndpointIndex(store, pc.services, pc.resolution, nil, nil, pc.versions, &pc.build)
@@ -155,9 +183,10 @@ func Build(store model.Store, opts Options, prev *PushContext, req *model.PushRe
 
 // buildPlan says which indexes a Build must recompute.
 type buildPlan struct {
-	full     bool
-	services bool
-	rules    bool
+	full      bool
+	services  bool
+	rules     bool
+	workloads bool
 	// endpoints lists the services whose endpoints must be re-read from the
 	// store even if their entries could otherwise be reused.
 	endpoints map[model.NamespacedName]struct{}
@@ -179,8 +208,10 @@ func planBuild(opts Options, prev *PushContext, req *model.PushRequest) buildPla
 				plan.endpoints = map[model.NamespacedName]struct{}{}
 			}
 			plan.endpoints[model.NamespacedName{Namespace: key.Namespace, Name: key.Name}] = struct{}{}
-		case model.KindNamespace, model.KindWorkload:
-			// No index depends on namespaces or workloads yet.
+		case model.KindWorkload:
+			plan.workloads = true
+		case model.KindNamespace:
+			// No index depends on namespaces yet.
 		default:
 			// A kind this package does not know may feed anything.
 			return buildPlan{full: true}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	networking "istio.io/api/networking/v1"
+	typev1beta1 "istio.io/api/type/v1beta1"
 
 	"github.com/meshpilot/meshpilot/pkg/model"
 )
@@ -88,5 +89,67 @@ func TestConcurrentReadsDuringUpdateEndpoints(t *testing.T) {
 		if len(eps) != 4 || eps[0].Labels["gen"] != strconv.Itoa(generations) {
 			t.Errorf("%s: final endpoints are not the last generation: %v", n, eps)
 		}
+	}
+}
+
+// TestConcurrentProxyLookups is meant for -race: the lookups generators make
+// per proxy, and the lazily filled caches behind them, from many goroutines
+// at once on one snapshot.
+func TestConcurrentProxyLookups(t *testing.T) {
+	store := model.NewStore()
+	for i := range 6 {
+		ns := "ns-" + strconv.Itoa(i%2)
+		name := "svc-" + strconv.Itoa(i)
+		svc := newService(ns, name, nil)
+		svc.Selector = map[string]string{"app": name}
+		store.UpsertService(svc)
+		store.UpsertWorkload(&model.Workload{Name: name + "-pod", Namespace: ns, IPs: []string{addr(i)}, Labels: map[string]string{"app": name}})
+	}
+	store.UpsertConfig(ruleConfig("ns-0", "plain", 0, &networking.DestinationRule{Host: "*", Subsets: []*networking.Subset{subset("v1", version("v1"))}}))
+	store.UpsertConfig(ruleConfig("ns-0", "selected", 1, &networking.DestinationRule{
+		Host: "*", WorkloadSelector: &typev1beta1.WorkloadSelector{MatchLabels: map[string]string{"app": "svc-0"}},
+		Subsets: []*networking.Subset{subset("v2", version("v2"))},
+	}))
+	prev := Build(store, testOpts, nil, nil)
+	store.UpsertConfig(ruleConfig("ns-0", "plain", 0, &networking.DestinationRule{Host: "*"}))
+	req := pushRequest(key(model.KindDestinationRule, "ns-0", "plain"))
+	pc := Build(store, testOpts, prev, req)
+
+	var failures atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 200 {
+				n := (g + i) % 6
+				proxy := &model.Proxy{Namespace: "ns-" + strconv.Itoa(n%2), IPAddresses: []string{addr(n)}}
+				w := pc.WorkloadForProxy(proxy)
+				if w == nil {
+					failures.Add(1)
+					continue
+				}
+				proxy.Labels = w.Labels
+				targets := pc.ServiceTargets(w)
+				if len(targets) != 1 || targets[0].Name != "svc-"+strconv.Itoa(n) {
+					failures.Add(1)
+				}
+				rule := pc.DestinationRuleForProxy(proxy, targets[0].Hostname)
+				if selected := n == 0; selected != (rule.Subset("v2") != nil) {
+					failures.Add(1)
+				}
+				// The "*" rule of ns-0 lost its subset: every host changed
+				// for proxies in ns-0.
+				if changes := pc.RuleChanges(prev, req); !changes[targets[0].Hostname].SubsetsChanged {
+					failures.Add(1)
+				}
+				pc.ReportProblem(key(model.KindDestinationRule, "ns-0", "plain"), "reason "+strconv.Itoa(i%3))
+			}
+		})
+	}
+	wg.Wait()
+	if n := failures.Load(); n > 0 {
+		t.Errorf("%d lookups went wrong", n)
+	}
+	if got := pc.ProblemCount(); got != 3 {
+		t.Errorf("ProblemCount = %d, want 3", got)
 	}
 }

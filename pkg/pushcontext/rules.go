@@ -19,10 +19,18 @@ type ruleIndex struct {
 	// exported holds the rules of a namespace that other namespaces may see:
 	// the same entries as local, without the private ones.
 	exported map[string]*hostRules
-	// entries lists the merged entries of local, in creation order.
+	// selected holds, per namespace, the rules with a workloadSelector,
+	// merged per host and selector. Istio keeps them to their own namespace:
+	// they apply only to proxies there whose labels the selector matches,
+	// whatever their exportTo.
+	selected map[string]*hostRules
+	// entries lists the merged entries of local and selected, in creation
+	// order.
 	entries []*ruleEntry
 	// configs counts the DestinationRules that were indexed.
 	configs int
+
+	configHosts configHosts
 
 	subsetsExact    map[string][]subsetSpec
 	subsetsWildcard []wildcardSubsets
@@ -39,6 +47,11 @@ type ruleEntry struct {
 	// owned is set once Spec is this entry's own copy, safe to append to
 	// while the index is being built.
 	owned bool
+	// selector is set on entries of rules with a workloadSelector; then
+	// layered is the rule a selected proxy uses: rule over the selector-less
+	// rule of the same namespace for the same host.
+	selector *workloadSelector
+	layered  *DestinationRule
 }
 
 // hostRules finds the entries for a host: an exact host beats a wildcard,
@@ -139,29 +152,40 @@ func isWildcard(host string) bool { return strings.HasPrefix(host, "*") }
 func buildRuleIndex(configs []*model.Config, opts Options) *ruleIndex {
 	idx := &ruleIndex{local: map[string]*hostRules{}}
 	wildcardPos := map[*hostRules]map[string]int{} // wildcard host -> position, while building
+	hostsOf := func(byNamespace map[string]*hostRules, ns string) *hostRules {
+		h := byNamespace[ns]
+		if h == nil {
+			h = &hostRules{exact: map[string][]*ruleEntry{}}
+			byNamespace[ns] = h
+			wildcardPos[h] = map[string]int{}
+		}
+		return h
+	}
 	for _, cfg := range configs {
 		spec, ok := cfg.Spec.(*networking.DestinationRule)
 		switch {
 		case !ok || spec == nil:
 			idx.problems = append(idx.problems, ruleProblem(cfg, "spec is not a DestinationRule; ignored"))
 			continue
-		case spec.WorkloadSelector != nil:
-			idx.problems = append(idx.problems, ruleProblem(cfg, "rules with a workloadSelector are not supported yet; ignored"))
-			continue
 		case spec.Host == "":
 			idx.problems = append(idx.problems, ruleProblem(cfg, "host is empty; ignored"))
 			continue
 		}
 		idx.configs++
-		h := idx.local[cfg.Namespace]
-		if h == nil {
-			h = &hostRules{exact: map[string][]*ruleEntry{}}
-			idx.local[cfg.Namespace] = h
-			wildcardPos[h] = map[string]int{}
-		}
 		from := model.NamespacedName{Namespace: cfg.Namespace, Name: cfg.Name}
 		host := resolveHost(spec.Host, cfg.Namespace, opts.DomainSuffix)
-		if e := h.add(wildcardPos[h], from, spec, host, newExportSet(spec.ExportTo, cfg.Namespace), &idx.problems); e != nil {
+		var e *ruleEntry
+		if spec.WorkloadSelector != nil {
+			if idx.selected == nil {
+				idx.selected = map[string]*hostRules{}
+			}
+			h := hostsOf(idx.selected, cfg.Namespace)
+			e = h.addSelected(wildcardPos[h], from, spec, host, newWorkloadSelector(spec.WorkloadSelector.MatchLabels), &idx.problems)
+		} else {
+			h := hostsOf(idx.local, cfg.Namespace)
+			e = h.add(wildcardPos[h], from, spec, host, newExportSet(spec.ExportTo, cfg.Namespace), &idx.problems)
+		}
+		if e != nil {
 			e.namespace = cfg.Namespace
 			idx.entries = append(idx.entries, e)
 		}
@@ -177,6 +201,7 @@ func buildRuleIndex(configs []*model.Config, opts Options) *ruleIndex {
 			idx.exported[ns] = exported
 		}
 	}
+	idx.layerSelected()
 	idx.indexSubsets()
 	return idx
 }
@@ -234,17 +259,7 @@ func (h *hostRules) withoutPrivate(ns string) *hostRules {
 func (h *hostRules) add(wildcardPos map[string]int, from model.NamespacedName, spec *networking.DestinationRule,
 	host string, exportTo exportSet, problems *[]Problem,
 ) *ruleEntry {
-	var entries []*ruleEntry
-	pos, isWild := -1, isWildcard(host)
-	if isWild {
-		if p, ok := wildcardPos[host]; ok {
-			pos = p
-			entries = h.wildcards[p].entries
-		}
-	} else {
-		entries = h.exact[host]
-	}
-
+	entries := h.entriesFor(wildcardPos, host)
 	separate := true
 	for _, e := range entries {
 		switch {
@@ -258,24 +273,67 @@ func (h *hostRules) add(wildcardPos map[string]int, from model.NamespacedName, s
 	if !separate {
 		return nil
 	}
+	e := newRuleEntry(from, spec, host)
+	e.exportTo = exportTo
+	h.insert(wildcardPos, e)
+	return e
+}
 
-	e := &ruleEntry{host: host, exportTo: exportTo}
+// addSelected merges a rule with a workloadSelector into the entry for its
+// host with an equal selector, as Istio merges such rules, or makes it a new
+// entry, which it returns. Selector rules never merge into selector-less
+// ones or the other way round here: a proxy that a selector picks gets the
+// selector entry layered over the selector-less one (see layerOver).
+func (h *hostRules) addSelected(wildcardPos map[string]int, from model.NamespacedName, spec *networking.DestinationRule,
+	host string, selector *workloadSelector, problems *[]Problem,
+) *ruleEntry {
+	for _, e := range h.entriesFor(wildcardPos, host) {
+		if e.selector.key == selector.key {
+			e.merge(from, spec, problems)
+			return nil
+		}
+	}
+	e := newRuleEntry(from, spec, host)
+	e.exportTo = exportSet{} // selector rules are for their own namespace only
+	e.selector = selector
+	h.insert(wildcardPos, e)
+	return e
+}
+
+func newRuleEntry(from model.NamespacedName, spec *networking.DestinationRule, host string) *ruleEntry {
+	e := &ruleEntry{host: host}
 	e.rule.Spec = spec
 	e.rule.From = []model.NamespacedName{from}
 	if spec.Host != host {
 		// Keep Spec.Host fully qualified, like the index key.
 		e.own()
 	}
-	switch {
-	case !isWild:
-		h.exact[host] = append(entries, e)
-	case pos >= 0:
-		h.wildcards[pos].entries = append(entries, e)
-	default:
-		wildcardPos[host] = len(h.wildcards)
-		h.wildcards = append(h.wildcards, wildcardRules{host: host, suffix: host[1:], entries: []*ruleEntry{e}})
-	}
 	return e
+}
+
+// entriesFor returns the entries already indexed for exactly host.
+func (h *hostRules) entriesFor(wildcardPos map[string]int, host string) []*ruleEntry {
+	if !isWildcard(host) {
+		return h.exact[host]
+	}
+	if p, ok := wildcardPos[host]; ok {
+		return h.wildcards[p].entries
+	}
+	return nil
+}
+
+// insert appends a new entry after the existing ones for its host.
+func (h *hostRules) insert(wildcardPos map[string]int, e *ruleEntry) {
+	if !isWildcard(e.host) {
+		h.exact[e.host] = append(h.exact[e.host], e)
+		return
+	}
+	if p, ok := wildcardPos[e.host]; ok {
+		h.wildcards[p].entries = append(h.wildcards[p].entries, e)
+		return
+	}
+	wildcardPos[e.host] = len(h.wildcards)
+	h.wildcards = append(h.wildcards, wildcardRules{host: e.host, suffix: e.host[1:], entries: []*ruleEntry{e}})
 }
 
 // own replaces the shared Spec with a shallow copy this entry may change.
@@ -287,10 +345,11 @@ func (e *ruleEntry) own() {
 	}
 	shared := e.rule.Spec
 	e.rule.Spec = &networking.DestinationRule{
-		Host:          e.host,
-		TrafficPolicy: shared.TrafficPolicy,
-		Subsets:       slices.Clone(shared.Subsets),
-		ExportTo:      shared.ExportTo,
+		Host:             e.host,
+		TrafficPolicy:    shared.TrafficPolicy,
+		Subsets:          slices.Clone(shared.Subsets),
+		ExportTo:         shared.ExportTo,
+		WorkloadSelector: shared.WorkloadSelector,
 	}
 	e.owned = true
 }

@@ -158,7 +158,7 @@ func TestDestinationRuleFor(t *testing.T) {
 			},
 		},
 		{
-			name: "rules with a workload selector are ignored",
+			name: "rules with a workload selector are not in the selector-less lookup",
 			configs: []*model.Config{
 				ruleConfig("bookinfo", "selector", 0, &networking.DestinationRule{
 					Host:             reviews,

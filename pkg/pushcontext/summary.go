@@ -12,6 +12,8 @@ const (
 	indexDestinationRules = "destinationRules"
 	indexResolution       = "destinationRuleResolution"
 	indexEndpoints        = "endpoints"
+	indexWorkloads        = "workloads"
+	indexServiceTargets   = "serviceTargets"
 )
 
 // BuildInfo records what the Build that made a snapshot recomputed.
@@ -58,6 +60,9 @@ type Summary struct {
 	Visibility       VisibilitySummary `json:"visibility"`
 	DestinationRules []RuleSummary     `json:"destinationRules"`
 	Problems         []Problem         `json:"problems"`
+	// TranslationProblems are what generators reported, through
+	// ReportProblem, that they had to drop while translating this snapshot.
+	TranslationProblems []Problem `json:"translationProblems"`
 }
 
 // SummaryCounts sizes the snapshot.
@@ -94,6 +99,9 @@ type RuleSummary struct {
 	ExportTo  []string `json:"exportTo"`
 	From      []string `json:"from"`
 	Subsets   []string `json:"subsets"`
+	// WorkloadSelector is set on rules that apply only to the proxies of
+	// their namespace that it selects.
+	WorkloadSelector map[string]string `json:"workloadSelector,omitempty"`
 }
 
 // Summary describes the snapshot for debugging. Everything is sorted, so the
@@ -109,8 +117,9 @@ func (pc *PushContext) Summary() Summary {
 			DestinationRules:       pc.rules.configs,
 			MergedDestinationRules: len(pc.rules.entries),
 		},
-		Visibility: pc.visibilitySummary(),
-		Problems:   pc.problems(),
+		Visibility:          pc.visibilitySummary(),
+		Problems:            pc.problems(),
+		TranslationProblems: pc.translationProblems(),
 	}
 	for i := range pc.endpoints.slots {
 		s.Counts.Endpoints += len(pc.endpoints.slots[i].entry.Load().all)
@@ -118,6 +127,9 @@ func (pc *PushContext) Summary() Summary {
 	s.DestinationRules = make([]RuleSummary, 0, len(pc.rules.entries))
 	for _, e := range pc.rules.entries {
 		rs := RuleSummary{Namespace: e.namespace, Host: e.host, ExportTo: slices.Clone(e.exportTo)}
+		if e.selector != nil {
+			rs.WorkloadSelector = e.selector.labels
+		}
 		for _, from := range e.rule.From {
 			rs.From = append(rs.From, from.String())
 		}
@@ -168,6 +180,10 @@ func (pc *PushContext) problems() []Problem {
 	out := make([]Problem, 0, len(pc.services.problems)+len(pc.rules.problems))
 	out = append(out, pc.services.problems...)
 	out = append(out, pc.rules.problems...)
+	return sortProblems(out)
+}
+
+func sortProblems(out []Problem) []Problem {
 	slices.SortFunc(out, func(a, b Problem) int {
 		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Namespace, b.Namespace),
 			cmp.Compare(a.Name, b.Name), cmp.Compare(a.Message, b.Message))

@@ -1,0 +1,196 @@
+package pushcontext
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	networking "istio.io/api/networking/v1"
+
+	"github.com/meshpilot/meshpilot/pkg/model"
+)
+
+func tunnel(host string) *networking.TrafficPolicy {
+	return &networking.TrafficPolicy{Tunnel: &networking.TrafficPolicy_TunnelSettings{Protocol: "CONNECT", TargetHost: host, TargetPort: 8443}}
+}
+
+func TestRuleChanges(t *testing.T) {
+	details := hostname("bookinfo", "details")
+	twoSubsets := func() []*networking.Subset {
+		return []*networking.Subset{subset("v1", version("v1")), subset("v2", version("v2"))}
+	}
+	// base is the store before each change: reviews has a public rule with
+	// two subsets, ratings a rule with only a traffic policy.
+	base := func() model.Store {
+		store := model.NewStore()
+		for _, name := range []string{"reviews", "ratings", "details"} {
+			store.UpsertService(newService("bookinfo", name, nil))
+		}
+		store.UpsertConfig(ruleConfig("bookinfo", "reviews", 0, &networking.DestinationRule{Host: "reviews", Subsets: twoSubsets()}))
+		store.UpsertConfig(ruleConfig("bookinfo", "ratings", 1, plainRule(ratings, networking.LoadBalancerSettings_RANDOM)))
+		return store
+	}
+	drKey := func(ns, name string) model.ConfigKey { return key(model.KindDestinationRule, ns, name) }
+	none := RuleChange{}
+	tests := []struct {
+		name   string
+		change func(model.Store) *model.PushRequest
+		want   map[string]RuleChange
+	}{
+		{
+			name: "subset labels changed",
+			change: func(s model.Store) *model.PushRequest {
+				s.UpsertConfig(ruleConfig("bookinfo", "reviews", 0, &networking.DestinationRule{Host: "reviews",
+					Subsets: []*networking.Subset{subset("v1", version("v1")), subset("v2", version("v2-new"))}}))
+				return pushRequest(drKey("bookinfo", "reviews"))
+			},
+			want: map[string]RuleChange{reviews: {SubsetsChanged: true}},
+		},
+		{
+			name: "only the traffic policy changed",
+			change: func(s model.Store) *model.PushRequest {
+				s.UpsertConfig(ruleConfig("bookinfo", "ratings", 1, plainRule(ratings, networking.LoadBalancerSettings_LEAST_REQUEST)))
+				return pushRequest(drKey("bookinfo", "ratings"))
+			},
+			want: map[string]RuleChange{ratings: none},
+		},
+		{
+			name: "tunnel added",
+			change: func(s model.Store) *model.PushRequest {
+				s.UpsertConfig(ruleConfig("bookinfo", "ratings", 1, &networking.DestinationRule{Host: ratings, TrafficPolicy: tunnel("proxy.example")}))
+				return pushRequest(drKey("bookinfo", "ratings"))
+			},
+			want: map[string]RuleChange{ratings: {TunnelChanged: true}},
+		},
+		{
+			name: "a subset's own tunnel changed",
+			change: func(s model.Store) *model.PushRequest {
+				subsets := twoSubsets()
+				subsets[1].TrafficPolicy = tunnel("egress.example")
+				s.UpsertConfig(ruleConfig("bookinfo", "reviews", 0, &networking.DestinationRule{Host: "reviews", Subsets: subsets}))
+				return pushRequest(drKey("bookinfo", "reviews"))
+			},
+			want: map[string]RuleChange{reviews: {TunnelChanged: true}},
+		},
+		{
+			name: "rule deleted",
+			change: func(s model.Store) *model.PushRequest {
+				s.DeleteConfig(drKey("bookinfo", "reviews"))
+				return pushRequest(drKey("bookinfo", "reviews"))
+			},
+			want: map[string]RuleChange{reviews: {SubsetsChanged: true}},
+		},
+		{
+			name: "a rule merged into another changes the merged entry",
+			change: func(s model.Store) *model.PushRequest {
+				s.UpsertConfig(ruleConfig("bookinfo", "reviews-more", 5, &networking.DestinationRule{Host: reviews,
+					Subsets: []*networking.Subset{subset("v3", version("v3"))}}))
+				return pushRequest(drKey("bookinfo", "reviews-more"))
+			},
+			want: map[string]RuleChange{reviews: {SubsetsChanged: true}},
+		},
+		{
+			name: "a wildcard rule touches every service it matches",
+			change: func(s model.Store) *model.PushRequest {
+				s.UpsertConfig(ruleConfig("istio-system", "mesh", 9, &networking.DestinationRule{Host: "*.bookinfo.svc.cluster.local",
+					Subsets: []*networking.Subset{subset("canary", map[string]string{"track": "canary"})}}))
+				return pushRequest(drKey("istio-system", "mesh"))
+			},
+			// reviews and ratings have rules of their own that shadow it
+			// everywhere; only details sees the new subset.
+			want: map[string]RuleChange{reviews: none, ratings: none, details: {SubsetsChanged: true}},
+		},
+		{
+			name: "narrowing exportTo changes what other namespaces see",
+			change: func(s model.Store) *model.PushRequest {
+				s.UpsertConfig(ruleConfig("bookinfo", "reviews", 0, &networking.DestinationRule{Host: "reviews", Subsets: twoSubsets(), ExportTo: []string{"."}}))
+				return pushRequest(drKey("bookinfo", "reviews"))
+			},
+			want: map[string]RuleChange{reviews: {SubsetsChanged: true}},
+		},
+		{
+			name: "namespaces without rules of their own are compared too",
+			change: func(s model.Store) *model.PushRequest {
+				s.UpsertConfig(ruleConfig("bookinfo", "reviews", 0, &networking.DestinationRule{Host: "reviews", Subsets: twoSubsets(), ExportTo: []string{"."}}))
+				s.UpsertConfig(ruleConfig("istio-system", "root-private", 5, &networking.DestinationRule{Host: "*", Subsets: twoSubsets(), ExportTo: []string{"."}}))
+				return pushRequest(drKey("bookinfo", "reviews"), drKey("istio-system", "root-private"))
+			},
+			// Proxies in bookinfo and istio-system still see v1 and v2 for
+			// reviews; proxies anywhere else lost them.
+			want: map[string]RuleChange{reviews: {SubsetsChanged: true}, ratings: none, details: {SubsetsChanged: true}},
+		},
+		{
+			name: "a rule in a proxy namespace with the same subsets changes nothing for subsets",
+			change: func(s model.Store) *model.PushRequest {
+				s.UpsertConfig(ruleConfig("frontend", "reviews", 3, &networking.DestinationRule{Host: reviews, Subsets: twoSubsets()}))
+				return pushRequest(drKey("frontend", "reviews"))
+			},
+			want: map[string]RuleChange{reviews: none},
+		},
+		{
+			name: "a selector rule that only sets a policy keeps the parent's subsets",
+			change: func(s model.Store) *model.PushRequest {
+				s.UpsertConfig(ruleConfig("bookinfo", "for-web", 3, selectorRule(reviews, app("web"), networking.LoadBalancerSettings_RANDOM)))
+				return pushRequest(drKey("bookinfo", "for-web"))
+			},
+			want: map[string]RuleChange{reviews: none},
+		},
+		{
+			name: "a selector rule with its own subset",
+			change: func(s model.Store) *model.PushRequest {
+				s.UpsertConfig(ruleConfig("frontend", "for-web", 3, selectorRule(reviews, app("web"), 0, subset("v1", version("v1")))))
+				return pushRequest(drKey("frontend", "for-web"))
+			},
+			want: map[string]RuleChange{reviews: {SubsetsChanged: true}},
+		},
+		{
+			name: "a service change is all-changed, added or deleted",
+			change: func(s model.Store) *model.PushRequest {
+				s.DeleteService(model.NamespacedName{Namespace: "bookinfo", Name: "details"})
+				s.UpsertService(newService("bookinfo", "extra", nil))
+				return pushRequest(key(model.KindService, "bookinfo", "details"), key(model.KindService, "bookinfo", "extra"))
+			},
+			want: map[string]RuleChange{details: allChanged, hostname("bookinfo", "extra"): allChanged},
+		},
+		{
+			name: "endpoints and unrelated rules touch nothing",
+			change: func(s model.Store) *model.PushRequest {
+				return pushRequest(key(model.KindEndpoints, "bookinfo", "reviews"), drKey("bookinfo", "never-existed"))
+			},
+			want: map[string]RuleChange{},
+		},
+		{
+			name: "a forced push changes every host",
+			change: func(model.Store) *model.PushRequest {
+				return &model.PushRequest{Full: true}
+			},
+			want: map[string]RuleChange{reviews: allChanged, ratings: allChanged, details: allChanged},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			store := base()
+			prev := Build(store, testOpts, nil, nil)
+			req := tt.change(store)
+			pc := Build(store, testOpts, prev, req)
+			got := pc.RuleChanges(prev, req)
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("RuleChanges (-want +got):\n%s", diff)
+			}
+			if again := pc.RuleChanges(prev, req); reflect.ValueOf(again).Pointer() != reflect.ValueOf(got).Pointer() {
+				t.Error("a repeated question was answered anew")
+			}
+		})
+	}
+}
+
+func TestRuleChangesWithoutPrev(t *testing.T) {
+	store := model.NewStore()
+	store.UpsertService(newService("bookinfo", "reviews", nil))
+	store.UpsertConfig(ruleConfig("bookinfo", "external", 0, dr("api.example.com")))
+	pc := Build(store, testOpts, nil, nil)
+	want := map[string]RuleChange{reviews: allChanged, "api.example.com": allChanged}
+	if diff := cmp.Diff(want, pc.RuleChanges(nil, pushRequest(key(model.KindDestinationRule, "bookinfo", "external")))); diff != "" {
+		t.Errorf("RuleChanges (-want +got):\n%s", diff)
+	}
+}
