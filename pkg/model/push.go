@@ -28,10 +28,11 @@ func NewPushRequest(key ConfigKey, now time.Time) *PushRequest {
 }
 
 // EndpointsOnly reports whether a change of this kind can only affect
-// endpoints: Pods matter through the endpoints that point at them, which
-// the sources re-emit when a Pod changes.
+// endpoints. Pods are not: besides the endpoints that point at them (which
+// the sources re-emit), a Pod is the identity of the proxy running in it,
+// and its inbound configuration follows the Pod's IPs and labels.
 func (k Kind) EndpointsOnly() bool {
-	return k == KindEndpoints || k == KindWorkload
+	return k == KindEndpoints
 }
 
 // Merge combines two requests into a new one; either may be nil.

@@ -31,7 +31,13 @@ type connection struct {
 	proxy       *model.Proxy
 	generators  map[string]Generator
 
-	queue pushQueue
+	// queue holds the push plans the connection has not taken yet, merged.
+	queue mailbox[*pushPlan]
+
+	// identityKey is the proxy's identity for sharing generations, computed
+	// for the served state identityOf (see identity).
+	identityOf  *pushState
+	identityKey string
 
 	mu      sync.Mutex
 	watches map[string]*watch
@@ -47,6 +53,9 @@ type connection struct {
 type watch struct {
 	typeURL  string
 	resource model.WatchedResource
+	// namesHash caches hashNames(resource.ResourceNames) when namesHashed.
+	namesHash   uint64
+	namesHashed bool
 
 	// sent is what the client holds, as far as the server knows: the last
 	// resources sent (or, for delta, announced in initial_resource_versions).
@@ -93,7 +102,7 @@ func (s *Server) newConnection(delta bool) *connection {
 		delta:       delta,
 		log:         s.log,
 		connectedAt: time.Now(),
-		queue:       newPushQueue(),
+		queue:       newMailbox(s.mergePlans),
 		watches:     map[string]*watch{},
 		sendCh:      make(chan func() error),
 		sendResult:  make(chan error, 1),
@@ -178,10 +187,38 @@ func (c *connection) recordAck(w *watch, version, nonce string) {
 	c.log.Debug("xDS client acknowledged", "type", shortType(w.typeURL), "nonce", nonce, "version", version)
 }
 
-// generate runs the type's generator for w and hashes the result. Resources
-// outside an explicit subscription are dropped, since the client did not ask
-// for them.
-func (c *connection) generate(w *watch, req *model.PushRequest, st *pushState) ([]generated, error) {
+// generate returns w's resources for req, hashed, through the shared
+// generations of st: a connection whose proxy is identical to one that
+// already generated the same thing takes that result. planID names the push
+// plan whose partial request req is (0 for complete generations).
+func (c *connection) generate(w *watch, req *model.PushRequest, planID uint64, st *pushState) ([]generated, error) {
+	key, ok := c.shareKey(w, req, planID, st)
+	if !ok {
+		return c.generateOwn(w, req, st)
+	}
+	r, leader := st.shared.claim(key, w.resource.ResourceNames)
+	switch {
+	case r == nil:
+		return c.generateOwn(w, req, st)
+	case leader:
+		// Should the generator never return, waiters must not mistake the
+		// missing result for an empty one: an empty CDS deletes every cluster.
+		items, err := []generated(nil), errGenerationAbandoned
+		defer func() { st.shared.finish(r, items, err) }()
+		items, err = c.generateOwn(w, req, st)
+		return items, err
+	}
+	<-r.done
+	if r.err != nil {
+		c.log.Debug("shared generation failed; keeping the previous response", "type", shortType(w.typeURL), "err", r.err)
+	}
+	return r.items, r.err
+}
+
+// generateOwn runs the type's generator for w and hashes the result.
+// Resources outside an explicit subscription are dropped, since the client
+// did not ask for them.
+func (c *connection) generateOwn(w *watch, req *model.PushRequest, st *pushState) ([]generated, error) {
 	g := c.generators[w.typeURL]
 	wr := w.resource
 	c.s.generationSlots <- struct{}{}
@@ -206,6 +243,22 @@ func (c *connection) generate(w *watch, req *model.PushRequest, st *pushState) (
 		out = append(out, generated{name: r.Name, resource: r.Resource, hash: h, version: hashString(h)})
 	}
 	return out, nil
+}
+
+// setSubscription replaces what w subscribes to. Callers that edit the names
+// must hold c.mu, as for every watch field the debug endpoints read.
+func (w *watch) setSubscription(names []string, wildcard bool) {
+	w.resource.ResourceNames = names
+	w.resource.Wildcard = wildcard
+	w.namesHashed = false
+}
+
+// subscriptionHash hashes the subscribed names, once per subscription.
+func (w *watch) subscriptionHash() uint64 {
+	if !w.namesHashed {
+		w.namesHash, w.namesHashed = hashNames(w.resource.ResourceNames), true
+	}
+	return w.namesHash
 }
 
 // subscribed reports whether w currently asks for anything.
@@ -294,7 +347,7 @@ func (c *connection) runSender() {
 // serveStream is the life of a stream, for both ADS variants: wait for the
 // first push context, then handle requests and queued pushes one at a time.
 func serveStream[Req any](ctx context.Context, c *connection, recv func() (Req, error),
-	handle func(Req) error, push func(*model.PushRequest) error,
+	handle func(Req) error, push func(*pushPlan) error,
 ) error {
 	s := c.s
 	defer func() {
@@ -350,8 +403,8 @@ func serveStream[Req any](ctx context.Context, c *connection, recv func() (Req, 
 			if c.proxy == nil {
 				continue
 			}
-			if req := c.queue.take(); req != nil {
-				if err := push(req); err != nil {
+			if plan := c.queue.take(); plan != nil {
+				if err := push(plan); err != nil {
 					return c.streamError(err)
 				}
 			}

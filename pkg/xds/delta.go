@@ -54,7 +54,7 @@ func (c *deltaStream) handle(req *discoveryv3.DeltaDiscoveryRequest) error {
 	}
 	added, wildcardAdded := c.applySubscriptions(w, req, first)
 	if first || wildcardAdded || len(added) > 0 {
-		return c.respond(w, nil, added, first)
+		return c.respond(w, nil, 0, added, first)
 	}
 	return nil
 }
@@ -99,17 +99,20 @@ func (c *deltaStream) applySubscriptions(w *watch, req *discoveryv3.DeltaDiscove
 			w.sent[name] = sentResource{version: version}
 		}
 	}
-	w.resource.ResourceNames = names
-	w.resource.Wildcard = wildcard
+	w.setSubscription(names, wildcard)
 	return added, wildcard && !wasWildcard
 }
 
-func (c *deltaStream) push(req *model.PushRequest) error {
+// push regenerates the watched types that the plan can affect for this
+// proxy.
+func (c *deltaStream) push(plan *pushPlan) error {
+	scope := plan.scopeFor(c.proxy)
 	for _, typeURL := range c.order {
-		if !req.Full && typeURL != EndpointType {
+		req := plan.request(scope, typeURL)
+		if req == nil {
 			continue
 		}
-		if err := c.respond(c.watches[typeURL], req, nil, false); err != nil {
+		if err := c.respond(c.watches[typeURL], req, plan.id, nil, false); err != nil {
 			return err
 		}
 	}
@@ -117,10 +120,11 @@ func (c *deltaStream) push(req *model.PushRequest) error {
 }
 
 // respond generates w and sends what differs from what the client holds.
-// req is nil when answering a subscription; added are the names it just
+// req is nil when answering a subscription (planID is the push plan's
+// otherwise); added are the names it just
 // subscribed to, and first marks the type's first request, which is always
 // answered so that the client knows it is in sync.
-func (c *deltaStream) respond(w *watch, req *model.PushRequest, added []string, first bool) error {
+func (c *deltaStream) respond(w *watch, req *model.PushRequest, planID uint64, added []string, first bool) error {
 	if !w.subscribed() && !first {
 		return nil
 	}
@@ -133,7 +137,7 @@ func (c *deltaStream) respond(w *watch, req *model.PushRequest, added []string, 
 	var items []generated
 	if w.subscribed() {
 		var err error
-		if items, err = c.generate(w, req, st); err != nil {
+		if items, err = c.generate(w, req, planID, st); err != nil {
 			return nil
 		}
 	}

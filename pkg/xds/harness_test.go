@@ -50,6 +50,9 @@ type harnessConfig struct {
 	manualStart bool
 	// noStoreHandler leaves pushes to the test (benchmarks push directly).
 	noStoreHandler bool
+	// generators, when set, is the generator set of every proxy instead of
+	// the recording fakes.
+	generators map[string]Generator
 }
 
 type harness struct {
@@ -78,10 +81,14 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 	}
 	h := &harness{t: t, store: model.NewStore(), reg: prometheus.NewRegistry(), gens: newFakeGenerators(),
 		started: make(chan struct{})}
+	generators := h.gens.forProxy
+	if cfg.generators != nil {
+		generators = func(*model.Proxy) map[string]Generator { return cfg.generators }
+	}
 	h.server = NewServer(Options{
 		Store:         h.store,
 		PushContext:   pushcontext.Options{DomainSuffix: "cluster.local", RootNamespace: "istio-system"},
-		Generators:    h.gens.forProxy,
+		Generators:    generators,
 		DebounceAfter: cfg.debounceAfter,
 		DebounceMax:   cfg.debounceMax,
 		SendTimeout:   cfg.sendTimeout,
@@ -133,6 +140,26 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 }
 
 func (h *harness) start() { h.startFunc() }
+
+// pushNow pushes req at once (bypassing debounce) and waits until every
+// connection has taken it from its queue. A connection handles its queue and
+// its requests on one goroutine, so a barrier sent afterwards is answered
+// only after the push's responses.
+func (h *harness) pushNow(req *model.PushRequest) {
+	h.t.Helper()
+	h.server.push(req)
+	h.eventually("every connection to take the push", func() bool {
+		for _, c := range h.server.connections() {
+			c.queue.mu.Lock()
+			pending := c.queue.pending
+			c.queue.mu.Unlock()
+			if pending != nil {
+				return false
+			}
+		}
+		return true
+	})
+}
 
 // dial opens another client connection to the server.
 func (h *harness) dial(opts ...grpc.DialOption) *grpc.ClientConn {
@@ -205,11 +232,30 @@ func setEndpoints(s model.Store, name string, ips ...string) {
 type fakeGenerators struct {
 	mu    sync.Mutex
 	calls map[string]int                  // by proxy ID and short type
-	reqs  map[string][]*model.PushRequest // EDS requests seen, by proxy ID
+	reqs  map[string][]*model.PushRequest // requests seen, by proxy ID and short type
+	// set is the one generator set every proxy gets, as in production, so
+	// identical proxies share generations. Only the proxy that generated a
+	// shared result is recorded.
+	set map[string]Generator
 }
 
 func newFakeGenerators() *fakeGenerators {
-	return &fakeGenerators{calls: map[string]int{}, reqs: map[string][]*model.PushRequest{}}
+	f := &fakeGenerators{calls: map[string]int{}, reqs: map[string][]*model.PushRequest{}}
+	wrap := func(typeURL string, gen func(*model.Proxy, *pushcontext.PushContext, *model.WatchedResource, *model.PushRequest) model.Resources) Generator {
+		return &recordingGenerator{f: f, typeURL: typeURL, gen: gen}
+	}
+	f.set = map[string]Generator{
+		ClusterType:  wrap(ClusterType, genClusters),
+		EndpointType: wrap(EndpointType, genEndpoints),
+		ListenerType: wrap(ListenerType, genListeners),
+		probeType:    wrap(probeType, genProbe),
+		// A func generator cannot be compared, so it is never shared.
+		RouteType: GeneratorFunc(func(*model.Proxy, *pushcontext.PushContext, *model.WatchedResource, *model.PushRequest) (model.Resources, error) {
+			return nil, errors.New("routes are broken in this test")
+		}),
+		bulkType: wrap(bulkType, genBulk),
+	}
+	return f
 }
 
 func (f *fakeGenerators) count(proxyID, typeURL string) int {
@@ -231,23 +277,18 @@ func (f *fakeGenerators) requests(proxyID, typeURL string) []*model.PushRequest 
 	return slices.Clone(f.reqs[proxyID+"|"+shortType(typeURL)])
 }
 
-func (f *fakeGenerators) forProxy(*model.Proxy) map[string]Generator {
-	wrap := func(typeURL string, gen func(*model.Proxy, *pushcontext.PushContext, *model.WatchedResource, *model.PushRequest) model.Resources) Generator {
-		return GeneratorFunc(func(p *model.Proxy, pc *pushcontext.PushContext, w *model.WatchedResource, req *model.PushRequest) (model.Resources, error) {
-			f.record(p, typeURL, req)
-			return gen(p, pc, w, req), nil
-		})
-	}
-	return map[string]Generator{
-		ClusterType:  wrap(ClusterType, genClusters),
-		EndpointType: wrap(EndpointType, genEndpoints),
-		ListenerType: wrap(ListenerType, genListeners),
-		probeType:    wrap(probeType, genProbe),
-		RouteType: GeneratorFunc(func(*model.Proxy, *pushcontext.PushContext, *model.WatchedResource, *model.PushRequest) (model.Resources, error) {
-			return nil, errors.New("routes are broken in this test")
-		}),
-		bulkType: wrap(bulkType, genBulk),
-	}
+func (f *fakeGenerators) forProxy(*model.Proxy) map[string]Generator { return f.set }
+
+// recordingGenerator records every call, then generates with gen.
+type recordingGenerator struct {
+	f       *fakeGenerators
+	typeURL string
+	gen     func(*model.Proxy, *pushcontext.PushContext, *model.WatchedResource, *model.PushRequest) model.Resources
+}
+
+func (g *recordingGenerator) Generate(p *model.Proxy, pc *pushcontext.PushContext, w *model.WatchedResource, req *model.PushRequest) (model.Resources, error) {
+	g.f.record(p, g.typeURL, req)
+	return g.gen(p, pc, w, req), nil
 }
 
 func mustAny(m proto.Message) *anypb.Any {
@@ -317,14 +358,19 @@ func genBulk(_ *model.Proxy, pc *pushcontext.PushContext, _ *model.WatchedResour
 // --- test clients ---
 
 func nodeFor(name string) *corev3.Node {
+	return nodeIn(name, "default", nil)
+}
+
+// nodeIn is the node of a proxy called name in namespace ns.
+func nodeIn(name, ns string, locality *corev3.Locality) *corev3.Node {
 	meta, err := structpb.NewStruct(map[string]any{
-		"GENERATOR": "grpc", "NAMESPACE": "default",
+		"GENERATOR": "grpc", "NAMESPACE": ns,
 		"LABELS": map[string]any{"app": name},
 	})
 	if err != nil {
 		panic(err)
 	}
-	return &corev3.Node{Id: proxyID(name), Metadata: meta}
+	return &corev3.Node{Id: "sidecar~10.0.0.1~" + name + "." + ns + "~" + ns + ".svc.cluster.local", Metadata: meta, Locality: locality}
 }
 
 func proxyID(name string) string {
@@ -362,6 +408,7 @@ func resourceName(a *anypb.Any) string {
 type sotwClient struct {
 	h         *harness
 	name      string
+	node      *corev3.Node // nodeFor(name) unless set
 	stream    grpc.BidiStreamingClient[discoveryv3.DiscoveryRequest, discoveryv3.DiscoveryResponse]
 	responses chan *discoveryv3.DiscoveryResponse
 	errs      chan error
@@ -371,13 +418,20 @@ type sotwClient struct {
 
 func (h *harness) sotw(name string) *sotwClient {
 	h.t.Helper()
+	return h.sotwAs(name, nil)
+}
+
+// sotwAs opens a SotW stream for a proxy with the given node (nodeFor(name)
+// when nil).
+func (h *harness) sotwAs(name string, node *corev3.Node) *sotwClient {
+	h.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	h.t.Cleanup(cancel)
 	stream, err := h.client.StreamAggregatedResources(ctx)
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	c := &sotwClient{h: h, name: name, stream: stream,
+	c := &sotwClient{h: h, name: name, node: node, stream: stream,
 		responses: make(chan *discoveryv3.DiscoveryResponse, 100), errs: make(chan error, 1)}
 	go func() {
 		for {
@@ -396,7 +450,10 @@ func (c *sotwClient) send(req *discoveryv3.DiscoveryRequest) {
 	c.h.t.Helper()
 	if !c.sentNode {
 		// gRPC clients send the node only on a stream's first request.
-		req.Node = nodeFor(c.name)
+		req.Node = c.node
+		if req.Node == nil {
+			req.Node = nodeFor(c.name)
+		}
 		c.sentNode = true
 	}
 	if err := c.stream.Send(req); err != nil {

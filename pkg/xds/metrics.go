@@ -1,6 +1,8 @@
 package xds
 
 import (
+	"sync/atomic"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -17,6 +19,11 @@ type Metrics struct {
 	debouncedPushes *prometheus.CounterVec
 	streamErrors    *prometheus.CounterVec
 	generateErrors  *prometheus.CounterVec
+	problems        prometheus.GaugeFunc
+
+	// problemCount reads the served push context's translation problems; the
+	// server that uses these metrics sets it (NewServer), 0 until then.
+	problemCount atomic.Pointer[func() int]
 }
 
 // NewMetrics creates the metrics and registers them with reg (if non-nil).
@@ -67,11 +74,31 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Generator failures, by resource type; the previous response stays in place.",
 		}, []string{"type"}),
 	}
+	m.problems = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "meshpilot_translation_problems",
+		Help: "Config effects generators had to drop while translating the served push context (see /debug/pushcontext).",
+	}, func() float64 {
+		if count := m.problemCount.Load(); count != nil {
+			return float64((*count)())
+		}
+		return 0
+	})
 	if reg != nil {
 		reg.MustRegister(m.clients, m.pushes, m.pushTime, m.convergence, m.nacks, m.buildTime,
-			m.triggers, m.debouncedPushes, m.streamErrors, m.generateErrors)
+			m.triggers, m.debouncedPushes, m.streamErrors, m.generateErrors, m.problems)
 	}
 	return m
+}
+
+// observe makes the problems gauge read s's served push context.
+func (m *Metrics) observe(s *Server) {
+	count := func() int {
+		if pc := s.PushContext(); pc != nil {
+			return pc.ProblemCount()
+		}
+		return 0
+	}
+	m.problemCount.Store(&count)
 }
 
 // Stream error reasons.

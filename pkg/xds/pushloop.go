@@ -10,22 +10,35 @@ import (
 	"github.com/meshpilot/meshpilot/pkg/pushcontext"
 )
 
-// pushQueue is a coalescing mailbox: any number of puts between two takes
-// merge into one request, and the 1-buffered signal wakes the consumer
+// mailbox is a coalescing mailbox: any number of puts between two takes
+// merge into one value, and the 1-buffered signal wakes the consumer
 // without ever blocking the producer.
-type pushQueue struct {
+type mailbox[T comparable] struct {
 	mu      sync.Mutex
-	pending *model.PushRequest
+	merge   func(older, newer T) T
+	pending T
 	signal  chan struct{}
 }
 
-func newPushQueue() pushQueue {
-	return pushQueue{signal: make(chan struct{}, 1)}
+func newMailbox[T comparable](merge func(older, newer T) T) mailbox[T] {
+	return mailbox[T]{merge: merge, signal: make(chan struct{}, 1)}
 }
 
-func (q *pushQueue) put(req *model.PushRequest) {
+// pushQueue collects config updates until the push loop takes them.
+type pushQueue = mailbox[*model.PushRequest]
+
+func newPushQueue() pushQueue {
+	return newMailbox((*model.PushRequest).Merge)
+}
+
+func (q *mailbox[T]) put(v T) {
 	q.mu.Lock()
-	q.pending = q.pending.Merge(req)
+	var zero T
+	if q.pending == zero {
+		q.pending = v
+	} else {
+		q.pending = q.merge(q.pending, v)
+	}
 	q.mu.Unlock()
 	select {
 	case q.signal <- struct{}{}:
@@ -33,13 +46,14 @@ func (q *pushQueue) put(req *model.PushRequest) {
 	}
 }
 
-// take returns the merged pending request, nil if none.
-func (q *pushQueue) take() *model.PushRequest {
+// take returns the merged pending value, the zero value if none.
+func (q *mailbox[T]) take() T {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	req := q.pending
-	q.pending = nil
-	return req
+	v := q.pending
+	var zero T
+	q.pending = zero
+	return v
 }
 
 // pushLoop debounces updates and pushes them, one at a time. Updates that
@@ -89,9 +103,11 @@ func (s *Server) pushLoop(ctx context.Context) {
 }
 
 // push applies one debounced request: a full request rebuilds the push
-// context and pushes every watched type; an endpoint-only request updates the
-// endpoints in place and pushes EDS only.
+// context, an endpoint-only request updates the endpoints in place. Then
+// every connection gets the push plan, which tells it which of its watched
+// types the request can affect.
 func (s *Server) push(req *model.PushRequest) {
+	prev := s.current.Load()
 	if req.Full {
 		s.metrics.debouncedPushes.WithLabelValues("full").Inc()
 		s.build(req)
@@ -101,12 +117,23 @@ func (s *Server) push(req *model.PushRequest) {
 			return
 		}
 	}
+	cur := s.current.Load()
+	var prevPush *pushcontext.PushContext
+	if prev != nil {
+		prevPush = prev.push
+	}
+	plan := newPushPlan(s.planIDs.Add(1), req, prevPush, cur.push)
 	conns := s.connections()
 	s.log.Debug("push", "full", req.Full, "changes", len(req.ConfigsUpdated), "connections", len(conns),
-		"version", s.current.Load().version)
+		"version", cur.version)
 	for _, c := range conns {
-		c.queue.put(req)
+		c.queue.put(plan)
 	}
+}
+
+// mergePlans merges two plans a slow connection has not taken yet.
+func (s *Server) mergePlans(older, newer *pushPlan) *pushPlan {
+	return mergePlans(s.planIDs.Add(1), older, newer)
 }
 
 func (s *Server) build(req *model.PushRequest) {
@@ -117,7 +144,7 @@ func (s *Server) build(req *model.PushRequest) {
 	}
 	pc := pushcontext.Build(s.opts.Store, s.opts.PushContext, prev, req)
 	s.metrics.buildTime.Observe(time.Since(start).Seconds())
-	s.current.Store(&pushState{push: pc, version: pc.Version()})
+	s.current.Store(newPushState(pc, pc.Version(), 0))
 }
 
 // updateEndpoints is the endpoint fast path; it reports whether any
@@ -139,9 +166,8 @@ func (s *Server) updateEndpoints(req *model.PushRequest) bool {
 	if len(changed) == 0 {
 		return false
 	}
-	next := &pushState{push: cur.push, edsUpdates: cur.edsUpdates + 1}
-	next.version = cur.push.Version() + "+eds." + formatUint(next.edsUpdates)
-	s.current.Store(next)
+	n := cur.edsUpdates + 1
+	s.current.Store(newPushState(cur.push, cur.push.Version()+"+eds."+formatUint(n), n))
 	return true
 }
 

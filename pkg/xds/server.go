@@ -19,7 +19,12 @@ type Options struct {
 	Store       model.Store
 	PushContext pushcontext.Options
 	// Generators chooses the generator set of a proxy, keyed by type URL. A
-	// type URL without a generator is refused.
+	// type URL without a generator is refused. Proxies with the same identity
+	// (kind, namespace, locality, the services their workload serves, and
+	// their labels where workload-selector rules exist) and subscription
+	// share one generation per served version when their generator for the
+	// type is the same comparable value: return the same generator instances
+	// (pointers) for every proxy of a kind. Func generators are never shared.
 	Generators func(*model.Proxy) map[string]Generator
 	// DebounceAfter is the quiet period after a change before a push starts
 	// (default 100ms); DebounceMax bounds how long continuous changes can
@@ -70,6 +75,7 @@ type Server struct {
 
 	nonces  atomic.Uint64
 	connIDs atomic.Uint64
+	planIDs atomic.Uint64
 }
 
 // pushState is one generation of what the server serves from.
@@ -79,6 +85,13 @@ type pushState struct {
 	// each incremental endpoint update so that every EDS push differs.
 	version    string
 	edsUpdates uint64
+	// shared holds what identical proxies share of this version's
+	// generations; it is dropped with the version.
+	shared *sharedGenerations
+}
+
+func newPushState(push *pushcontext.PushContext, version string, edsUpdates uint64) *pushState {
+	return &pushState{push: push, version: version, edsUpdates: edsUpdates, shared: newSharedGenerations()}
 }
 
 var _ discoveryv3.AggregatedDiscoveryServiceServer = (*Server)(nil)
@@ -109,7 +122,7 @@ func NewServer(opts Options) *Server {
 	if opts.Generators == nil {
 		opts.Generators = func(*model.Proxy) map[string]Generator { return nil }
 	}
-	return &Server{
+	s := &Server{
 		opts:    opts,
 		log:     opts.Logger.With("component", "xds"),
 		metrics: opts.Metrics,
@@ -120,6 +133,8 @@ func NewServer(opts Options) *Server {
 
 		generationSlots: make(chan struct{}, opts.MaxConcurrentGenerations),
 	}
+	opts.Metrics.observe(s)
+	return s
 }
 
 // Register serves both ADS variants on g.

@@ -45,7 +45,7 @@ func (c *sotwStream) handle(req *discoveryv3.DiscoveryRequest) error {
 			w = c.addWatch(typeURL)
 		}
 		c.setNames(w, names, fullStateType(typeURL) && len(names) == 0)
-		return c.respond(w, nil)
+		return c.respond(w, nil, 0)
 	}
 	if nonce != w.sentNonce {
 		c.log.Debug("ignoring stale request", "type", shortType(typeURL), "nonce", nonce, "current", w.sentNonce)
@@ -65,14 +65,13 @@ func (c *sotwStream) handle(req *discoveryv3.DiscoveryRequest) error {
 		return nil
 	}
 	c.setNames(w, names, false)
-	return c.respond(w, nil)
+	return c.respond(w, nil, 0)
 }
 
 func (c *sotwStream) setNames(w *watch, names []string, wildcard bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	w.resource.ResourceNames = names
-	w.resource.Wildcard = wildcard
+	w.setSubscription(names, wildcard)
 	if !wildcard {
 		for name := range w.sent {
 			if _, found := slices.BinarySearch(names, name); !found {
@@ -82,13 +81,16 @@ func (c *sotwStream) setNames(w *watch, names []string, wildcard bool) {
 	}
 }
 
-// push regenerates the watched types that req can affect.
-func (c *sotwStream) push(req *model.PushRequest) error {
+// push regenerates the watched types that the plan can affect for this
+// proxy.
+func (c *sotwStream) push(plan *pushPlan) error {
+	scope := plan.scopeFor(c.proxy)
 	for _, typeURL := range c.order {
-		if !req.Full && typeURL != EndpointType {
+		req := plan.request(scope, typeURL)
+		if req == nil {
 			continue
 		}
-		if err := c.respond(c.watches[typeURL], req); err != nil {
+		if err := c.respond(c.watches[typeURL], req, plan.id); err != nil {
 			return err
 		}
 	}
@@ -96,9 +98,9 @@ func (c *sotwStream) push(req *model.PushRequest) error {
 }
 
 // respond generates w and sends it. req is nil when answering a
-// subscription, which is always answered; a push is skipped when it would
-// not change what the client holds.
-func (c *sotwStream) respond(w *watch, req *model.PushRequest) error {
+// subscription, which is always answered; a push (from plan planID) is
+// skipped when it would not change what the client holds.
+func (c *sotwStream) respond(w *watch, req *model.PushRequest, planID uint64) error {
 	if !w.subscribed() {
 		return nil
 	}
@@ -108,7 +110,7 @@ func (c *sotwStream) respond(w *watch, req *model.PushRequest) error {
 		req = &model.PushRequest{Full: true, Start: start}
 	}
 	st := c.s.current.Load()
-	items, err := c.generate(w, req, st)
+	items, err := c.generate(w, req, planID, st)
 	if err != nil {
 		return nil
 	}

@@ -1,0 +1,320 @@
+package xds
+
+import (
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	"google.golang.org/protobuf/proto"
+	networking "istio.io/api/networking/v1"
+
+	"github.com/meshpilot/meshpilot/pkg/model"
+	"github.com/meshpilot/meshpilot/pkg/pushcontext"
+)
+
+// pushPlan is one debounced push worked out once for every connection: what
+// changed, between which two push contexts, and the request each type's
+// generator sees. Connections ask it which of their watched types the push
+// can affect (scopeFor); a slow connection merges the plans it missed.
+type pushPlan struct {
+	// id names the plan in shared generation keys: partial EDS results
+	// depend on the plan's endpoint request, not only on the push context.
+	id  uint64
+	req *model.PushRequest
+	// everything is set for a forced push and for changes of a kind the
+	// server cannot scope: every watched type of every connection.
+	everything bool
+	// prev is what connections were served before this push, cur what they
+	// are served now; both are needed to tell who could see a deleted or
+	// re-exported service. For an endpoint-only push they are the same.
+	prev, cur *pushcontext.PushContext
+	// services are the services the push changed (added, updated, deleted).
+	services []changedService
+	// rules are the hosts whose DestinationRules changed, and how.
+	rules map[string]pushcontext.RuleChange
+	// eds is the endpoint-only request that partial EDS generation sees: the
+	// services whose endpoints or subsets changed. nil when there are none.
+	eds *model.PushRequest
+	// endpointsChanged is set when eds names services whose endpoints
+	// changed (not only their subsets), which every watcher may need.
+	endpointsChanged bool
+	// workloadsChanged is set when Pods changed: a proxy whose own Pod
+	// changed (or appeared) gets everything, as its inbound side follows it.
+	workloadsChanged bool
+
+	// scopes memoizes scopeFor by what a scope depends on (namespace, and
+	// labels where workload-selector rules exist): many proxies share one.
+	scopes sync.Map // string -> pushScope
+}
+
+type changedService struct {
+	namespace, hostname string
+}
+
+// pushScope says which of a connection's watched types a push regenerates.
+// EDS is regenerated from the plan's partial request unless all is set.
+type pushScope struct {
+	all                                    bool
+	clusters, listeners, routes, endpoints bool
+}
+
+// newPushPlan works out what req can affect. prev is the push context served
+// before req was applied, cur the one served after.
+func newPushPlan(id uint64, req *model.PushRequest, prev, cur *pushcontext.PushContext) *pushPlan {
+	p := &pushPlan{id: id, req: req, prev: prev, cur: cur}
+	if !req.Full {
+		// The endpoint fast path: only EDS, and only what req names.
+		p.eds, p.endpointsChanged = req, true
+		return p
+	}
+	if len(req.ConfigsUpdated) == 0 || prev == nil {
+		p.everything = true
+		return p
+	}
+	var edsKeys map[model.ConfigKey]struct{}
+	addEDS := func(key model.ConfigKey) {
+		if edsKeys == nil {
+			edsKeys = map[model.ConfigKey]struct{}{}
+		}
+		edsKeys[key] = struct{}{}
+	}
+	rulesChanged := false
+	for key := range req.ConfigsUpdated {
+		switch key.Kind {
+		case model.KindService:
+			for _, pc := range []*pushcontext.PushContext{cur, prev} {
+				if svc := pc.ServiceByName(key.Namespace, key.Name); svc != nil {
+					p.services = append(p.services, changedService{namespace: svc.Namespace, hostname: svc.Hostname})
+					break
+				}
+			}
+		case model.KindEndpoints:
+			addEDS(key)
+			p.endpointsChanged = true
+		case model.KindDestinationRule:
+			rulesChanged = true
+		case model.KindWorkload:
+			// Other proxies see Pods only through the endpoints the sources
+			// re-emit for them.
+			p.workloadsChanged = true
+		case model.KindNamespace:
+			// Nothing generated depends on namespaces yet.
+		default:
+			p.everything = true
+			return p
+		}
+	}
+	if rulesChanged {
+		p.rules = cur.RuleChanges(prev, req)
+		for host, change := range p.rules {
+			if !change.SubsetsChanged {
+				continue
+			}
+			if svc := cur.ServiceForHostname(host); svc != nil {
+				addEDS(model.ConfigKey{Kind: model.KindEndpoints, Namespace: svc.Namespace, Name: svc.Name})
+			}
+		}
+	}
+	if edsKeys != nil {
+		p.eds = &model.PushRequest{ConfigsUpdated: edsKeys, Start: req.Start}
+	}
+	return p
+}
+
+// mergePlans combines a plan a connection has not taken yet (older) with a
+// newer one, as if both had been one push from older.prev to newer.cur.
+func mergePlans(id uint64, older, newer *pushPlan) *pushPlan {
+	if older == nil {
+		return newer
+	}
+	if newer == nil {
+		return older
+	}
+	m := &pushPlan{
+		id:               id,
+		req:              older.req.Merge(newer.req),
+		everything:       older.everything || newer.everything,
+		prev:             older.prev,
+		cur:              newer.cur,
+		services:         slices.Concat(older.services, newer.services),
+		eds:              older.eds.Merge(newer.eds),
+		endpointsChanged: older.endpointsChanged || newer.endpointsChanged,
+		workloadsChanged: older.workloadsChanged || newer.workloadsChanged,
+	}
+	if len(older.rules)+len(newer.rules) > 0 {
+		m.rules = maps.Clone(older.rules)
+		if m.rules == nil {
+			m.rules = map[string]pushcontext.RuleChange{}
+		}
+		for host, c := range newer.rules {
+			was := m.rules[host]
+			m.rules[host] = pushcontext.RuleChange{
+				SubsetsChanged: was.SubsetsChanged || c.SubsetsChanged,
+				TunnelChanged:  was.TunnelChanged || c.TunnelChanged,
+			}
+		}
+	}
+	return m
+}
+
+// scopeFor says which types of proxy's watches this push regenerates.
+func (p *pushPlan) scopeFor(proxy *model.Proxy) pushScope {
+	switch {
+	case p.everything:
+		return pushScope{all: true}
+	case !p.req.Full:
+		return pushScope{endpoints: p.eds != nil}
+	case p.workloadsChanged && p.prev.WorkloadForProxy(proxy) != p.cur.WorkloadForProxy(proxy):
+		// Not memoized: it depends on this proxy's own Pod.
+		return pushScope{all: true}
+	}
+	key := p.scopeKey(proxy)
+	if sc, ok := p.scopes.Load(key); ok {
+		return sc.(pushScope)
+	}
+	sc := p.computeScope(proxy)
+	p.scopes.Store(key, sc)
+	return sc
+}
+
+// scopeKey is what computeScope depends on: the namespace, plus the labels
+// when workload-selector rules in the namespace may apply to the proxy.
+func (p *pushPlan) scopeKey(proxy *model.Proxy) string {
+	ns := proxy.Namespace
+	if len(p.rules) == 0 || !(p.prev.HasWorkloadSelectorRules(ns) || p.cur.HasWorkloadSelectorRules(ns)) {
+		return ns
+	}
+	return ns + "\x00" + labelsKey(proxy.Labels)
+}
+
+func (p *pushPlan) computeScope(proxy *model.Proxy) pushScope {
+	ns := proxy.Namespace
+	for _, svc := range p.services {
+		// A proxy's own namespace always counts: its inbound configuration
+		// follows the services that select it, whatever their exportTo.
+		if svc.namespace == ns || visibleIn(p.prev, ns, svc.hostname) || visibleIn(p.cur, ns, svc.hostname) {
+			return pushScope{all: true}
+		}
+	}
+	var sc pushScope
+	sc.endpoints = p.endpointsChanged
+	for host, change := range p.rules {
+		if !visibleIn(p.prev, ns, host) && !visibleIn(p.cur, ns, host) {
+			continue
+		}
+		sc.clusters = true
+		sc.listeners = sc.listeners || change.TunnelChanged
+		sc.endpoints = sc.endpoints || change.SubsetsChanged
+		// Consistent hashing is configured on routes (hash_policy), so a
+		// change of it must reach RDS as well as CDS.
+		if !sc.routes && hashPolicyChanged(p.prev.DestinationRuleForProxy(proxy, host), p.cur.DestinationRuleForProxy(proxy, host)) {
+			sc.routes = true
+		}
+	}
+	return sc
+}
+
+// request returns the request that typeURL's generator sees in this push, or
+// nil when the push cannot affect that type for a connection in scope sc.
+func (p *pushPlan) request(sc pushScope, typeURL string) *model.PushRequest {
+	if sc.all {
+		return p.req
+	}
+	switch typeURL {
+	case ClusterType:
+		if sc.clusters {
+			return p.req
+		}
+	case ListenerType:
+		if sc.listeners {
+			return p.req
+		}
+	case RouteType:
+		if sc.routes {
+			return p.req
+		}
+	case EndpointType:
+		if sc.endpoints {
+			return p.eds
+		}
+	}
+	return nil
+}
+
+// visibleIn reports whether a proxy in namespace ns sees host in pc.
+func visibleIn(pc *pushcontext.PushContext, ns, host string) bool {
+	if pc == nil {
+		return false
+	}
+	_, found := slices.BinarySearchFunc(pc.ServicesVisibleTo(ns), host, func(s *model.Service, h string) int {
+		return strings.Compare(s.Hostname, h)
+	})
+	return found
+}
+
+// hashPolicyChanged reports whether two resolutions of a host's rule differ
+// in any consistent-hash setting (top level, per port, per subset).
+func hashPolicyChanged(a, b *pushcontext.DestinationRule) bool {
+	var as, bs *networking.DestinationRule
+	if a != nil {
+		as = a.Spec
+	}
+	if b != nil {
+		bs = b.Spec
+	}
+	if as == bs {
+		return false
+	}
+	ha, hb := consistentHashes(as), consistentHashes(bs)
+	if len(ha) != len(hb) {
+		return true
+	}
+	for i := range ha {
+		if ha[i].where != hb[i].where || !proto.Equal(ha[i].hash, hb[i].hash) {
+			return true
+		}
+	}
+	return false
+}
+
+type hashAt struct {
+	where string
+	hash  *networking.LoadBalancerSettings_ConsistentHashLB
+}
+
+// consistentHashes lists the consistent-hash settings of a rule, in a
+// canonical order, each with where it applies.
+func consistentHashes(dr *networking.DestinationRule) []hashAt {
+	var out []hashAt
+	addPolicy := func(prefix string, tp *networking.TrafficPolicy) {
+		if h := tp.GetLoadBalancer().GetConsistentHash(); h != nil {
+			out = append(out, hashAt{prefix, h})
+		}
+		for _, pl := range tp.GetPortLevelSettings() {
+			if h := pl.GetLoadBalancer().GetConsistentHash(); h != nil {
+				out = append(out, hashAt{prefix + "port:" + formatUint(uint64(pl.GetPort().GetNumber())), h})
+			}
+		}
+	}
+	addPolicy("", dr.GetTrafficPolicy())
+	for _, s := range dr.GetSubsets() {
+		addPolicy("subset:"+s.GetName()+":", s.GetTrafficPolicy())
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].where < out[j].where })
+	return out
+}
+
+// labelsKey renders labels canonically.
+func labelsKey(labels map[string]string) string {
+	keys := slices.Sorted(maps.Keys(labels))
+	var b strings.Builder
+	for _, k := range keys {
+		b.WriteString(k)
+		b.WriteByte('=')
+		b.WriteString(labels[k])
+		b.WriteByte(0)
+	}
+	return b.String()
+}

@@ -1,0 +1,372 @@
+package xds
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	networking "istio.io/api/networking/v1"
+
+	"github.com/meshpilot/meshpilot/pkg/model"
+	"github.com/meshpilot/meshpilot/pkg/pushcontext"
+)
+
+// stampedGenerator stamps every resource with the push context version (and
+// for EDS the host's endpoints version), so every regeneration yields a new
+// response: what a client receives is then exactly what the server chose to
+// regenerate for it. It only emits services the proxy can see, and on an
+// endpoint-only request only the services the request names, like the real
+// generators.
+type stampedGenerator struct {
+	typeURL string
+}
+
+func (g *stampedGenerator) Generate(p *model.Proxy, pc *pushcontext.PushContext, w *model.WatchedResource, req *model.PushRequest) (model.Resources, error) {
+	var out model.Resources
+	emit := func(name, stamp string) {
+		out = append(out, model.Resource{Name: name, Resource: mustAny(wrapperspb.String(name + "@" + stamp))})
+	}
+	switch g.typeURL {
+	case ClusterType, ListenerType:
+		for _, svc := range pc.ServicesVisibleTo(p.Namespace) {
+			emit(svc.Hostname, pc.Version())
+		}
+	case RouteType:
+		for _, name := range w.ResourceNames {
+			emit(name, pc.Version())
+		}
+	case EndpointType:
+		for _, svc := range pc.ServicesVisibleTo(p.Namespace) {
+			key := model.ConfigKey{Kind: model.KindEndpoints, Namespace: svc.Namespace, Name: svc.Name}
+			if _, touched := req.ConfigsUpdated[key]; !req.Full && !touched {
+				continue
+			}
+			emit(svc.Hostname, pc.Version()+"/"+formatUint(pc.EndpointsVersion(svc.Hostname)))
+		}
+	}
+	return out, nil
+}
+
+func stampedGenerators() map[string]Generator {
+	set := map[string]Generator{probeType: GeneratorFunc(func(p *model.Proxy, pc *pushcontext.PushContext, w *model.WatchedResource, req *model.PushRequest) (model.Resources, error) {
+		return genProbe(p, pc, w, req), nil
+	})}
+	for _, typeURL := range []string{ClusterType, ListenerType, RouteType, EndpointType} {
+		set[typeURL] = &stampedGenerator{typeURL: typeURL}
+	}
+	return set
+}
+
+func upsertService(s model.Store, name string, exportTo model.ExportTo, labels map[string]string) {
+	s.UpsertService(&model.Service{
+		Name: name, Namespace: "default", Hostname: hostname(name), ExportTo: exportTo, Labels: labels,
+		Ports: []*model.Port{{Name: "http", Port: 80, Protocol: model.ProtocolHTTP, TargetPort: 8080}},
+	})
+}
+
+func setHTTPEndpoints(s model.Store, name string, ips ...string) {
+	eps := make([]*model.Endpoint, len(ips))
+	for i, ip := range ips {
+		eps[i] = &model.Endpoint{Address: ip, Port: 8080, ServicePortName: "http", Namespace: "default",
+			Labels: map[string]string{"version": "v1"}}
+	}
+	s.SetEndpoints(serviceKey(name), name+"-slice", eps)
+}
+
+var ruleCreated = time.Unix(1_700_000_000, 0)
+
+func upsertRule(s model.Store, name, host string, spec *networking.DestinationRule) {
+	spec.Host = host
+	s.UpsertConfig(&model.Config{Kind: model.KindDestinationRule, Namespace: "default", Name: name,
+		CreationTime: ruleCreated, Spec: spec})
+}
+
+func ruleKey(name string) model.ConfigKey {
+	return model.ConfigKey{Kind: model.KindDestinationRule, Namespace: "default", Name: name}
+}
+
+func subsetRule(lb networking.LoadBalancerSettings_SimpleLB, v1Labels map[string]string) *networking.DestinationRule {
+	return &networking.DestinationRule{
+		TrafficPolicy: &networking.TrafficPolicy{LoadBalancer: &networking.LoadBalancerSettings{
+			LbPolicy: &networking.LoadBalancerSettings_Simple{Simple: lb}}},
+		Subsets: []*networking.Subset{{Name: "v1", Labels: v1Labels}},
+	}
+}
+
+// TestPushScopes asserts, for each kind of change, exactly which types each
+// proxy is pushed: "mine" lives in the services' namespace and sees the
+// restricted service "private" (exported to default only); "other" lives in
+// namespace other and sees only the public service "a".
+func TestPushScopes(t *testing.T) {
+	private, public := hostname("private"), hostname("a")
+	v1 := map[string]string{"version": "v1"}
+	all := []string{"cds", "eds", "lds", "rds"}
+	withPrivateRule := func(s model.Store) {
+		upsertRule(s, "private", private, subsetRule(networking.LoadBalancerSettings_ROUND_ROBIN, v1))
+	}
+	cases := []struct {
+		name string
+		seed func(model.Store)
+		// change mutates the store and returns the keys the sources would
+		// report; nil keys make a forced push.
+		change      func(model.Store) []model.ConfigKey
+		mine, other []string
+	}{
+		{
+			name: "service updated",
+			change: func(s model.Store) []model.ConfigKey {
+				upsertService(s, "private", model.ExportTo{"default"}, map[string]string{"tier": "gold"})
+				return []model.ConfigKey{{Kind: model.KindService, Namespace: "default", Name: "private"}}
+			},
+			mine: all,
+		},
+		{
+			name: "service deleted",
+			change: func(s model.Store) []model.ConfigKey {
+				s.DeleteService(serviceKey("private"))
+				return []model.ConfigKey{{Kind: model.KindService, Namespace: "default", Name: "private"}}
+			},
+			mine: all,
+		},
+		{
+			name: "service no longer exported to other",
+			seed: func(s model.Store) { upsertService(s, "private", model.ExportTo{"default", "other"}, nil) },
+			change: func(s model.Store) []model.ConfigKey {
+				upsertService(s, "private", model.ExportTo{"default"}, nil)
+				return []model.ConfigKey{{Kind: model.KindService, Namespace: "default", Name: "private"}}
+			},
+			mine: all, other: all,
+		},
+		{
+			name: "service newly exported to other",
+			change: func(s model.Store) []model.ConfigKey {
+				upsertService(s, "private", model.ExportTo{"default", "other"}, nil)
+				return []model.ConfigKey{{Kind: model.KindService, Namespace: "default", Name: "private"}}
+			},
+			mine: all, other: all,
+		},
+		{
+			name: "endpoints of the restricted service",
+			change: func(s model.Store) []model.ConfigKey {
+				setHTTPEndpoints(s, "private", "10.9.0.1", "10.9.0.2")
+				return []model.ConfigKey{{Kind: model.KindEndpoints, Namespace: "default", Name: "private"}}
+			},
+			mine: []string{"eds"},
+		},
+		{
+			name: "endpoints of the public service",
+			change: func(s model.Store) []model.ConfigKey {
+				setHTTPEndpoints(s, "a", "10.9.0.3")
+				return []model.ConfigKey{{Kind: model.KindEndpoints, Namespace: "default", Name: "a"}}
+			},
+			mine: []string{"eds"}, other: []string{"eds"},
+		},
+		{
+			name: "another proxy's pod",
+			change: func(s model.Store) []model.ConfigKey {
+				s.UpsertWorkload(&model.Workload{Name: "pod-1", Namespace: "default", IPs: []string{"10.9.0.9"}})
+				return []model.ConfigKey{{Kind: model.KindWorkload, Namespace: "default", Name: "pod-1"}}
+			},
+		},
+		{
+			// The proxy connected before its Pod was known: once it is, the
+			// proxy's inbound side (its own services) must follow.
+			name: "the proxy's own pod appears",
+			change: func(s model.Store) []model.ConfigKey {
+				s.UpsertWorkload(&model.Workload{Name: "mine", Namespace: "default", IPs: []string{"10.0.0.1"},
+					Labels: map[string]string{"app": "mine"}})
+				return []model.ConfigKey{{Kind: model.KindWorkload, Namespace: "default", Name: "mine"}}
+			},
+			mine: all,
+		},
+		{
+			name: "namespace",
+			change: func(s model.Store) []model.ConfigKey {
+				s.UpsertNamespace(&model.Namespace{Name: "other", Labels: map[string]string{"team": "x"}})
+				return []model.ConfigKey{{Kind: model.KindNamespace, Name: "other"}}
+			},
+		},
+		{
+			name: "new rule with subsets",
+			change: func(s model.Store) []model.ConfigKey {
+				withPrivateRule(s)
+				return []model.ConfigKey{ruleKey("private")}
+			},
+			mine: []string{"cds", "eds"},
+		},
+		{
+			name: "rule's load balancer changed",
+			seed: withPrivateRule,
+			change: func(s model.Store) []model.ConfigKey {
+				upsertRule(s, "private", private, subsetRule(networking.LoadBalancerSettings_LEAST_REQUEST, v1))
+				return []model.ConfigKey{ruleKey("private")}
+			},
+			mine: []string{"cds"},
+		},
+		{
+			name: "rule's subset labels changed",
+			seed: withPrivateRule,
+			change: func(s model.Store) []model.ConfigKey {
+				upsertRule(s, "private", private, subsetRule(networking.LoadBalancerSettings_ROUND_ROBIN, map[string]string{"version": "v2"}))
+				return []model.ConfigKey{ruleKey("private")}
+			},
+			mine: []string{"cds", "eds"},
+		},
+		{
+			name: "rule's tunnel changed",
+			seed: withPrivateRule,
+			change: func(s model.Store) []model.ConfigKey {
+				dr := subsetRule(networking.LoadBalancerSettings_ROUND_ROBIN, v1)
+				dr.TrafficPolicy.Tunnel = &networking.TrafficPolicy_TunnelSettings{TargetHost: "egress.example.com", TargetPort: 8443}
+				upsertRule(s, "private", private, dr)
+				return []model.ConfigKey{ruleKey("private")}
+			},
+			mine: []string{"cds", "lds"},
+		},
+		{
+			name: "rule's consistent hash changed",
+			seed: withPrivateRule,
+			change: func(s model.Store) []model.ConfigKey {
+				dr := subsetRule(networking.LoadBalancerSettings_ROUND_ROBIN, v1)
+				dr.TrafficPolicy.LoadBalancer = &networking.LoadBalancerSettings{LbPolicy: &networking.LoadBalancerSettings_ConsistentHash{
+					ConsistentHash: &networking.LoadBalancerSettings_ConsistentHashLB{
+						HashKey: &networking.LoadBalancerSettings_ConsistentHashLB_HttpHeaderName{HttpHeaderName: "x-user"}}}}
+				upsertRule(s, "private", private, dr)
+				return []model.ConfigKey{ruleKey("private")}
+			},
+			mine: []string{"cds", "rds"},
+		},
+		{
+			name: "rule deleted",
+			seed: withPrivateRule,
+			change: func(s model.Store) []model.ConfigKey {
+				s.DeleteConfig(ruleKey("private"))
+				return []model.ConfigKey{ruleKey("private")}
+			},
+			mine: []string{"cds", "eds"},
+		},
+		{
+			name: "rule of a public host",
+			change: func(s model.Store) []model.ConfigKey {
+				upsertRule(s, "a", public, &networking.DestinationRule{TrafficPolicy: &networking.TrafficPolicy{
+					ConnectionPool: &networking.ConnectionPoolSettings{Tcp: &networking.ConnectionPoolSettings_TCPSettings{MaxConnections: 10}}}})
+				return []model.ConfigKey{ruleKey("a")}
+			},
+			mine: []string{"cds"}, other: []string{"cds"},
+		},
+		{
+			name: "forced full push",
+			change: func(model.Store) []model.ConfigKey {
+				return nil
+			},
+			mine: all, other: all,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, harnessConfig{noStoreHandler: true, generators: stampedGenerators(), seed: func(s model.Store) {
+				upsertService(s, "a", nil, nil)
+				setHTTPEndpoints(s, "a", "10.8.0.1")
+				upsertService(s, "private", model.ExportTo{"default"}, nil)
+				setHTTPEndpoints(s, "private", "10.8.0.2")
+				if tc.seed != nil {
+					tc.seed(s)
+				}
+			}})
+			mine := h.sotwAs("mine", nodeIn("mine", "default", nil))
+			other := h.sotwAs("other", nodeIn("other", "other", nil))
+			for _, c := range []*sotwClient{mine, other} {
+				c.ack(c.subscribe(ClusterType))
+				c.ack(c.subscribe(ListenerType))
+				c.ack(c.subscribe(RouteType, "80"), "80")
+				c.ack(c.subscribe(EndpointType, public, private), public, private)
+				c.expectQuiet("after subscribing")
+			}
+			pushesBefore := map[string]float64{}
+			for _, typ := range all {
+				pushesBefore[typ] = h.counter(h.server.metrics.pushes, typ)
+			}
+
+			req := &model.PushRequest{Full: true, Start: time.Now()}
+			if keys := tc.change(h.store); keys != nil {
+				req = nil
+				for _, key := range keys {
+					req = req.Merge(model.NewPushRequest(key, time.Now()))
+				}
+			}
+			h.pushNow(req)
+
+			pushed := func(c *sotwClient) []string {
+				var types []string
+				for _, r := range c.barrier() {
+					types = append(types, shortType(r.GetTypeUrl()))
+				}
+				slices.Sort(types)
+				return types
+			}
+			gotMine, gotOther := pushed(mine), pushed(other)
+			if !slices.Equal(gotMine, tc.mine) {
+				t.Errorf("proxy in default was pushed %v, want %v", gotMine, tc.mine)
+			}
+			if !slices.Equal(gotOther, tc.other) {
+				t.Errorf("proxy in other was pushed %v, want %v", gotOther, tc.other)
+			}
+			// The pushes metric records the same.
+			for _, typ := range all {
+				want := 0.0
+				for _, got := range [][]string{tc.mine, tc.other} {
+					if slices.Contains(got, typ) {
+						want++
+					}
+				}
+				if got := h.counter(h.server.metrics.pushes, typ) - pushesBefore[typ]; got != want {
+					t.Errorf("meshpilot_xds_pushes_total{type=%s} grew by %v, want %v", typ, got, want)
+				}
+			}
+		})
+	}
+}
+
+// A connection that misses pushes merges their plans: what it is then pushed
+// covers both changes, from the context it last saw to the newest.
+func TestMergedPlansCoverEveryChange(t *testing.T) {
+	h := newHarness(t, harnessConfig{noStoreHandler: true, generators: stampedGenerators(), seed: func(s model.Store) {
+		upsertService(s, "private", model.ExportTo{"default"}, nil)
+		setHTTPEndpoints(s, "private", "10.8.0.2")
+		upsertRule(s, "private", hostname("private"), subsetRule(networking.LoadBalancerSettings_ROUND_ROBIN, nil))
+	}})
+	h.eventually("the first push context", h.server.Ready)
+	prev := h.server.PushContext()
+
+	// Plan 1 changes the tunnel, plan 2 the endpoints.
+	dr := subsetRule(networking.LoadBalancerSettings_ROUND_ROBIN, nil)
+	dr.TrafficPolicy.Tunnel = &networking.TrafficPolicy_TunnelSettings{TargetHost: "egress.example.com", TargetPort: 8443}
+	upsertRule(h.store, "private", hostname("private"), dr)
+	req1 := model.NewPushRequest(ruleKey("private"), time.Now())
+	h.server.build(req1)
+	mid := h.server.PushContext()
+	p1 := newPushPlan(1, req1, prev, mid)
+	setHTTPEndpoints(h.store, "private", "10.8.0.3")
+	req2 := model.NewPushRequest(model.ConfigKey{Kind: model.KindEndpoints, Namespace: "default", Name: "private"}, time.Now())
+	h.server.updateEndpoints(req2)
+	p2 := newPushPlan(2, req2, mid, h.server.PushContext())
+
+	m := mergePlans(3, p1, p2)
+	if m.prev != prev || m.cur != h.server.PushContext() || !m.req.Full || m.everything {
+		t.Fatalf("merged plan spans the wrong contexts or request: %+v", m)
+	}
+	sc := m.scopeFor(&model.Proxy{Namespace: "default"})
+	want := pushScope{clusters: true, listeners: true, endpoints: true}
+	if sc != want {
+		t.Fatalf("merged scope = %+v, want %+v", sc, want)
+	}
+	if eds := m.request(sc, EndpointType); eds == nil || eds.Full || len(eds.ConfigsUpdated) != 1 {
+		t.Fatalf("merged EDS request = %+v, want the endpoint-only request for private", eds)
+	}
+	if got := m.scopeFor(&model.Proxy{Namespace: "other"}); got != (pushScope{endpoints: true}) {
+		// The endpoint change reaches every EDS watcher; the generator
+		// leaves out what the proxy cannot see.
+		t.Fatalf("scope of a proxy that cannot see the host = %+v", got)
+	}
+}

@@ -1,0 +1,181 @@
+package xds
+
+import (
+	"errors"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/meshpilot/meshpilot/pkg/model"
+	"github.com/meshpilot/meshpilot/pkg/pushcontext"
+)
+
+// errGenerationAbandoned is what waiters see if the generation they wait for
+// never completed.
+var errGenerationAbandoned = errors.New("shared generation abandoned")
+
+// Bounds of one served version's shared generations. Beyond them,
+// connections generate for themselves: slower, never wrong.
+const (
+	maxSharedEntries   = 8192
+	maxSharedResources = 1 << 20
+)
+
+// sharedGenerations lets identical proxies share what generators build for
+// them. It belongs to one pushState, so everything in it is dropped with the
+// served version that produced it.
+//
+// Two connections share a result when the type's generator, the proxy's
+// identity (see connection.identity), the subscription and, for partial EDS,
+// the push plan are the same. The first connection generates; the others
+// wait for it and take its result, hashes included (singleflight).
+type sharedGenerations struct {
+	mu        sync.Mutex
+	entries   map[shareKey]*sharedResult
+	resources int
+}
+
+type shareKey struct {
+	gen      Generator
+	typeURL  string
+	identity string
+	// plan is 0 for complete generations, which do not depend on the
+	// request, and the plan's id for partial (endpoint-only) ones, which do.
+	plan     uint64
+	wildcard bool
+	// names hashes the subscribed names; the entry keeps the names to rule
+	// out collisions.
+	names uint64
+}
+
+type sharedResult struct {
+	done  chan struct{}
+	names []string
+	items []generated
+	err   error
+}
+
+func newSharedGenerations() *sharedGenerations {
+	return &sharedGenerations{entries: map[shareKey]*sharedResult{}}
+}
+
+// claim returns the entry for key and whether the caller must generate it
+// (and then call finish). It returns nil when the result cannot be shared:
+// the bounds are reached, or another subscription hashed to the same key.
+func (sg *sharedGenerations) claim(key shareKey, names []string) (*sharedResult, bool) {
+	sg.mu.Lock()
+	defer sg.mu.Unlock()
+	if r, ok := sg.entries[key]; ok {
+		if !slices.Equal(r.names, names) {
+			return nil, false
+		}
+		return r, false
+	}
+	if len(sg.entries) >= maxSharedEntries || sg.resources >= maxSharedResources {
+		return nil, false
+	}
+	// The connection may change its subscription in place later; the entry
+	// needs its own copy.
+	r := &sharedResult{done: make(chan struct{}), names: slices.Clone(names)}
+	sg.entries[key] = r
+	return r, true
+}
+
+func (sg *sharedGenerations) finish(r *sharedResult, items []generated, err error) {
+	r.items, r.err = items, err
+	sg.mu.Lock()
+	sg.resources += len(items)
+	sg.mu.Unlock()
+	close(r.done)
+}
+
+// shareKey returns the key under which w's generation for req may be shared,
+// false when the type's generator cannot be compared (a func, or a struct
+// holding one) and so cannot be told apart from another proxy's.
+func (c *connection) shareKey(w *watch, req *model.PushRequest, plan uint64, st *pushState) (shareKey, bool) {
+	g := c.generators[w.typeURL]
+	if !comparableGenerator(g) {
+		return shareKey{}, false
+	}
+	key := shareKey{
+		gen:      g,
+		typeURL:  w.typeURL,
+		identity: c.identity(st),
+		wildcard: w.resource.Wildcard,
+		names:    w.subscriptionHash(),
+	}
+	if !req.Full {
+		key.plan = plan
+	}
+	return key, true
+}
+
+func comparableGenerator(g Generator) bool {
+	return g != nil && reflect.ValueOf(g).Comparable()
+}
+
+func hashNames(names []string) uint64 {
+	d := xxhash.New()
+	for _, n := range names {
+		_, _ = d.WriteString(n)
+		_, _ = d.Write([]byte{0})
+	}
+	return d.Sum64()
+}
+
+// identity is everything about the proxy that generators may read beyond its
+// subscription: kind, namespace, domain, cluster, locality, the services its
+// workload serves (with named target ports resolved), and its labels when a
+// workload-selector rule in its namespace could tell proxies apart. Proxies
+// with the same identity get the same resources. It is computed once per
+// served state (named ports follow endpoints, which change without a new
+// push context) and connection; only the connection's goroutine calls it.
+func (c *connection) identity(st *pushState) string {
+	if c.identityOf == st {
+		return c.identityKey
+	}
+	p, push := c.proxy, st.push
+	var b strings.Builder
+	for _, s := range []string{string(p.Type), p.Namespace, p.DNSDomain, p.ClusterID, p.Generator, p.Locality.String()} {
+		b.WriteString(s)
+		b.WriteByte(0)
+	}
+	if w := push.WorkloadForProxy(p); w != nil {
+		for _, svc := range push.ServiceTargets(w) {
+			b.WriteString("target:")
+			b.WriteString(svc.Hostname)
+			for _, port := range svc.Ports {
+				if port.TargetPortName == "" {
+					continue
+				}
+				// A named target port resolves through this workload's own
+				// endpoints, which may differ between replicas.
+				b.WriteByte(':')
+				b.WriteString(port.TargetPortName)
+				b.WriteByte('=')
+				b.WriteString(formatUint(uint64(workloadPort(push, svc, port, w))))
+			}
+			b.WriteByte(0)
+		}
+	}
+	if push.HasWorkloadSelectorRules(p.Namespace) {
+		b.WriteString("labels:")
+		b.WriteString(labelsKey(p.Labels))
+	}
+	c.identityOf, c.identityKey = st, b.String()
+	return c.identityKey
+}
+
+// workloadPort is the port number that w's endpoint of svc's port has, 0 if w
+// has none.
+func workloadPort(push *pushcontext.PushContext, svc *model.Service, port *model.Port, w *model.Workload) uint32 {
+	for _, ep := range push.Endpoints(svc.Hostname, port.Port, nil) {
+		if slices.Contains(w.IPs, ep.Address) {
+			return ep.Port
+		}
+	}
+	return 0
+}
