@@ -28,6 +28,13 @@ func buildLoadAssignment(name string, eps []*model.Endpoint) (model.Resource, er
 	return marshalResource(name, scratch.fill(name, eps))
 }
 
+// NewLoadAssignment builds the load assignment Generate would serve for
+// these endpoints as a fresh message the caller owns, for generators that
+// adjust it (locality priorities, weights) before marshalling.
+func NewLoadAssignment(name string, eps []*model.Endpoint) *endpoint.ClusterLoadAssignment {
+	return new(claScratch).fill(name, eps)
+}
+
 // claScratch holds the messages of one load assignment while it is
 // marshalled. Only the marshalled bytes outlive a build, so the messages are
 // pooled: a cold EDS push would otherwise allocate (and collect) several

@@ -166,22 +166,38 @@ func changedServices(push *pushcontext.PushContext, ns string, req *model.PushRe
 	return out
 }
 
+// LoadAssignment returns the marshalled load assignment of cluster
+// outbound|port|subset|host whose endpoints carry subsetLabels, from the same
+// cache Generate uses; other generators (Envoy's EDS) share it this way.
+func (g *EndpointGenerator) LoadAssignment(push *pushcontext.PushContext, host string, port uint32, subset string, subsetLabels map[string]string) (model.Resource, error) {
+	g.sweep(push)
+	return g.loadAssignment(push, clusterKey{host: host, port: port, subset: subset}, subsetLabels)
+}
+
 // emit appends the cluster's load assignment, from the cache when the
 // endpoint list is unchanged.
 func (g *EndpointGenerator) emit(out model.Resources, push *pushcontext.PushContext, key clusterKey, labels map[string]string) (model.Resources, error) {
+	res, err := g.loadAssignment(push, key, labels)
+	if err != nil {
+		return out, err
+	}
+	return append(out, res), nil
+}
+
+func (g *EndpointGenerator) loadAssignment(push *pushcontext.PushContext, key clusterKey, labels map[string]string) (model.Resource, error) {
 	eps := push.Endpoints(key.host, key.port, labels)
 	var variants []claVariant
 	if cached, ok := g.cache.Load(key); ok {
 		variants = cached.(*claVariants).items
 		for i := range variants {
 			if sameList(variants[i].endpoints, eps) {
-				return append(out, variants[i].resource), nil
+				return variants[i].resource, nil
 			}
 		}
 	}
 	res, err := buildLoadAssignment(key.name(), eps)
 	if err != nil {
-		return out, err
+		return res, err
 	}
 	fresh := make([]claVariant, 0, min(len(variants)+1, maxCLAVariants))
 	fresh = append(fresh, claVariant{endpoints: eps, labels: labels, resource: res})
@@ -193,17 +209,23 @@ func (g *EndpointGenerator) emit(out model.Resources, push *pushcontext.PushCont
 	}
 	// Concurrent misses may race here; each stores a correct value.
 	g.cache.Store(key, &claVariants{items: fresh})
-	return append(out, res), nil
+	return res, nil
 }
 
 // sweep drops cached load assignments that the push context no longer
 // produces (deleted services, changed endpoints), once per push context
 // version, so the cache does not pin old endpoint lists.
 func (g *EndpointGenerator) sweep(push *pushcontext.PushContext) {
-	version := push.Version()
-	if last := g.lastSwept.Load(); last != nil && *last == version {
+	if last := g.lastSwept.Load(); last != nil && *last == push.Version() {
 		return
 	}
+	g.sweepSlow(push)
+}
+
+// sweepSlow is sweep's once-per-version part, kept apart so that the check
+// above does not move a copy of the version to the heap on every call.
+func (g *EndpointGenerator) sweepSlow(push *pushcontext.PushContext) {
+	version := push.Version()
 	g.sweepMu.Lock()
 	defer g.sweepMu.Unlock()
 	if last := g.lastSwept.Load(); last != nil && *last == version {

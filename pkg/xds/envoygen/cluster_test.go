@@ -1,0 +1,310 @@
+package envoygen
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/testing/protocmp"
+	"google.golang.org/protobuf/types/known/durationpb"
+	networking "istio.io/api/networking/v1"
+
+	"github.com/meshpilot/meshpilot/internal/xdstest"
+	"github.com/meshpilot/meshpilot/pkg/model"
+	"github.com/meshpilot/meshpilot/pkg/pushcontext"
+)
+
+func TestHashPolicy(t *testing.T) {
+	ttl := durationpb.New(time.Hour)
+	tests := []struct {
+		name string
+		lb   *networking.LoadBalancerSettings
+		want []*route.RouteAction_HashPolicy
+	}{
+		{name: "no load balancer"},
+		{
+			name: "simple",
+			lb:   &networking.LoadBalancerSettings{LbPolicy: &networking.LoadBalancerSettings_Simple{Simple: networking.LoadBalancerSettings_RANDOM}},
+		},
+		{
+			name: "header",
+			lb:   consistentHash(&networking.LoadBalancerSettings_ConsistentHashLB{HashKey: &networking.LoadBalancerSettings_ConsistentHashLB_HttpHeaderName{HttpHeaderName: "x-user"}}),
+			want: []*route.RouteAction_HashPolicy{{PolicySpecifier: &route.RouteAction_HashPolicy_Header_{
+				Header: &route.RouteAction_HashPolicy_Header{HeaderName: "x-user"},
+			}}},
+		},
+		{
+			name: "cookie",
+			lb: consistentHash(&networking.LoadBalancerSettings_ConsistentHashLB{HashKey: &networking.LoadBalancerSettings_ConsistentHashLB_HttpCookie{
+				HttpCookie: &networking.LoadBalancerSettings_ConsistentHashLB_HTTPCookie{
+					Name: "session", Path: "/", Ttl: ttl,
+					Attributes: []*networking.LoadBalancerSettings_ConsistentHashLB_HTTPCookie_Attribute{{Name: "SameSite", Value: "Strict"}},
+				},
+			}}),
+			want: []*route.RouteAction_HashPolicy{{PolicySpecifier: &route.RouteAction_HashPolicy_Cookie_{
+				Cookie: &route.RouteAction_HashPolicy_Cookie{
+					Name: "session", Path: "/", Ttl: durationpb.New(time.Hour),
+					Attributes: []*route.RouteAction_HashPolicy_CookieAttribute{{Name: "SameSite", Value: "Strict"}},
+				},
+			}}},
+		},
+		{
+			name: "source ip",
+			lb:   consistentHash(&networking.LoadBalancerSettings_ConsistentHashLB{HashKey: &networking.LoadBalancerSettings_ConsistentHashLB_UseSourceIp{UseSourceIp: true}}),
+			want: []*route.RouteAction_HashPolicy{{PolicySpecifier: &route.RouteAction_HashPolicy_ConnectionProperties_{
+				ConnectionProperties: &route.RouteAction_HashPolicy_ConnectionProperties{SourceIp: true},
+			}}},
+		},
+		{
+			name: "query parameter",
+			lb:   consistentHash(&networking.LoadBalancerSettings_ConsistentHashLB{HashKey: &networking.LoadBalancerSettings_ConsistentHashLB_HttpQueryParameterName{HttpQueryParameterName: "user"}}),
+			want: []*route.RouteAction_HashPolicy{{PolicySpecifier: &route.RouteAction_HashPolicy_QueryParameter_{
+				QueryParameter: &route.RouteAction_HashPolicy_QueryParameter{Name: "user"},
+			}}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := HashPolicy(tt.lb)
+			if diff := cmp.Diff(tt.want, got, protocmp.Transform()); diff != "" {
+				t.Errorf("HashPolicy (-want +got):\n%s", diff)
+			}
+			for _, p := range got {
+				if err := xdstest.ValidateDeep(p); err != nil {
+					t.Errorf("invalid hash policy: %v", err)
+				}
+			}
+		})
+	}
+}
+
+func consistentHash(ch *networking.LoadBalancerSettings_ConsistentHashLB) *networking.LoadBalancerSettings {
+	return &networking.LoadBalancerSettings{LbPolicy: &networking.LoadBalancerSettings_ConsistentHash{ConsistentHash: ch}}
+}
+
+func TestLocalityMatches(t *testing.T) {
+	loc := model.Locality{Region: "us", Zone: "us-1", SubZone: "r1"}
+	tests := []struct {
+		pattern string
+		want    bool
+	}{
+		{"us", true}, {"us/*", true}, {"us/us-1", true}, {"us/us-1/r1", true}, {"*", true},
+		{"us/us-2", false}, {"eu", false}, {"us/us-1/r2", false}, {"*/us-1/*", true},
+	}
+	for _, tt := range tests {
+		if got := localityMatches(loc, tt.pattern); got != tt.want {
+			t.Errorf("localityMatches(%q) = %v, want %v", tt.pattern, got, tt.want)
+		}
+	}
+}
+
+// sharedFixture is one service with a rule Envoy cannot fully honour.
+const sharedFixture = `
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: app}
+spec:
+  clusterIP: 10.96.0.20
+  ports: [{name: http, port: 80, targetPort: 8080}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: web-1, namespace: app, labels: {kubernetes.io/service-name: web}}
+addressType: IPv4
+ports: [{name: http, port: 8080, protocol: TCP}]
+endpoints:
+- addresses: [10.1.0.1]
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: web, namespace: app}
+spec:
+  host: web.app.svc.cluster.local
+  trafficPolicy:
+    loadBalancer:
+      backendUtilization: {}
+`
+
+func buildPush(t testing.TB, store model.Store, prev *pushcontext.PushContext, req *model.PushRequest) *pushcontext.PushContext {
+	t.Helper()
+	return pushcontext.Build(store, pushcontext.Options{}, prev, req)
+}
+
+func findResource(res model.Resources, name string) *model.Resource {
+	for i := range res {
+		if res[i].Name == name {
+			return &res[i]
+		}
+	}
+	return nil
+}
+
+// Proxies that resolve the same rule share one marshalled cluster, whatever
+// their namespace; a dropped field is reported once per push context and
+// logged once, and reported again to the next push context that reuses the
+// cached cluster.
+func TestClusterSharingAndProblems(t *testing.T) {
+	store := xdstest.Store(t, sharedFixture)
+	var logs bytes.Buffer
+	g := NewClusterGenerator(Options{Logger: clusterTestLogger(&logs)})
+	push := buildPush(t, store, nil, nil)
+	w := &model.WatchedResource{TypeURL: ClusterType, Wildcard: true}
+	const name = "outbound|80||web.app.svc.cluster.local"
+
+	var first *model.Resource
+	for _, ns := range []string{"app", "app", "other", "third"} {
+		res, err := g.Generate(&model.Proxy{Type: model.SidecarProxy, Namespace: ns}, push, w, &model.PushRequest{Full: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := findResource(res, name)
+		if r == nil {
+			t.Fatalf("namespace %s: no %s", ns, name)
+		}
+		if first == nil {
+			first = r
+		} else if r.Resource != first.Resource {
+			t.Errorf("namespace %s: cluster was built again instead of shared", ns)
+		}
+	}
+	if got := push.ProblemCount(); got != 1 {
+		t.Errorf("problems = %d, want 1", got)
+	}
+	if got := strings.Count(logs.String(), "backendUtilization"); got != 1 {
+		t.Errorf("logged %d times, want once:\n%s", got, logs.String())
+	}
+
+	// A push that changes nothing the cluster depends on reuses it, and
+	// the new push context still learns about the dropped field.
+	next := buildPush(t, store, push, &model.PushRequest{Full: true, ConfigsUpdated: map[model.ConfigKey]struct{}{
+		{Kind: model.KindNamespace, Name: "other"}: {},
+	}})
+	res, err := g.Generate(&model.Proxy{Type: model.SidecarProxy, Namespace: "app"}, next, w, &model.PushRequest{Full: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := findResource(res, name); r == nil || r.Resource != first.Resource {
+		t.Errorf("cluster not reused across push contexts")
+	}
+	if got := next.ProblemCount(); got != 1 {
+		t.Errorf("next push context problems = %d, want 1", got)
+	}
+}
+
+// An endpoint-only push returns just the changed services' assignments;
+// explicit requests for clusters that do not exist for the proxy get
+// nothing.
+func TestEndpointPartialAndUnknown(t *testing.T) {
+	store := xdstest.Store(t, sharedFixture+`
+---
+apiVersion: v1
+kind: Service
+metadata: {name: api, namespace: app}
+spec:
+  clusterIP: 10.96.0.21
+  ports: [{name: http, port: 80, targetPort: 8080}]
+`)
+	g := NewEndpointGenerator(Options{})
+	push := buildPush(t, store, nil, nil)
+	proxy := &model.Proxy{Type: model.SidecarProxy, Namespace: "app"}
+	w := &model.WatchedResource{TypeURL: EndpointType, ResourceNames: []string{
+		"outbound|80|nosuchsubset|web.app.svc.cluster.local",
+		"outbound|80||api.app.svc.cluster.local",
+		"outbound|80||missing.app.svc.cluster.local",
+		"outbound|80||web.app.svc.cluster.local",
+		"outbound|81||web.app.svc.cluster.local",
+	}}
+	res, err := g.Generate(proxy, push, w, &model.PushRequest{Full: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := resourceNames(res), []string{"outbound|80||api.app.svc.cluster.local", "outbound|80||web.app.svc.cluster.local"}; !cmp.Equal(got, want) {
+		t.Errorf("full push names = %v, want %v", got, want)
+	}
+	partial := &model.PushRequest{ConfigsUpdated: map[model.ConfigKey]struct{}{{Kind: model.KindEndpoints, Namespace: "app", Name: "web"}: {}}}
+	res, err = g.Generate(proxy, push, w, partial)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := resourceNames(res), []string{"outbound|80||web.app.svc.cluster.local"}; !cmp.Equal(got, want) {
+		t.Errorf("endpoint push names = %v, want %v", got, want)
+	}
+}
+
+func resourceNames(res model.Resources) []string {
+	out := make([]string, 0, len(res))
+	for _, r := range res {
+		out = append(out, r.Name)
+	}
+	return out
+}
+
+// Clusters of services without a rule are spliced from a template; they
+// must decode to exactly the cluster the builder makes.
+func TestClusterTemplateMatchesBuilder(t *testing.T) {
+	var templates clusterTemplates
+	protocols := []model.Protocol{model.ProtocolHTTP, model.ProtocolHTTP2, model.ProtocolGRPC, model.ProtocolTCP, model.ProtocolUnknown, model.ProtocolTLS}
+	for _, proxyType := range []model.NodeType{model.SidecarProxy, model.Router} {
+		for _, protocol := range protocols {
+			o := outboundCluster{
+				svc:       &model.Service{Hostname: "web.app.svc.cluster.local"},
+				port:      &model.Port{Port: 8080, Protocol: protocol},
+				proxyType: proxyType,
+			}
+			want := buildOutboundCluster(o, problemReporter{})
+			res := templates.get(protocol, proxyType).resource(OutboundClusterName(o.svc.Hostname, 8080, ""))
+			var got cluster.Cluster
+			if err := res.Resource.UnmarshalTo(&got); err != nil {
+				t.Fatalf("%s %s: %v", proxyType, protocol, err)
+			}
+			if diff := cmp.Diff(want, &got, protocmp.Transform()); diff != "" {
+				t.Errorf("%s %s: spliced cluster differs (-built +spliced):\n%s", proxyType, protocol, diff)
+			}
+		}
+	}
+}
+
+// Many connections generate from one push context at once; every one must
+// get the same clusters and assignments as a lone generation.
+func TestClusterConcurrentGeneration(t *testing.T) {
+	f := loadClusterFixture(t, "testdata/clusters/locality-failover.in.yaml")
+	push := buildPush(t, f.store, nil, nil)
+	proxy := f.proxies[0].model()
+	cw := &model.WatchedResource{TypeURL: ClusterType, Wildcard: true}
+	ew := &model.WatchedResource{TypeURL: EndpointType, Wildcard: true}
+	full := &model.PushRequest{Full: true}
+	wantC, _ := NewClusterGenerator(Options{}).Generate(proxy, push, cw, full)
+	wantE, _ := NewEndpointGenerator(Options{}).Generate(proxy, push, ew, full)
+	cds, eds := NewClusterGenerator(Options{}), NewEndpointGenerator(Options{})
+	errs := make(chan string, 16)
+	done := make(chan struct{})
+	for range 8 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for range 20 {
+				c, err1 := cds.Generate(proxy, push, cw, full)
+				e, err2 := eds.Generate(proxy, push, ew, full)
+				if err1 != nil || err2 != nil {
+					errs <- "generate failed"
+					return
+				}
+				if !cmp.Equal(wantC, c, cmp.Comparer(proto.Equal)) || !cmp.Equal(wantE, e, cmp.Comparer(proto.Equal)) {
+					errs <- "concurrent generation differs"
+					return
+				}
+			}
+		}()
+	}
+	for range 8 {
+		<-done
+	}
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+}

@@ -1,0 +1,222 @@
+package envoygen
+
+import (
+	"net/netip"
+	"strings"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	networking "istio.io/api/networking/v1"
+)
+
+// SDS resource names and sources, as Istio's agent and istiod use them.
+const (
+	// agentSDSCluster is the bootstrap cluster of the local Istio agent,
+	// which serves the workload's own certificates and mounted files.
+	agentSDSCluster = "sds-grpc"
+	// workloadCertSecret and workloadRootSecret are the workload's own
+	// certificate and the mesh root, from the agent.
+	workloadCertSecret = "default"
+	workloadRootSecret = "ROOTCA"
+	// credentialPrefix names a Kubernetes Secret served over ADS.
+	credentialPrefix = "kubernetes://"
+	// caCertSuffix names the CA part of a credential.
+	caCertSuffix = "-cacert"
+	// fileCertPrefix and fileRootPrefix name certificates mounted in the
+	// proxy's pod, which the agent reads and serves (Envoy cannot rotate
+	// files itself).
+	fileCertPrefix = "file-cert:"
+	fileRootPrefix = "file-root:"
+	// systemRoots is the agent's name for the OS trust store, which SIMPLE
+	// and MUTUAL use when the rule names no CA, as Istio does.
+	systemRoots        = "system"
+	transportSocketTLS = "envoy.transport_sockets.tls"
+)
+
+// tlsTarget is what TLS settings depend on besides the settings themselves.
+type tlsTarget struct {
+	// istioSNI is sent for ISTIO_MUTUAL when the rule sets no SNI.
+	istioSNI string
+	sidecar  bool
+	// ruleSelector is set when the rule has a workloadSelector.
+	ruleSelector bool
+}
+
+// applyTLS originates TLS as the rule says. Certificates are always SDS
+// references: the workload's own for ISTIO_MUTUAL, a Kubernetes Secret for
+// credentialName, or pod-mounted files through the agent.
+func (b *clusterBuilder) applyTLS(tls *networking.ClientTLSSettings, t tlsTarget) {
+	var ctx *tlsv3.UpstreamTlsContext
+	switch tls.GetMode() {
+	case networking.ClientTLSSettings_ISTIO_MUTUAL:
+		ctx = b.istioMutualTLS(tls, t.istioSNI)
+	case networking.ClientTLSSettings_SIMPLE, networking.ClientTLSSettings_MUTUAL:
+		if tls.GetCredentialName() != "" && t.sidecar && !t.ruleSelector {
+			// Istio's rule: a credential would otherwise reach every sidecar
+			// in scope, and each would wait for a secret it may not read.
+			b.drop.field("tls.credentialName", "sidecars take credentialName only from DestinationRules with a workloadSelector; TLS origination left out")
+			return
+		}
+		ctx = b.originateTLS(tls)
+	default: // DISABLE, or no settings
+		return
+	}
+	b.c.TransportSocket = &core.TransportSocket{
+		Name:       transportSocketTLS,
+		ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: packAny(ctx)},
+	}
+}
+
+func defaultUpstreamCommonTLS() *tlsv3.CommonTlsContext {
+	return &tlsv3.CommonTlsContext{
+		TlsParams: &tlsv3.TlsParameters{
+			TlsMinimumProtocolVersion: tlsv3.TlsParameters_TLSv1_2,
+			TlsMaximumProtocolVersion: tlsv3.TlsParameters_TLSv1_3,
+		},
+	}
+}
+
+// istioMutualTLS presents the workload's certificate and validates the peer
+// against the mesh root. The "istio" ALPN marks in-mesh traffic for the
+// server's filter chain match.
+func (b *clusterBuilder) istioMutualTLS(tls *networking.ClientTLSSettings, defaultSNI string) *tlsv3.UpstreamTlsContext {
+	common := defaultUpstreamCommonTLS()
+	common.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{agentSecret(workloadCertSecret)}
+	common.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{
+		CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
+			DefaultValidationContext:         &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: sanMatchers(tls.GetSubjectAltNames())},
+			ValidationContextSdsSecretConfig: agentSecret(workloadRootSecret),
+		},
+	}
+	common.AlpnProtocols = []string{"istio"}
+	if b.http2Options() != nil {
+		common.AlpnProtocols = []string{"istio", "h2"}
+	}
+	sni := tls.GetSni()
+	if sni == "" {
+		sni = defaultSNI
+	}
+	return &tlsv3.UpstreamTlsContext{CommonTlsContext: common, Sni: sni}
+}
+
+// originateTLS is SIMPLE (server verified only) or MUTUAL (client
+// certificate too).
+func (b *clusterBuilder) originateTLS(tls *networking.ClientTLSSettings) *tlsv3.UpstreamTlsContext {
+	mutual := tls.GetMode() == networking.ClientTLSSettings_MUTUAL
+	common := defaultUpstreamCommonTLS()
+	ctx := &tlsv3.UpstreamTlsContext{CommonTlsContext: common, Sni: tls.GetSni()}
+	b.autoSNI(tls)
+
+	credential := tls.GetCredentialName()
+	if mutual {
+		if credential != "" {
+			common.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{adsSecret(credentialResource(credential))}
+		} else {
+			// Validation guarantees both paths for MUTUAL without a credential.
+			common.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{
+				agentSecret(fileCertPrefix + tls.GetClientCertificate() + "~" + tls.GetPrivateKey()),
+			}
+		}
+	}
+	if !tls.GetInsecureSkipVerify().GetValue() {
+		var roots *tlsv3.SdsSecretConfig
+		switch {
+		case tls.GetCaCertCredentialName() != "":
+			roots = adsSecret(credentialResource(tls.GetCaCertCredentialName()))
+		case credential != "":
+			roots = adsSecret(credentialResource(credential) + caCertSuffix)
+		case tls.GetCaCertificates() != "":
+			roots = agentSecret(fileRootPrefix + tls.GetCaCertificates())
+		default:
+			roots = agentSecret(fileRootPrefix + systemRoots)
+		}
+		defaults := &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: sanMatchers(tls.GetSubjectAltNames())}
+		if crl := tls.GetCaCrl(); crl != "" {
+			defaults.Crl = &core.DataSource{Specifier: &core.DataSource_Filename{Filename: crl}}
+		}
+		common.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{
+			CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
+				DefaultValidationContext:         defaults,
+				ValidationContextSdsSecretConfig: roots,
+			},
+		}
+	}
+	if b.http2Options() != nil {
+		common.AlpnProtocols = []string{"h2"}
+	}
+	return ctx
+}
+
+// autoSNI makes Envoy send the request's host as SNI when the rule sets
+// none, and check the server certificate against it when the rule names no
+// SANs, as Istio does for SIMPLE and MUTUAL.
+func (b *clusterBuilder) autoSNI(tls *networking.ClientTLSSettings) {
+	if tls.GetSni() != "" {
+		return
+	}
+	opts := b.httpOptions()
+	if opts.UpstreamHttpProtocolOptions == nil {
+		opts.UpstreamHttpProtocolOptions = &core.UpstreamHttpProtocolOptions{}
+	}
+	opts.UpstreamHttpProtocolOptions.AutoSni = true
+	if len(tls.GetSubjectAltNames()) == 0 && !tls.GetInsecureSkipVerify().GetValue() {
+		opts.UpstreamHttpProtocolOptions.AutoSanValidation = true
+	}
+}
+
+// credentialResource is the SDS name of a credential: a bare Secret name
+// gets the kubernetes:// scheme; a name with a scheme is used as it is.
+func credentialResource(name string) string {
+	if strings.Contains(name, "://") {
+		return name
+	}
+	return credentialPrefix + name
+}
+
+// agentSecret is a secret the local Istio agent serves.
+func agentSecret(name string) *tlsv3.SdsSecretConfig {
+	return &tlsv3.SdsSecretConfig{
+		Name: name,
+		SdsConfig: &core.ConfigSource{
+			ConfigSourceSpecifier: &core.ConfigSource_ApiConfigSource{
+				ApiConfigSource: &core.ApiConfigSource{
+					ApiType:                   core.ApiConfigSource_GRPC,
+					TransportApiVersion:       core.ApiVersion_V3,
+					SetNodeOnFirstMessageOnly: true,
+					GrpcServices: []*core.GrpcService{{
+						TargetSpecifier: &core.GrpcService_EnvoyGrpc_{EnvoyGrpc: &core.GrpcService_EnvoyGrpc{ClusterName: agentSDSCluster}},
+					}},
+				},
+			},
+			ResourceApiVersion: core.ApiVersion_V3,
+		},
+	}
+}
+
+// adsSecret is a secret the control plane serves on the ADS stream.
+func adsSecret(name string) *tlsv3.SdsSecretConfig {
+	return &tlsv3.SdsSecretConfig{Name: name, SdsConfig: adsConfigSource()}
+}
+
+// sanMatchers matches each name exactly, typed by its form: a URI (SPIFFE
+// identities), an IP address, or else a DNS name.
+func sanMatchers(names []string) []*tlsv3.SubjectAltNameMatcher {
+	if len(names) == 0 {
+		return nil
+	}
+	out := make([]*tlsv3.SubjectAltNameMatcher, 0, len(names))
+	for _, n := range names {
+		sanType := tlsv3.SubjectAltNameMatcher_DNS
+		if strings.Contains(n, "://") {
+			sanType = tlsv3.SubjectAltNameMatcher_URI
+		} else if _, err := netip.ParseAddr(n); err == nil {
+			sanType = tlsv3.SubjectAltNameMatcher_IP_ADDRESS
+		}
+		out = append(out, &tlsv3.SubjectAltNameMatcher{
+			SanType: sanType,
+			Matcher: &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: n}},
+		})
+	}
+	return out
+}

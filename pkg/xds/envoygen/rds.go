@@ -1,0 +1,272 @@
+package envoygen
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/meshpilot/meshpilot/pkg/model"
+	"github.com/meshpilot/meshpilot/pkg/pushcontext"
+)
+
+// RouteGenerator serves RDS to Envoy sidecars: for each outbound HTTP port,
+// a route configuration named after the port with one virtual host per
+// visible service on that port ("host:port") and the allow_any catch-all.
+// A route configuration depends on the proxy's namespace (and labels, when
+// workload-selected DestinationRules exist there) and is built once per
+// push context version for all proxies that share them. Routers get no
+// routes until gateways are translated.
+type RouteGenerator struct {
+	opts     Options
+	parts    *routeParts
+	vhosts   *vhostEncoder
+	allowAny []byte // the marshalled catch-all virtual host
+	views    outboundViews
+	cache    lrCache
+}
+
+// NewRouteGenerator returns the RDS generator.
+func NewRouteGenerator(opts Options) Generator {
+	return newRouteGenerator(opts)
+}
+
+func newRouteGenerator(opts Options) *RouteGenerator {
+	parts := newRouteParts()
+	allowAny, err := lrMarshal.Marshal(parts.allowAnyVirtualHost())
+	if err != nil {
+		panic(err) // a fixed message; marshalling cannot fail
+	}
+	return &RouteGenerator{opts: opts.withDefaults(), parts: parts, vhosts: newVhostEncoder(parts), allowAny: allowAny}
+}
+
+type routeConfigKey struct {
+	scope proxyRuleScope
+	name  string
+}
+
+// Generate implements Generator. Every requested name gets a configuration,
+// as Istio does: an Envoy waiting for a route it was promised would hold
+// its listener back indefinitely. A port without HTTP services gets only
+// the catch-all, and a name that is not a port number an empty one.
+func (g *RouteGenerator) Generate(proxy *model.Proxy, push *pushcontext.PushContext, w *model.WatchedResource, _ *model.PushRequest) (model.Resources, error) {
+	if push == nil {
+		return nil, fmt.Errorf("envoygen: no push context")
+	}
+	if proxy.Type != model.SidecarProxy {
+		return model.Resources{}, nil
+	}
+	gen := g.cache.generation(push.Version())
+	scope := ruleScopeOf(proxy, push)
+	names := w.ResourceNames
+	if w.Wildcard {
+		names = g.wildcardNames(push, proxy.Namespace, w.ResourceNames)
+	}
+	out := make(model.Resources, 0, len(names))
+	for _, name := range names {
+		v, err := gen.get(routeConfigKey{scope: scope, name: name}, func() (any, error) {
+			return g.build(gen, push, proxy, name)
+		})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v.(model.Resource))
+	}
+	return out, nil
+}
+
+// wildcardNames is every HTTP port's route name plus the explicit names,
+// sorted and without repeats.
+func (g *RouteGenerator) wildcardNames(push *pushcontext.PushContext, namespace string, explicit []string) []string {
+	view := g.views.get(push, namespace)
+	set := make(map[string]struct{}, len(view.httpPorts)+len(explicit))
+	for _, p := range view.httpPorts {
+		set[OutboundRouteName(p)] = struct{}{}
+	}
+	for _, n := range explicit {
+		set[n] = struct{}{}
+	}
+	names := make([]string, 0, len(set))
+	for n := range set {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// routePort parses a route name that is a port number in canonical form.
+func routePort(name string) (uint32, bool) {
+	p, err := strconv.ParseUint(name, 10, 16)
+	if err != nil || p == 0 || OutboundRouteName(uint32(p)) != name {
+		return 0, false
+	}
+	return uint32(p), true
+}
+
+func (g *RouteGenerator) build(gen *lrGeneration, push *pushcontext.PushContext, proxy *model.Proxy, name string) (model.Resource, error) {
+	out, err := lrMarshal.Marshal(&route.RouteConfiguration{Name: name, ValidateClusters: wrapperspb.Bool(false)})
+	if err != nil {
+		return model.Resource{}, err
+	}
+	if port, ok := routePort(name); ok {
+		b := routeBuild{g: g, gen: gen, push: push, proxy: proxy, problems: lrProblems{logger: g.opts.Logger, push: push}}
+		if out, err = b.appendVirtualHosts(out, g.views.get(push, proxy.Namespace).httpServices[port], port, name); err != nil {
+			return model.Resource{}, err
+		}
+		out = appendVirtualHost(out, g.allowAny)
+	}
+	return model.Resource{Name: name, Resource: &anypb.Any{TypeUrl: RouteType, Value: out}}, nil
+}
+
+// lrMarshal is how listeners and routes are marshalled: deterministically,
+// so equal resources have equal bytes and versions.
+var lrMarshal = proto.MarshalOptions{Deterministic: true}
+
+// virtualHostsField is RouteConfiguration.virtual_hosts. A route
+// configuration is assembled from separately marshalled virtual hosts: the
+// wire format of a repeated message field is the concatenation of its
+// elements, so a virtual host that many namespaces see alike is marshalled
+// once per push.
+var virtualHostsField = (&route.RouteConfiguration{}).ProtoReflect().Descriptor().Fields().ByName("virtual_hosts").Number()
+
+func appendVirtualHost(b, vhost []byte) []byte {
+	b = protowire.AppendTag(b, virtualHostsField, protowire.BytesType)
+	return protowire.AppendBytes(b, vhost)
+}
+
+// routeBuild is the state of building one route configuration.
+type routeBuild struct {
+	g        *RouteGenerator
+	gen      *lrGeneration
+	push     *pushcontext.PushContext
+	proxy    *model.Proxy
+	problems lrProblems
+}
+
+// vhostKey is everything a service's virtual host depends on: the service
+// port, where the proxy stands relative to the service's namespace (which
+// decides the short names; every other namespace sees the same ones), and
+// the rule the proxy resolves for the host (which decides the hash policy).
+type vhostKey struct {
+	svc    *model.Service
+	port   uint32
+	viewer namespaceRelation
+	rule   *pushcontext.DestinationRule
+}
+
+// namespaceRelation is how a proxy's namespace relates to a service's, as
+// far as the names it may use for the service go.
+type namespaceRelation uint8
+
+const (
+	unknownNamespace namespaceRelation = iota // no short names
+	otherNamespace
+	sameNamespace
+)
+
+func relation(proxyNamespace, serviceNamespace string) namespaceRelation {
+	switch proxyNamespace {
+	case "":
+		return unknownNamespace
+	case serviceNamespace:
+		return sameNamespace
+	}
+	return otherNamespace
+}
+
+// vhostSizeGuess is about what one service's virtual host takes marshalled.
+const vhostSizeGuess = 640
+
+// appendVirtualHosts appends the virtual hosts of services (sorted by
+// hostname, so by virtual host name) to a marshalled route configuration.
+// Envoy rejects a route configuration in which two virtual hosts share a
+// domain, so a domain already taken is dropped from the later virtual
+// host, with a reason.
+func (b *routeBuild) appendVirtualHosts(out []byte, services []*model.Service, port uint32, routeName string) ([]byte, error) {
+	out = slices.Grow(out, vhostSizeGuess*(len(services)+1))
+	// The names of Kubernetes services cannot collide (hostnames are unique
+	// and short names follow from them); their cluster IPs can, in a YAML
+	// source. Only when some hostname is not a Kubernetes one must every
+	// domain be checked.
+	checkAll := slices.ContainsFunc(services, func(s *model.Service) bool { return !hasKubernetesHostname(s) })
+	owners := make(map[string]*model.Service, len(services))
+	var (
+		hosts    []string
+		newKeys  []vhostKey
+		newBytes [][]byte
+		portStr  = strconv.FormatUint(uint64(port), 10)
+	)
+	for _, svc := range services {
+		hosts = vhostHosts(hosts[:0], svc, b.proxy.Namespace)
+		names := len(hosts) - len(svc.ClusterIPs)
+		kept := hosts[:0]
+		for i, h := range hosts {
+			if i < names && !checkAll {
+				kept = append(kept, h)
+				continue
+			}
+			if owner, taken := owners[h]; taken {
+				b.problems.report(serviceKey(svc), fmt.Sprintf(
+					"domain %q dropped from virtual host %s in route %s: virtual host %s already has it",
+					h, hostPort(svc.Hostname, port), routeName, hostPort(owner.Hostname, port)))
+				continue
+			}
+			owners[h] = svc
+			kept = append(kept, h)
+		}
+		if len(kept) == 0 {
+			continue
+		}
+		dr := b.push.DestinationRuleForProxy(b.proxy, svc.Hostname)
+		// A virtual host that lost domains is particular to this route
+		// configuration and is not shared.
+		shared := len(kept) == len(hosts)
+		key := vhostKey{svc: svc, port: port, viewer: relation(b.proxy.Namespace, svc.Namespace), rule: dr}
+		if shared {
+			if vb, ok := b.gen.vhosts.get(key); ok {
+				out = appendVirtualHost(out, vb)
+				continue
+			}
+		}
+		hash, err := hashPolicyField(b.hashPolicy(svc, port, dr))
+		if err != nil {
+			return nil, err
+		}
+		// Encode straight into the route configuration; the cache keeps
+		// the subslice (capped, so nobody can append into it).
+		size := b.g.vhosts.size(svc.Hostname, portStr, kept, hash)
+		out = appendFieldHeader(out, virtualHostsField, size)
+		start := len(out)
+		out = b.g.vhosts.append(out, svc.Hostname, portStr, kept, hash)
+		if len(out)-start != size {
+			return nil, fmt.Errorf("envoygen: virtual host %s encoded in %d bytes, sized %d", hostPort(svc.Hostname, port), len(out)-start, size)
+		}
+		if shared {
+			newKeys = append(newKeys, key)
+			newBytes = append(newBytes, out[start:len(out):len(out)])
+		}
+	}
+	b.gen.vhosts.addAll(newKeys, newBytes)
+	return out, nil
+}
+
+// hashPolicy is the request hash for the service port's consistent-hash
+// load balancer, from the DestinationRule the proxy resolves. Tunnel
+// settings have no meaning for HTTP traffic and are reported as ignored.
+func (b *routeBuild) hashPolicy(svc *model.Service, port uint32, dr *pushcontext.DestinationRule) []*route.RouteAction_HashPolicy {
+	if dr == nil {
+		return nil
+	}
+	policy := dr.TrafficPolicy(port, "")
+	if policy.GetTunnel() != nil {
+		b.problems.report(ruleKey(dr), fmt.Sprintf(
+			"trafficPolicy.tunnel ignored for %s port %d: tunnels apply to TCP ports, and this port is HTTP",
+			svc.Hostname, port))
+	}
+	return HashPolicy(policy.GetLoadBalancer())
+}
