@@ -21,7 +21,6 @@ import (
 	"github.com/meshpilot/meshpilot/pkg/model"
 	"github.com/meshpilot/meshpilot/pkg/pushcontext"
 	"github.com/meshpilot/meshpilot/pkg/xds"
-	"github.com/meshpilot/meshpilot/pkg/xds/grpcgen"
 )
 
 // Server is an assembled control plane. New opens its listeners, so their
@@ -60,16 +59,11 @@ func New(opts Options) (*Server, error) {
 	}
 	s.sources = sources
 
-	// Every proxy is proxyless gRPC for now; Envoy generator sets will be
-	// chosen per proxy here.
-	generators := map[string]xds.Generator{}
-	for typeURL, g := range grpcgen.New(grpcgen.Options{Logger: s.log, DomainSuffix: opts.DomainSuffix}).ByTypeURL() {
-		generators[typeURL] = g
-	}
+	generators := newGeneratorSets(s.log, opts.DomainSuffix)
 	s.xds = xds.NewServer(xds.Options{
 		Store:         s.store,
 		PushContext:   pushcontext.Options{DomainSuffix: opts.DomainSuffix, RootNamespace: opts.RootNamespace},
-		Generators:    func(*model.Proxy) map[string]xds.Generator { return generators },
+		Generators:    generators.forProxy,
 		DebounceAfter: opts.DebounceAfter,
 		DebounceMax:   opts.DebounceMax,
 		SendTimeout:   opts.SendTimeout,

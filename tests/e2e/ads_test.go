@@ -43,11 +43,18 @@ func openADS(t *testing.T, cp *controlPlane) discoveryv3.AggregatedDiscoveryServ
 	return stream
 }
 
-// fetch subscribes on a new stream and returns the first response.
+// fetch subscribes as a proxyless observer in namespace on a new stream and
+// returns the first response.
 func fetch(t *testing.T, cp *controlPlane, namespace, typeURL string, names ...string) *discoveryv3.DiscoveryResponse {
 	t.Helper()
+	return fetchAs(t, cp, observerNode(namespace), typeURL, names...)
+}
+
+// fetchAs subscribes as node on a new stream and returns the first response.
+func fetchAs(t *testing.T, cp *controlPlane, node *corev3.Node, typeURL string, names ...string) *discoveryv3.DiscoveryResponse {
+	t.Helper()
 	stream := openADS(t, cp)
-	if err := stream.Send(&discoveryv3.DiscoveryRequest{Node: observerNode(namespace), TypeUrl: typeURL, ResourceNames: names}); err != nil {
+	if err := stream.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: typeURL, ResourceNames: names}); err != nil {
 		t.Fatalf("send %s: %v", typeURL, err)
 	}
 	resp, err := stream.Recv()

@@ -1,0 +1,47 @@
+package bootstrap
+
+import (
+	"log/slog"
+
+	"github.com/meshpilot/meshpilot/pkg/model"
+	"github.com/meshpilot/meshpilot/pkg/xds"
+	"github.com/meshpilot/meshpilot/pkg/xds/envoygen"
+	"github.com/meshpilot/meshpilot/pkg/xds/grpcgen"
+)
+
+// generatorSets holds one generator set per kind of client. The sets are
+// built once and handed to every proxy of their kind: the server shares
+// generations between identical proxies only when their generators are the
+// same instances.
+type generatorSets struct {
+	grpc  map[string]xds.Generator
+	envoy map[string]xds.Generator
+}
+
+// GeneratorGRPC is the node metadata GENERATOR value of proxyless gRPC
+// clients, as Istio's bootstrap for them sets it.
+const GeneratorGRPC = "grpc"
+
+func newGeneratorSets(log *slog.Logger, domainSuffix string) *generatorSets {
+	grpcSet := grpcgen.New(grpcgen.Options{Logger: log, DomainSuffix: domainSuffix})
+	// Envoy's EDS reuses the gRPC generator's load assignments, so each is
+	// marshalled once for both kinds of client.
+	envoySet := envoygen.New(envoygen.Options{Logger: log, DomainSuffix: domainSuffix, LoadAssignments: grpcSet.Endpoints})
+	sets := &generatorSets{grpc: map[string]xds.Generator{}, envoy: map[string]xds.Generator{}}
+	for typeURL, g := range grpcSet.ByTypeURL() {
+		sets.grpc[typeURL] = g
+	}
+	for typeURL, g := range envoySet.ByTypeURL() {
+		sets.envoy[typeURL] = g
+	}
+	return sets
+}
+
+// forProxy picks the set by what the client asked for in its node metadata:
+// proxyless gRPC, or Envoy (sidecars and routers) by default.
+func (g *generatorSets) forProxy(p *model.Proxy) map[string]xds.Generator {
+	if p.Generator == GeneratorGRPC {
+		return g.grpc
+	}
+	return g.envoy
+}
