@@ -10,6 +10,9 @@ const (
 	KindWorkload
 	KindNamespace
 	KindDestinationRule
+	KindIngress
+	KindIngressClass
+	KindSecret
 )
 
 var kindNames = map[Kind]string{
@@ -18,6 +21,9 @@ var kindNames = map[Kind]string{
 	KindWorkload:        "Workload",
 	KindNamespace:       "Namespace",
 	KindDestinationRule: "DestinationRule",
+	KindIngress:         "Ingress",
+	KindIngressClass:    "IngressClass",
+	KindSecret:          "Secret",
 }
 
 func (k Kind) String() string {

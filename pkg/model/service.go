@@ -48,6 +48,11 @@ type Service struct {
 	Selector     map[string]string
 	ExportTo     ExportTo
 	CreationTime time.Time
+	// LoadBalancer is status.loadBalancer.ingress and ExternalIPs is
+	// spec.externalIPs: the addresses a gateway Service is reached at,
+	// which Ingress status reports.
+	LoadBalancer []LoadBalancerIngress
+	ExternalIPs  []string
 }
 
 // Key identifies the service in the store.

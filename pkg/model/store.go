@@ -21,6 +21,12 @@ type Store interface {
 	DeleteNamespace(name string)
 	UpsertConfig(*Config)
 	DeleteConfig(ConfigKey)
+	UpsertIngress(*Ingress)
+	DeleteIngress(NamespacedName)
+	UpsertIngressClass(*IngressClass)
+	DeleteIngressClass(name string)
+	UpsertSecret(*Secret)
+	DeleteSecret(NamespacedName)
 
 	// Services returns every service sorted by hostname. The slice is
 	// shared until the next service change: never mutate it.
@@ -33,6 +39,12 @@ type Store interface {
 	Workloads() []*Workload
 	Namespaces() []*Namespace
 	Configs(Kind) []*Config
+	// Ingresses returns every Ingress, oldest first (ties by namespace and
+	// name), the order in which Ingresses sharing a host are merged.
+	Ingresses() []*Ingress
+	Ingress(NamespacedName) *Ingress
+	IngressClasses() []*IngressClass
+	Secret(NamespacedName) *Secret
 
 	// OnChange registers a handler for every change. Handlers run on the
 	// writer's goroutine and must not block.
@@ -47,6 +59,9 @@ func NewStore() Store {
 		workloads:  map[NamespacedName]*Workload{},
 		namespaces: map[string]*Namespace{},
 		configs:    map[ConfigKey]*Config{},
+		ingresses:  map[NamespacedName]*Ingress{},
+		classes:    map[string]*IngressClass{},
+		secrets:    map[NamespacedName]*Secret{},
 	}
 }
 
@@ -60,6 +75,9 @@ type memStore struct {
 	workloads      map[NamespacedName]*Workload
 	namespaces     map[string]*Namespace
 	configs        map[ConfigKey]*Config
+	ingresses      map[NamespacedName]*Ingress
+	classes        map[string]*IngressClass
+	secrets        map[NamespacedName]*Secret
 
 	handlersMu sync.RWMutex
 	handlers   []func(ConfigKey)
@@ -274,4 +292,86 @@ func (s *memStore) Configs(kind Kind) []*Config {
 			cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 	})
 	return out
+}
+
+func (s *memStore) UpsertIngress(ing *Ingress) {
+	s.write(ConfigKey{KindIngress, ing.Namespace, ing.Name}, func() bool {
+		s.ingresses[ing.Key()] = ing
+		return true
+	})
+}
+
+func (s *memStore) DeleteIngress(n NamespacedName) {
+	s.write(ConfigKey{KindIngress, n.Namespace, n.Name}, func() bool {
+		_, ok := s.ingresses[n]
+		delete(s.ingresses, n)
+		return ok
+	})
+}
+
+func (s *memStore) UpsertIngressClass(c *IngressClass) {
+	s.write(ConfigKey{Kind: KindIngressClass, Name: c.Name}, func() bool {
+		s.classes[c.Name] = c
+		return true
+	})
+}
+
+func (s *memStore) DeleteIngressClass(name string) {
+	s.write(ConfigKey{Kind: KindIngressClass, Name: name}, func() bool {
+		_, ok := s.classes[name]
+		delete(s.classes, name)
+		return ok
+	})
+}
+
+func (s *memStore) UpsertSecret(sec *Secret) {
+	s.write(ConfigKey{KindSecret, sec.Namespace, sec.Name}, func() bool {
+		s.secrets[sec.Key()] = sec
+		return true
+	})
+}
+
+func (s *memStore) DeleteSecret(n NamespacedName) {
+	s.write(ConfigKey{KindSecret, n.Namespace, n.Name}, func() bool {
+		_, ok := s.secrets[n]
+		delete(s.secrets, n)
+		return ok
+	})
+}
+
+func (s *memStore) Ingresses() []*Ingress {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]*Ingress, 0, len(s.ingresses))
+	for _, ing := range s.ingresses {
+		out = append(out, ing)
+	}
+	slices.SortFunc(out, func(a, b *Ingress) int {
+		return cmp.Or(a.CreationTime.Compare(b.CreationTime),
+			cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	return out
+}
+
+func (s *memStore) Ingress(n NamespacedName) *Ingress {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.ingresses[n]
+}
+
+func (s *memStore) IngressClasses() []*IngressClass {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]*IngressClass, 0, len(s.classes))
+	for _, c := range s.classes {
+		out = append(out, c)
+	}
+	slices.SortFunc(out, func(a, b *IngressClass) int { return cmp.Compare(a.Name, b.Name) })
+	return out
+}
+
+func (s *memStore) Secret(n NamespacedName) *Secret {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.secrets[n]
 }
