@@ -6,17 +6,19 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
 
 	"github.com/meshpilot/meshpilot/internal/version"
 	"github.com/meshpilot/meshpilot/pkg/bootstrap"
+	"github.com/meshpilot/meshpilot/pkg/model"
 )
 
 func newDiscoveryCommand() *cobra.Command {
 	opts := bootstrap.DefaultOptions()
-	var logLevel, logFormat string
+	var logLevel, logFormat, ingressService, ingressMode string
 	cmd := &cobra.Command{
 		Use:   "discovery",
 		Short: "Run the control plane: watch config and serve xDS",
@@ -30,6 +32,10 @@ cluster), or both. xDS clients connect to --xds-addr.`,
 				return err
 			}
 			opts.Logger = logger
+			if opts.Ingress.Service, err = parseNamespacedName(ingressService); err != nil {
+				return fmt.Errorf("--ingress-service: %w", err)
+			}
+			opts.Ingress.Mode = model.IngressMode(strings.ToUpper(ingressMode))
 			if opts.Kubeconfig == "" && opts.ConfigDir == "" {
 				opts.InCluster = bootstrap.InClusterAvailable()
 			}
@@ -55,6 +61,18 @@ cluster), or both. xDS clients connect to --xds-addr.`,
 	f.DurationVar(&opts.DebounceMax, "debounce-max", opts.DebounceMax, "longest a push waits while changes keep arriving")
 	f.DurationVar(&opts.SendTimeout, "send-timeout", opts.SendTimeout, "longest one xDS send may take before the stream is closed")
 	f.DurationVar(&opts.ShutdownGrace, "shutdown-grace", opts.ShutdownGrace, "how long streams and requests may drain on shutdown")
+	f.StringVar(&opts.Ingress.Class, "ingress-class", opts.Ingress.Class, "value of the legacy kubernetes.io/ingress.class annotation that selects meshpilot")
+	f.StringVar(&ingressMode, "ingress-controller-mode", string(opts.Ingress.Mode), "which Ingresses without any class are served: OFF (none at all), DEFAULT (taken) or STRICT (ignored)")
+	f.StringVar(&ingressService, "ingress-service", opts.Ingress.Service.String(), "namespace/name of the ingress gateway Service: its target ports are the gateway's listen ports, its addresses go into Ingress status")
+	f.StringToStringVar(&opts.Ingress.Selector, "ingress-selector", opts.Ingress.Selector, "labels that pick the ingress gateway proxies among routers")
+	le := &opts.LeaderElection
+	f.BoolVar(&le.Enabled, "leader-elect", le.Enabled, "elect a leader among replicas to write Ingress status and events (only the leader writes)")
+	f.StringVar(&le.Namespace, "leader-elect-resource-namespace", le.Namespace, "namespace of the leader election Lease ($POD_NAMESPACE in a pod)")
+	f.StringVar(&le.Name, "leader-elect-resource-name", le.Name, "name of the leader election Lease")
+	f.StringVar(&le.Identity, "leader-elect-identity", le.Identity, "this replica's name in the Lease ($POD_NAME in a pod)")
+	f.DurationVar(&le.LeaseDuration, "leader-elect-lease-duration", le.LeaseDuration, "how long a non-leader waits after the last renewal before taking over")
+	f.DurationVar(&le.RenewDeadline, "leader-elect-renew-deadline", le.RenewDeadline, "how long the leader retries renewing before giving up leadership")
+	f.DurationVar(&le.RetryPeriod, "leader-elect-retry-period", le.RetryPeriod, "how often replicas try to acquire or renew the Lease")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	return cmd
@@ -73,4 +91,12 @@ func newLogger(level, format string) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(os.Stderr, handlerOpts)), nil
 	}
 	return nil, fmt.Errorf("--log-format must be text or json, not %q", format)
+}
+
+func parseNamespacedName(s string) (model.NamespacedName, error) {
+	ns, name, ok := strings.Cut(s, "/")
+	if !ok || ns == "" || name == "" {
+		return model.NamespacedName{}, fmt.Errorf("want namespace/name, got %q", s)
+	}
+	return model.NamespacedName{Namespace: ns, Name: name}, nil
 }

@@ -2,9 +2,12 @@ package bootstrap
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"time"
+
+	"github.com/meshpilot/meshpilot/pkg/model"
 )
 
 // Options configure a control plane. The zero value is not usable; start
@@ -31,7 +34,36 @@ type Options struct {
 	// ShutdownGrace bounds how long streams and HTTP requests may drain.
 	ShutdownGrace time.Duration
 
+	Ingress        IngressOptions
+	LeaderElection LeaderElectionOptions
+
 	Logger *slog.Logger
+}
+
+// IngressOptions are the mesh settings for Kubernetes Ingress, named after
+// Istio's mesh config (ingressClass, ingressControllerMode, ingressService,
+// ingressSelector).
+type IngressOptions struct {
+	Class string
+	Mode  model.IngressMode
+	// Service is the gateway Service whose target ports the gateway listens
+	// on and whose addresses Ingress status reports.
+	Service model.NamespacedName
+	// Selector picks the gateway proxies among routers by their labels.
+	Selector map[string]string
+}
+
+// LeaderElectionOptions control the Lease that decides which replica writes
+// Ingress status and events.
+type LeaderElectionOptions struct {
+	Enabled   bool
+	Namespace string
+	Name      string
+	// Identity names this replica in the Lease; the pod name in a cluster.
+	Identity      string
+	LeaseDuration time.Duration
+	RenewDeadline time.Duration
+	RetryPeriod   time.Duration
 }
 
 // DefaultOptions returns Istio's defaults: xDS on 15010, debug on 8080,
@@ -47,7 +79,39 @@ func DefaultOptions() Options {
 		DebounceMax:    10 * time.Second,
 		SendTimeout:    10 * time.Second,
 		ShutdownGrace:  10 * time.Second,
+		Ingress: IngressOptions{
+			Class:    "istio",
+			Mode:     model.IngressModeStrict,
+			Service:  model.NamespacedName{Namespace: "istio-system", Name: "istio-ingressgateway"},
+			Selector: map[string]string{"istio": "ingressgateway"},
+		},
+		LeaderElection: LeaderElectionOptions{
+			Enabled:       true,
+			Namespace:     envOr("POD_NAMESPACE", "istio-system"),
+			Name:          "meshpilot-ingress-status",
+			Identity:      defaultIdentity(),
+			LeaseDuration: 15 * time.Second,
+			RenewDeadline: 10 * time.Second,
+			RetryPeriod:   2 * time.Second,
+		},
 	}
+}
+
+func envOr(name, fallback string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return fallback
+}
+
+// defaultIdentity is the pod name in a cluster (the downward API sets
+// POD_NAME; the hostname is the pod name too), else the host and process.
+func defaultIdentity() string {
+	if pod := os.Getenv("POD_NAME"); pod != "" {
+		return pod
+	}
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s-%d", host, os.Getpid())
 }
 
 // InClusterAvailable reports whether the process runs in a Kubernetes pod,
@@ -69,6 +133,14 @@ func (o *Options) validate() error {
 	}
 	if o.DebounceAfter <= 0 || o.DebounceMax < o.DebounceAfter {
 		errs = append(errs, errors.New("--debounce-after must be positive and not above --debounce-max"))
+	}
+	switch o.Ingress.Mode {
+	case model.IngressModeOff, model.IngressModeDefault, model.IngressModeStrict:
+	default:
+		errs = append(errs, fmt.Errorf("--ingress-controller-mode must be OFF, DEFAULT or STRICT, not %q", o.Ingress.Mode))
+	}
+	if le := o.LeaderElection; le.Enabled && (le.RenewDeadline >= le.LeaseDuration || le.RetryPeriod >= le.RenewDeadline) {
+		errs = append(errs, errors.New("leader election needs retry period < renew deadline < lease duration"))
 	}
 	return errors.Join(errs...)
 }
