@@ -8,7 +8,8 @@ import (
 )
 
 // Store converts plain Kubernetes YAML (Services, EndpointSlices, Pods,
-// Namespaces, DestinationRules; multi-document) with the real ingester, as
+// Namespaces, DestinationRules, Ingresses, IngressClasses and TLS Secrets;
+// multi-document) with the real ingester, as
 // the sources do, and returns the filled store. Any document that does not
 // decode or convert fails the test: fixtures must be valid unless a test
 // says otherwise with StoreAllowingErrors.

@@ -40,7 +40,8 @@ type Store interface {
 	Namespaces() []*Namespace
 	Configs(Kind) []*Config
 	// Ingresses returns every Ingress, oldest first (ties by namespace and
-	// name), the order in which Ingresses sharing a host are merged.
+	// name), the order in which Ingresses sharing a host are merged. The
+	// slice is shared until the next Ingress change: never mutate it.
 	Ingresses() []*Ingress
 	Ingress(NamespacedName) *Ingress
 	IngressClasses() []*IngressClass
@@ -76,8 +77,10 @@ type memStore struct {
 	namespaces     map[string]*Namespace
 	configs        map[ConfigKey]*Config
 	ingresses      map[NamespacedName]*Ingress
-	classes        map[string]*IngressClass
-	secrets        map[NamespacedName]*Secret
+	// sortedIngresses caches Ingresses(); nil after any Ingress change.
+	sortedIngresses []*Ingress
+	classes         map[string]*IngressClass
+	secrets         map[NamespacedName]*Secret
 
 	handlersMu sync.RWMutex
 	handlers   []func(ConfigKey)
@@ -297,6 +300,7 @@ func (s *memStore) Configs(kind Kind) []*Config {
 func (s *memStore) UpsertIngress(ing *Ingress) {
 	s.write(ConfigKey{KindIngress, ing.Namespace, ing.Name}, func() bool {
 		s.ingresses[ing.Key()] = ing
+		s.sortedIngresses = nil
 		return true
 	})
 }
@@ -305,6 +309,7 @@ func (s *memStore) DeleteIngress(n NamespacedName) {
 	s.write(ConfigKey{KindIngress, n.Namespace, n.Name}, func() bool {
 		_, ok := s.ingresses[n]
 		delete(s.ingresses, n)
+		s.sortedIngresses = nil
 		return ok
 	})
 }
@@ -341,16 +346,27 @@ func (s *memStore) DeleteSecret(n NamespacedName) {
 
 func (s *memStore) Ingresses() []*Ingress {
 	s.mu.RLock()
-	defer s.mu.RUnlock()
-	out := make([]*Ingress, 0, len(s.ingresses))
-	for _, ing := range s.ingresses {
-		out = append(out, ing)
+	sorted := s.sortedIngresses
+	s.mu.RUnlock()
+	if sorted != nil {
+		return sorted
 	}
-	slices.SortFunc(out, func(a, b *Ingress) int {
-		return cmp.Or(a.CreationTime.Compare(b.CreationTime),
-			cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
-	})
-	return out
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sortedIngresses == nil {
+		out := make([]*Ingress, 0, len(s.ingresses))
+		for _, ing := range s.ingresses {
+			out = append(out, ing)
+		}
+		slices.SortFunc(out, func(a, b *Ingress) int {
+			if c := a.CreationTime.Compare(b.CreationTime); c != 0 {
+				return c
+			}
+			return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+		})
+		s.sortedIngresses = out
+	}
+	return s.sortedIngresses
 }
 
 func (s *memStore) Ingress(n NamespacedName) *Ingress {

@@ -92,3 +92,25 @@ func TestStoreConfigsOldestFirst(t *testing.T) {
 		t.Fatalf("order %v, want %v", names, want)
 	}
 }
+
+func TestStoreIngressesOldestFirstAndRefreshed(t *testing.T) {
+	s := NewStore()
+	now := time.Now()
+	s.UpsertIngress(&Ingress{Namespace: "b", Name: "new", CreationTime: now})
+	s.UpsertIngress(&Ingress{Namespace: "b", Name: "old", CreationTime: now.Add(-time.Hour)})
+	s.UpsertIngress(&Ingress{Namespace: "a", Name: "tie", CreationTime: now})
+	names := func() []string {
+		var out []string
+		for _, ing := range s.Ingresses() {
+			out = append(out, ing.Name)
+		}
+		return out
+	}
+	if got, want := names(), []string{"old", "tie", "new"}; !slices.Equal(got, want) {
+		t.Fatalf("order %v, want %v", got, want)
+	}
+	s.DeleteIngress(NamespacedName{Namespace: "b", Name: "old"})
+	if got, want := names(), []string{"tie", "new"}; !slices.Equal(got, want) {
+		t.Fatalf("after delete %v, want %v", got, want)
+	}
+}
