@@ -36,6 +36,10 @@ func ConvertService(svc *corev1.Service, domainSuffix string) *model.Service {
 	if svc.Spec.Type != corev1.ServiceTypeExternalName {
 		out.ClusterIPs = clusterIPs(svc)
 	}
+	out.LoadBalancer = loadBalancerIngress(svc.Status.LoadBalancer.Ingress)
+	if len(svc.Spec.ExternalIPs) > 0 {
+		out.ExternalIPs = svc.Spec.ExternalIPs
+	}
 	if len(svc.Spec.Ports) > 0 {
 		ports := make([]model.Port, len(svc.Spec.Ports))
 		out.Ports = make([]*model.Port, len(svc.Spec.Ports))
@@ -72,6 +76,22 @@ func clusterIPs(svc *corev1.Service) []string {
 			continue
 		}
 		out = append(out, ip)
+	}
+	return out
+}
+
+// loadBalancerIngress keeps the addresses of a load balancer status,
+// skipping entries that carry neither an IP nor a hostname.
+func loadBalancerIngress(lbs []corev1.LoadBalancerIngress) []model.LoadBalancerIngress {
+	var out []model.LoadBalancerIngress
+	for _, lb := range lbs {
+		if lb.IP == "" && lb.Hostname == "" {
+			continue
+		}
+		if out == nil {
+			out = make([]model.LoadBalancerIngress, 0, len(lbs))
+		}
+		out = append(out, model.LoadBalancerIngress{IP: lb.IP, Hostname: lb.Hostname})
 	}
 	return out
 }

@@ -152,6 +152,33 @@ func TestConvertService(t *testing.T) {
 			want: withExport(model.ExportTo{}),
 		},
 		{
+			name: "load balancer status and external IPs",
+			in: base(func(s *corev1.Service) {
+				s.Spec.Type = corev1.ServiceTypeLoadBalancer
+				s.Spec.ExternalIPs = []string{"198.51.100.9", "198.51.100.10"}
+				s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{
+					{IP: "203.0.113.7"}, {Hostname: "lb.example.net"}, {IP: "203.0.113.8", Hostname: "both.example.net"},
+					{}, // neither address: dropped
+				}
+			}),
+			want: func() *model.Service {
+				s := *full
+				s.LoadBalancer = []model.LoadBalancerIngress{
+					{IP: "203.0.113.7"}, {Hostname: "lb.example.net"}, {IP: "203.0.113.8", Hostname: "both.example.net"},
+				}
+				s.ExternalIPs = []string{"198.51.100.9", "198.51.100.10"}
+				return &s
+			}(),
+		},
+		{
+			name: "load balancer status with no address",
+			in: base(func(s *corev1.Service) {
+				s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{}}
+				s.Spec.ExternalIPs = []string{}
+			}),
+			want: full,
+		},
+		{
 			name: "exportTo empty annotation is public",
 			in:   base(func(s *corev1.Service) { s.Annotations = map[string]string{annotationExportTo: " "} }),
 			want: full,

@@ -15,6 +15,7 @@ import (
 	networkingv1beta1 "istio.io/client-go/pkg/apis/networking/v1beta1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	k8snetworkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -33,10 +34,19 @@ var acceptedKinds = map[schema.GroupVersionKind]bool{
 	corev1.SchemeGroupVersion.WithKind("Service"):                     true,
 	corev1.SchemeGroupVersion.WithKind("Pod"):                         true,
 	corev1.SchemeGroupVersion.WithKind("Namespace"):                   true,
+	corev1.SchemeGroupVersion.WithKind("Secret"):                      true,
 	discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice"):          true,
+	k8snetworkingv1.SchemeGroupVersion.WithKind("Ingress"):            true,
+	k8snetworkingv1.SchemeGroupVersion.WithKind("IngressClass"):       true,
 	networkingv1.SchemeGroupVersion.WithKind("DestinationRule"):       true,
 	networkingv1beta1.SchemeGroupVersion.WithKind("DestinationRule"):  true,
 	networkingv1alpha3.SchemeGroupVersion.WithKind("DestinationRule"): true,
+}
+
+// clusterScoped kinds have no namespace, whatever a document says.
+var clusterScoped = map[schema.GroupKind]bool{
+	{Kind: "Namespace"}: true,
+	{Group: k8snetworkingv1.GroupName, Kind: "IngressClass"}: true,
 }
 
 // decodedDoc is one document of a file: an object, or why there is none.
@@ -64,7 +74,7 @@ type objectDecoder struct {
 func newObjectDecoder() *objectDecoder {
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{
-		corev1.AddToScheme, discoveryv1.AddToScheme,
+		corev1.AddToScheme, discoveryv1.AddToScheme, k8snetworkingv1.AddToScheme,
 		networkingv1.AddToScheme, networkingv1beta1.AddToScheme, networkingv1alpha3.AddToScheme,
 	} {
 		if err := add(scheme); err != nil {
@@ -182,7 +192,7 @@ func (dec *objectDecoder) decodeOne(index int, raw []byte) decodedDoc {
 	}
 	sum := sha256.Sum256(js)
 	doc.hash = hex.EncodeToString(sum[:8])
-	if gvk.Kind == "Namespace" {
+	if clusterScoped[gvk.GroupKind()] {
 		meta.Namespace = ""
 	} else if meta.Namespace == "" {
 		meta.Namespace = defaultNamespace

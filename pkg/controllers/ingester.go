@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	k8snetworkingv1 "k8s.io/api/networking/v1"
 
 	"github.com/meshpilot/meshpilot/pkg/model"
 )
@@ -18,7 +19,8 @@ type IngesterOptions struct {
 }
 
 // Ingester is the one place where Kubernetes objects become model objects.
-// Sources hand it typed objects (Service, EndpointSlice, Pod, Namespace and
+// Sources hand it typed objects (Service, EndpointSlice, Pod, Namespace,
+// Secret, Ingress and IngressClass of networking.k8s.io/v1, and
 // DestinationRule of networking.istio.io v1, v1beta1 or v1alpha3); it
 // converts them and writes the store. It remembers Pods and EndpointSlices
 // so that a Pod change re-converts the slices that point at it. It is safe
@@ -77,6 +79,12 @@ func (in *Ingester) Upsert(obj any) error {
 		in.upsertPod(ConvertPod(o))
 	case *corev1.Namespace:
 		in.store.UpsertNamespace(ConvertNamespace(o))
+	case *corev1.Secret:
+		in.upsertSecret(o)
+	case *k8snetworkingv1.Ingress:
+		in.upsertIngress(o)
+	case *k8snetworkingv1.IngressClass:
+		in.upsertIngressClass(o)
 	default:
 		meta, spec, ok := destinationRuleParts(obj)
 		if !ok {
@@ -108,6 +116,12 @@ func (in *Ingester) Delete(obj any) error {
 		in.deletePod(model.NamespacedName{Namespace: o.Namespace, Name: o.Name})
 	case *corev1.Namespace:
 		in.store.DeleteNamespace(o.Name)
+	case *corev1.Secret:
+		in.store.DeleteSecret(model.NamespacedName{Namespace: o.Namespace, Name: o.Name})
+	case *k8snetworkingv1.Ingress:
+		in.store.DeleteIngress(model.NamespacedName{Namespace: o.Namespace, Name: o.Name})
+	case *k8snetworkingv1.IngressClass:
+		in.store.DeleteIngressClass(o.Name)
 	default:
 		meta, _, ok := destinationRuleParts(obj)
 		if !ok {
@@ -120,6 +134,44 @@ func (in *Ingester) Delete(obj any) error {
 
 func unknownKind(obj any) error {
 	return &ObjectError{Reason: ReasonUnknownKind, Document: -1, Err: fmt.Errorf("unsupported object type %T", obj)}
+}
+
+// The upserts below skip the store write when the conversion did not
+// change, so that a resourceVersion bump for something meshpilot does not
+// read (a label, a cert-manager annotation) pushes nothing.
+
+func (in *Ingester) upsertIngress(obj *k8snetworkingv1.Ingress) {
+	ing := ConvertIngress(obj)
+	if old := in.store.Ingress(ing.Key()); old != nil && sameIngress(old, ing) {
+		return
+	}
+	in.store.UpsertIngress(ing)
+}
+
+func (in *Ingester) upsertIngressClass(obj *k8snetworkingv1.IngressClass) {
+	class := ConvertIngressClass(obj)
+	for _, old := range in.store.IngressClasses() {
+		if old.Name == class.Name && *old == *class {
+			return
+		}
+	}
+	in.store.UpsertIngressClass(class)
+}
+
+// upsertSecret stores a Secret holding any TLS key. One holding none (from
+// a file, or whose keys were removed) cannot serve a certificate: it is
+// dropped, as if deleted, so that an Ingress naming it is reported as
+// missing its Secret.
+func (in *Ingester) upsertSecret(obj *corev1.Secret) {
+	sec, ok := ConvertSecret(obj)
+	if !ok {
+		in.store.DeleteSecret(sec.Key())
+		return
+	}
+	if old := in.store.Secret(sec.Key()); old != nil && sameSecret(old, sec) {
+		return
+	}
+	in.store.UpsertSecret(sec)
 }
 
 func (in *Ingester) lookupWorkload(key model.NamespacedName) *model.Workload {

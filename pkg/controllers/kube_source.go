@@ -13,6 +13,7 @@ import (
 
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
 	istioinformers "istio.io/client-go/pkg/informers/externalversions"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -31,6 +32,9 @@ const (
 	istioNetworkingGroup    = "networking.istio.io"
 	destinationRuleResource = "destinationrules"
 )
+
+// tlsSecretSelector selects the Secrets the source watches.
+const tlsSecretSelector = "type=" + string(corev1.SecretTypeTLS)
 
 // KubeSourceOptions configures a KubeSource.
 type KubeSourceOptions struct {
@@ -51,8 +55,9 @@ type KubeSourceOptions struct {
 	ResyncPeriod time.Duration
 }
 
-// KubeSource watches Services, EndpointSlices, Pods, Namespaces and
-// DestinationRules through informers and feeds them to the Ingester.
+// KubeSource watches Services, EndpointSlices, Pods, Namespaces,
+// Ingresses, IngressClasses, TLS Secrets and DestinationRules through
+// informers and feeds them to the Ingester.
 type KubeSource struct {
 	opts     KubeSourceOptions
 	log      *slog.Logger
@@ -106,12 +111,27 @@ func (s *KubeSource) Run(ctx context.Context) error {
 	istioFactory := istioinformers.NewSharedInformerFactoryWithOptions(s.opts.IstioClient, s.opts.ResyncPeriod,
 		istioinformers.WithTransform(trimObject))
 	defer istioFactory.Shutdown()
+	// Only Secrets of type kubernetes.io/tls are listed and watched, not
+	// every Secret of the cluster. Memory: Opaque, service-account,
+	// docker-config and Helm release Secrets are numerous and large, and
+	// would all sit in the cache. Least privilege: the contents of other
+	// Secrets (passwords, tokens) never reach this process, and an
+	// authorizer that understands field selectors can grant the list and
+	// watch for this type alone. Istio's generic keys (cert/key/cacert) in
+	// an Opaque Secret are therefore only read from files.
+	secretFactory := informers.NewSharedInformerFactoryWithOptions(s.opts.Client, s.opts.ResyncPeriod,
+		informers.WithTransform(trimObject),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = tlsSecretSelector }))
+	defer secretFactory.Shutdown()
 
 	informersByKind := map[string]cache.SharedIndexInformer{
 		"Service":       kubeFactory.Core().V1().Services().Informer(),
 		"EndpointSlice": kubeFactory.Discovery().V1().EndpointSlices().Informer(),
 		"Pod":           kubeFactory.Core().V1().Pods().Informer(),
 		"Namespace":     kubeFactory.Core().V1().Namespaces().Informer(),
+		"Ingress":       kubeFactory.Networking().V1().Ingresses().Informer(),
+		"IngressClass":  kubeFactory.Networking().V1().IngressClasses().Informer(),
+		"Secret":        secretFactory.Core().V1().Secrets().Informer(),
 	}
 	switch drVersion {
 	case "v1":
@@ -128,6 +148,7 @@ func (s *KubeSource) Run(ctx context.Context) error {
 		synced = append(synced, reg.HasSynced)
 	}
 	kubeFactory.Start(ctx.Done())
+	secretFactory.Start(ctx.Done())
 	istioFactory.Start(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return fmt.Errorf("kubernetes source: informers did not sync: %w", context.Cause(ctx))

@@ -234,6 +234,8 @@ func TestKubeSourceAgainstAPIServer(t *testing.T) {
 		eventually(t, "rule deleted", func() bool { return drNames(store)["beta"] == nil })
 	})
 
+	checkIngressKindsConverge(t, ctx, kube, store, ns)
+
 	t.Run("service and namespace deletes", func(t *testing.T) {
 		if err := kube.CoreV1().Services(ns).Delete(ctx, "reviews", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)

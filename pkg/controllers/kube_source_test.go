@@ -11,6 +11,7 @@ import (
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	istiofake "istio.io/client-go/pkg/clientset/versioned/fake"
 	corev1 "k8s.io/api/core/v1"
+	k8snetworkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	fakediscovery "k8s.io/client-go/discovery/fake"
@@ -106,6 +107,47 @@ func TestTrimObject(t *testing.T) {
 			name: "destination rule metadata",
 			in:   &networkingv1.DestinationRule{ObjectMeta: meta()},
 			want: &networkingv1.DestinationRule{ObjectMeta: wantMeta},
+		},
+		{
+			name: "secret keeps only the tls data keys",
+			in: &corev1.Secret{ObjectMeta: func() metav1.ObjectMeta {
+				m := meta()
+				m.ResourceVersion, m.UID = "9", "u1"
+				return m
+			}(), Type: corev1.SecretTypeTLS, Data: map[string][]byte{
+				"tls.crt": []byte("C"), "tls.key": []byte("K"), "ca.crt": []byte("A"),
+				"cert": []byte("C2"), "key": []byte("K2"), "cacert": []byte("A2"), "password": []byte("p"),
+			}, StringData: map[string]string{"x": "y"}},
+			want: &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: "ns", ResourceVersion: "9", UID: "u1"},
+				Type: corev1.SecretTypeTLS, Data: map[string][]byte{
+					"tls.crt": []byte("C"), "tls.key": []byte("K"), "ca.crt": []byte("A"),
+					"cert": []byte("C2"), "key": []byte("K2"), "cacert": []byte("A2"),
+				}},
+		},
+		{
+			name: "secret without tls keys keeps no data",
+			in:   &corev1.Secret{ObjectMeta: meta(), Type: corev1.SecretTypeOpaque, Data: map[string][]byte{"password": []byte("p")}},
+			want: &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: "ns"}, Type: corev1.SecretTypeOpaque},
+		},
+		{
+			name: "ingress keeps spec, status and the class annotation",
+			in: &k8snetworkingv1.Ingress{ObjectMeta: func() metav1.ObjectMeta {
+				m := meta()
+				m.Annotations[annotationIngressClass] = "istio"
+				return m
+			}(), Spec: k8snetworkingv1.IngressSpec{IngressClassName: ptr("istio")},
+				Status: k8snetworkingv1.IngressStatus{LoadBalancer: k8snetworkingv1.IngressLoadBalancerStatus{
+					Ingress: []k8snetworkingv1.IngressLoadBalancerIngress{{IP: "203.0.113.7"}}}}},
+			want: &k8snetworkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: "ns",
+				Labels: map[string]string{"app": "x"}, Annotations: map[string]string{"keep": "me", annotationIngressClass: "istio"}},
+				Spec: k8snetworkingv1.IngressSpec{IngressClassName: ptr("istio")},
+				Status: k8snetworkingv1.IngressStatus{LoadBalancer: k8snetworkingv1.IngressLoadBalancerStatus{
+					Ingress: []k8snetworkingv1.IngressLoadBalancerIngress{{IP: "203.0.113.7"}}}}},
+		},
+		{
+			name: "ingress class metadata",
+			in:   &k8snetworkingv1.IngressClass{ObjectMeta: meta(), Spec: k8snetworkingv1.IngressClassSpec{Controller: model.IngressController}},
+			want: &k8snetworkingv1.IngressClass{ObjectMeta: wantMeta, Spec: k8snetworkingv1.IngressClassSpec{Controller: model.IngressController}},
 		},
 		{
 			name: "annotations emptied",

@@ -13,8 +13,11 @@ const annotationLastApplied = "kubectl.kubernetes.io/last-applied-configuration"
 // reads before the object enters the cache, so memory stays small at
 // scale. It must stay idempotent (client-go may apply it twice).
 func trimObject(obj any) (any, error) {
-	if pod, ok := obj.(*corev1.Pod); ok {
-		return trimPod(pod), nil
+	switch o := obj.(type) {
+	case *corev1.Pod:
+		return trimPod(o), nil
+	case *corev1.Secret:
+		return trimSecret(o), nil
 	}
 	if accessor, ok := obj.(metav1.ObjectMetaAccessor); ok {
 		trimMeta(accessor.GetObjectMeta())
@@ -51,4 +54,33 @@ func trimPod(pod *corev1.Pod) *corev1.Pod {
 			PodIPs: pod.Status.PodIPs,
 		},
 	}
+}
+
+// trimSecret keeps a Secret's identity, type and the data keys that
+// ConvertSecret reads. Labels and annotations go too: nothing reads them,
+// and a Secret's annotations can hold a copy of its data. The data map is
+// rebuilt, not filtered in place, because the informer may share it.
+func trimSecret(sec *corev1.Secret) *corev1.Secret {
+	out := &corev1.Secret{
+		TypeMeta: sec.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name:              sec.Name,
+			Namespace:         sec.Namespace,
+			UID:               sec.UID,
+			ResourceVersion:   sec.ResourceVersion,
+			Generation:        sec.Generation,
+			CreationTimestamp: sec.CreationTimestamp,
+			DeletionTimestamp: sec.DeletionTimestamp,
+		},
+		Type: sec.Type,
+	}
+	for _, k := range tlsSecretKeys {
+		if v, ok := sec.Data[k]; ok {
+			if out.Data == nil {
+				out.Data = make(map[string][]byte, len(tlsSecretKeys))
+			}
+			out.Data[k] = v
+		}
+	}
+	return out
 }
