@@ -113,7 +113,7 @@ func incrementalStore() model.Store {
 func TestIncrementalBuild(t *testing.T) {
 	store := incrementalStore()
 	pc := Build(store, testOpts, nil, nil)
-	all := []string{indexServices, indexDestinationRules, indexResolution, indexEndpoints, indexWorkloads, indexServiceTargets}
+	all := []string{indexServices, indexDestinationRules, indexResolution, indexEndpoints, indexWorkloads, indexServiceTargets, indexIngress}
 
 	steps := []struct {
 		name string
@@ -253,6 +253,7 @@ func TestIncrementalBuild(t *testing.T) {
 				indexEndpoints:        pc.endpoints == prev.endpoints,
 				indexWorkloads:        pc.workloads == prev.workloads,
 				indexServiceTargets:   pc.targets == prev.targets,
+				indexIngress:          pc.ingress == prev.ingress,
 			}
 			for _, name := range all {
 				if identity[name] != reused[name] {

@@ -12,6 +12,8 @@ import (
 type Options struct {
 	DomainSuffix  string // "cluster.local"
 	RootNamespace string // "istio-system"
+	// Ingress says which Kubernetes Ingresses the ingress gateway serves.
+	Ingress IngressOptions
 }
 
 const (
@@ -26,7 +28,13 @@ func (o Options) withDefaults() Options {
 	if o.RootNamespace == "" {
 		o.RootNamespace = defaultRootNamespace
 	}
+	o.Ingress = o.Ingress.withDefaults()
 	return o
+}
+
+// equal compares options that went through withDefaults.
+func (o Options) equal(p Options) bool {
+	return o.DomainSuffix == p.DomainSuffix && o.RootNamespace == p.RootNamespace && o.Ingress.equal(p.Ingress)
 }
 
 // PushContext is an immutable snapshot of the store with precomputed indexes.
@@ -48,6 +56,7 @@ type PushContext struct {
 	endpoints  *endpointIndex
 	workloads  *workloadIndex
 	targets    *targetIndex
+	ingress    *ingressIndex
 
 	// versions hands out endpoint entry versions. The whole chain of
 	// snapshots built from one another shares it, so a version never repeats
@@ -177,6 +186,19 @@ func Build(store model.Store, opts Options, prev *PushContext, req *model.PushRe
 		pc.endpoints = buildEndpointIndex(store, pc.services, pc.resolution, prev, plan.endpoints, pc.versions, &pc.build)
 		pc.build.rebuilt(indexEndpoints)
 	}
+
+	if plan.full || plan.ingress || (plan.services && prev.ingress.readsAnyService(plan.serviceKeys)) {
+		var cached *ingressIndex
+		if prev != nil && prev.opts.equal(opts) {
+			cached = prev.ingress
+		}
+		checks := ingressChecks{services: plan.full || plan.services, secrets: plan.full || plan.secrets}
+		pc.ingress = buildIngressIndex(store, opts.Ingress, pc.services, cached, checks, &pc.build)
+		pc.build.rebuilt(indexIngress)
+	} else {
+		pc.ingress = prev.ingress
+		pc.build.reused(indexIngress)
+	}
 	pc.buildDuration = time.Since(pc.buildTime)
 	return pc
 }
@@ -187,13 +209,18 @@ type buildPlan struct {
 	services  bool
 	rules     bool
 	workloads bool
+	// serviceKeys lists the changed services.
+	serviceKeys []model.NamespacedName
+	// ingress is set by changes to Ingresses, IngressClasses or Secrets;
+	// secrets by Secret changes alone.
+	ingress, secrets bool
 	// endpoints lists the services whose endpoints must be re-read from the
 	// store even if their entries could otherwise be reused.
 	endpoints map[model.NamespacedName]struct{}
 }
 
 func planBuild(opts Options, prev *PushContext, req *model.PushRequest) buildPlan {
-	if prev == nil || req == nil || len(req.ConfigsUpdated) == 0 || prev.opts != opts {
+	if prev == nil || req == nil || len(req.ConfigsUpdated) == 0 || !prev.opts.equal(opts) {
 		return buildPlan{full: true}
 	}
 	var plan buildPlan
@@ -201,6 +228,11 @@ func planBuild(opts Options, prev *PushContext, req *model.PushRequest) buildPla
 		switch key.Kind {
 		case model.KindService:
 			plan.services = true
+			plan.serviceKeys = append(plan.serviceKeys, model.NamespacedName{Namespace: key.Namespace, Name: key.Name})
+		case model.KindIngress, model.KindIngressClass:
+			plan.ingress = true
+		case model.KindSecret:
+			plan.ingress, plan.secrets = true, true
 		case model.KindDestinationRule:
 			plan.rules = true
 		case model.KindEndpoints:

@@ -50,7 +50,7 @@ func (pc *PushContext) RuleChanges(prev *PushContext, req *model.PushRequest) ma
 
 func (pc *PushContext) computeRuleChanges(prev *PushContext, req *model.PushRequest) map[string]RuleChange {
 	out := map[string]RuleChange{}
-	if prev == nil || req == nil || len(req.ConfigsUpdated) == 0 || prev.opts != pc.opts {
+	if prev == nil || req == nil || len(req.ConfigsUpdated) == 0 || !prev.opts.equal(pc.opts) {
 		for _, s := range []*PushContext{prev, pc} {
 			if s == nil {
 				continue

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"slices"
 	"time"
+
+	"github.com/meshpilot/meshpilot/pkg/model"
 )
 
 // Index names, as reported in BuildInfo.
@@ -14,6 +16,7 @@ const (
 	indexEndpoints        = "endpoints"
 	indexWorkloads        = "workloads"
 	indexServiceTargets   = "serviceTargets"
+	indexIngress          = "ingress"
 )
 
 // BuildInfo records what the Build that made a snapshot recomputed.
@@ -28,6 +31,11 @@ type BuildInfo struct {
 	EndpointEntriesRead     int `json:"endpointEntriesRead"`
 	EndpointEntriesResubset int `json:"endpointEntriesResubset"`
 	EndpointEntriesReused   int `json:"endpointEntriesReused"`
+	// IngressesTranslated counts owned Ingresses translated by this build,
+	// IngressesReused those whose translation was taken from the previous
+	// snapshot. Both stay 0 when the ingress index was reused whole.
+	IngressesTranslated int `json:"ingressesTranslated"`
+	IngressesReused     int `json:"ingressesReused"`
 }
 
 func (b *BuildInfo) rebuilt(index string) { b.Rebuilt = append(b.Rebuilt, index) }
@@ -59,7 +67,10 @@ type Summary struct {
 	Counts           SummaryCounts     `json:"counts"`
 	Visibility       VisibilitySummary `json:"visibility"`
 	DestinationRules []RuleSummary     `json:"destinationRules"`
-	Problems         []Problem         `json:"problems"`
+	Ingress          IngressSummary    `json:"ingress"`
+	// Problems include what was dropped from each owned Ingress (the same
+	// reasons IngressProblems gives).
+	Problems []Problem `json:"problems"`
 	// TranslationProblems are what generators reported, through
 	// ReportProblem, that they had to drop while translating this snapshot.
 	TranslationProblems []Problem `json:"translationProblems"`
@@ -73,6 +84,21 @@ type SummaryCounts struct {
 	// per-namespace, per-host entries they were merged into.
 	DestinationRules       int `json:"destinationRules"`
 	MergedDestinationRules int `json:"mergedDestinationRules"`
+}
+
+// IngressSummary sizes the ingress index. The gateway fields are zero when
+// there is no gateway configuration (no gateway Service, or no owned
+// Ingress).
+type IngressSummary struct {
+	Owned        int    `json:"owned"`
+	Ignored      int    `json:"ignored"`
+	WithProblems int    `json:"withProblems"`
+	HTTPPort     uint32 `json:"httpPort"`
+	HTTPSPort    uint32 `json:"httpsPort"`
+	VirtualHosts int    `json:"virtualHosts"`
+	Routes       int    `json:"routes"`
+	TLSHosts     int    `json:"tlsHosts"`
+	Secrets      int    `json:"secrets"`
 }
 
 // VisibilitySummary says which namespaces see more than the public services.
@@ -118,6 +144,7 @@ func (pc *PushContext) Summary() Summary {
 			MergedDestinationRules: len(pc.rules.entries),
 		},
 		Visibility:          pc.visibilitySummary(),
+		Ingress:             pc.ingress.summary(),
 		Problems:            pc.problems(),
 		TranslationProblems: pc.translationProblems(),
 	}
@@ -180,6 +207,11 @@ func (pc *PushContext) problems() []Problem {
 	out := make([]Problem, 0, len(pc.services.problems)+len(pc.rules.problems))
 	out = append(out, pc.services.problems...)
 	out = append(out, pc.rules.problems...)
+	for name, reasons := range pc.ingress.problems {
+		for _, r := range reasons {
+			out = append(out, Problem{Kind: model.KindIngress.String(), Namespace: name.Namespace, Name: name.Name, Message: r})
+		}
+	}
 	return sortProblems(out)
 }
 

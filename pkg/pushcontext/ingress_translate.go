@@ -1,0 +1,221 @@
+package pushcontext
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/meshpilot/meshpilot/pkg/model"
+)
+
+// anyHost is the virtual host of rules that name no host.
+const anyHost = "*"
+
+// ingressTranslation is one Ingress turned into routes and TLS entries,
+// before it is merged with the other Ingresses. It is immutable once made and
+// is carried from snapshot to snapshot while its inputs stay the same.
+type ingressTranslation struct {
+	ingress *model.Ingress
+	key     model.NamespacedName
+	// routes are the rule routes in spec order.
+	routes []hostRoute
+	// fallback is the defaultBackend's "/" prefix route, nil without one.
+	fallback *IngressRoute
+	// hosts are the rule hosts ("*" for none), deduplicated, in spec order.
+	hosts []string
+	// tls are the spec.tls entries whose Secret is usable.
+	tls      []tlsCandidate
+	problems []string
+	// services and secrets are what the translation read, with what it
+	// found (nil when missing), so a later build can tell whether it still
+	// holds.
+	services []serviceDep
+	secrets  []secretDep
+}
+
+type hostRoute struct {
+	host  string
+	route *IngressRoute
+}
+
+type tlsCandidate struct {
+	hosts  []string // sorted, deduplicated
+	secret model.NamespacedName
+}
+
+type serviceDep struct {
+	name model.NamespacedName
+	svc  *model.Service
+}
+
+type secretDep struct {
+	name   model.NamespacedName
+	secret *model.Secret
+}
+
+// ingressTranslator holds what translating one Ingress looks up.
+type ingressTranslator struct {
+	services *serviceIndex
+	secrets  *secretChecker
+}
+
+func (tr *ingressTranslator) translate(ing *model.Ingress) *ingressTranslation {
+	t := &ingressTranslation{ingress: ing, key: ing.Key()}
+	if ing.DefaultBackend != nil {
+		t.fallback = tr.backendRoute(t, ing.DefaultBackend, model.PathTypePrefix, "/", routeSite{fallback: true})
+	}
+	paths := 0
+	for _, rule := range ing.Rules {
+		paths += len(rule.Paths)
+	}
+	t.routes = make([]hostRoute, 0, paths)
+	for _, rule := range ing.Rules {
+		host := rule.Host
+		if host == "" {
+			host = anyHost
+		}
+		if !containsString(t.hosts, host) {
+			t.hosts = append(t.hosts, host)
+		}
+		for _, p := range rule.Paths {
+			site := routeSite{host: host, path: p.Path}
+			pathType, path, problem := normalizePath(p.PathType, p.Path)
+			if problem != "" {
+				t.problems = append(t.problems, site.String()+": "+problem+"; dropped")
+				continue
+			}
+			if r := tr.backendRoute(t, &p.Backend, pathType, path, site); r != nil {
+				t.routes = append(t.routes, hostRoute{host: host, route: r})
+			}
+		}
+	}
+	tr.translateTLS(t)
+	slices.Sort(t.problems)
+	t.problems = slices.Compact(t.problems)
+	return t
+}
+
+// backendRoute resolves a backend to a route, or records why it cannot.
+func (tr *ingressTranslator) backendRoute(t *ingressTranslation, b *model.IngressBackend, pathType model.PathType, path string, site routeSite) *IngressRoute {
+	if b.Resource != "" {
+		t.problems = append(t.problems, site.String()+": resource backends ("+b.Resource+") are not supported; dropped")
+		return nil
+	}
+	if b.ServiceName == "" {
+		t.problems = append(t.problems, site.String()+": backend names no service; dropped")
+		return nil
+	}
+	name := model.NamespacedName{Namespace: t.key.Namespace, Name: b.ServiceName}
+	var svc *model.Service
+	if i, ok := tr.services.byName[name]; ok {
+		svc = tr.services.all[i]
+	}
+	t.addServiceDep(name, svc)
+	if svc == nil {
+		t.problems = append(t.problems, site.String()+": backend service "+name.String()+" not found; dropped")
+		return nil
+	}
+	var port *model.Port
+	switch {
+	case b.PortName != "":
+		if port = svc.PortByName(b.PortName); port == nil {
+			t.problems = append(t.problems, site.String()+": backend service "+name.String()+" has no port named "+strconv.Quote(b.PortName)+"; dropped")
+			return nil
+		}
+	case b.PortNumber != 0:
+		if port = svc.PortByNumber(b.PortNumber); port == nil {
+			t.problems = append(t.problems, site.String()+": backend service "+name.String()+" has no port "+strconv.FormatUint(uint64(b.PortNumber), 10)+"; dropped")
+			return nil
+		}
+	default:
+		t.problems = append(t.problems, site.String()+": backend service "+name.String()+" names no port; dropped")
+		return nil
+	}
+	portText := strconv.FormatUint(uint64(port.Port), 10)
+	return &IngressRoute{
+		PathType: pathType,
+		Path:     path,
+		Cluster:  "outbound|" + portText + "||" + svc.Hostname,
+		Host:     svc.Hostname,
+		Port:     port.Port,
+		From:     t.key,
+	}
+}
+
+// routeSite names where in an Ingress a route comes from, for problems. The
+// text is made only when there is a problem to report.
+type routeSite struct {
+	host, path string
+	fallback   bool
+}
+
+func (s routeSite) String() string {
+	if s.fallback {
+		return "defaultBackend"
+	}
+	return "host " + strconv.Quote(s.host) + " path " + strconv.Quote(s.path)
+}
+
+func (t *ingressTranslation) addServiceDep(name model.NamespacedName, svc *model.Service) {
+	for _, d := range t.services {
+		if d.name == name {
+			return
+		}
+	}
+	t.services = append(t.services, serviceDep{name: name, svc: svc})
+}
+
+// normalizePath validates an Ingress path and returns how it is matched:
+// ImplementationSpecific becomes Prefix (with Istio's "/foo/*" meaning the
+// prefix "/foo"), and a Prefix loses its trailing "/", which Kubernetes
+// ignores for element-wise matching. The problem is "" for a valid path.
+func normalizePath(pathType model.PathType, path string) (model.PathType, string, string) {
+	switch pathType {
+	case model.PathTypeExact, model.PathTypePrefix:
+	case model.PathTypeImplementationSpecific, "":
+		if path == "" {
+			path = "/"
+		}
+		if trimmed, ok := strings.CutSuffix(path, "/*"); ok {
+			path = trimmed
+			if path == "" {
+				path = "/"
+			}
+		}
+		pathType = model.PathTypePrefix
+	default:
+		return "", "", "unknown pathType " + strconv.Quote(string(pathType))
+	}
+	if !strings.HasPrefix(path, "/") {
+		return "", "", "invalid path: it must start with \"/\""
+	}
+	if i := strings.IndexFunc(path, notPathChar); i >= 0 {
+		return "", "", "invalid path for pathType " + string(pathType) + ": " + strconv.QuoteRune(rune(path[i])) +
+			" is not allowed (regular expressions, queries and fragments are not supported)"
+	}
+	if pathType == model.PathTypePrefix && len(path) > 1 {
+		path = strings.TrimRight(path, "/")
+		if path == "" {
+			path = "/"
+		}
+	}
+	return pathType, path, ""
+}
+
+// notPathChar reports the characters that make a path regex-like, or that
+// Envoy's path matchers reject (queries, fragments, whitespace, controls).
+func notPathChar(r rune) bool {
+	if r <= ' ' || r == 0x7f {
+		return true
+	}
+	return strings.ContainsRune(`^$*+?()[]{}|\#`, r)
+}
+
+func containsString(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
