@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/meshpilot/meshpilot/pkg/controllers"
 	"github.com/meshpilot/meshpilot/pkg/model"
@@ -31,8 +32,13 @@ type Server struct {
 	registry *prometheus.Registry
 	store    model.Store
 	sources  []source
-	xds      *xds.Server
-	grpc     *grpc.Server
+	// kube and kubeSynced are set when the Kubernetes source runs; Ingress
+	// status and events are written back only then.
+	kube       kubernetes.Interface
+	kubeSynced func() bool
+	writeBack  *ingressWriteBack
+	xds        *xds.Server
+	grpc       *grpc.Server
 
 	xdsListener  net.Listener
 	httpServers  []*http.Server
@@ -59,10 +65,25 @@ func New(opts Options) (*Server, error) {
 	}
 	s.sources = sources
 
+	if s.kube != nil {
+		if s.writeBack, err = s.newIngressWriteBack(); err != nil {
+			return nil, err
+		}
+	}
+
 	generators := newGeneratorSets(s.log, opts.DomainSuffix)
 	s.xds = xds.NewServer(xds.Options{
-		Store:         s.store,
-		PushContext:   pushcontext.Options{DomainSuffix: opts.DomainSuffix, RootNamespace: opts.RootNamespace},
+		Store: s.store,
+		PushContext: pushcontext.Options{
+			DomainSuffix:  opts.DomainSuffix,
+			RootNamespace: opts.RootNamespace,
+			Ingress: pushcontext.IngressOptions{
+				Ownership:       s.ingressOwnership(),
+				GatewayService:  opts.Ingress.Service,
+				GatewaySelector: opts.Ingress.Selector,
+			},
+		},
+		OnBuild:       s.onBuild,
 		Generators:    generators.forProxy,
 		DebounceAfter: opts.DebounceAfter,
 		DebounceMax:   opts.DebounceMax,
@@ -177,6 +198,9 @@ func (s *Server) Run(ctx context.Context) error {
 			errs <- fmt.Errorf("xds: %w", err)
 		}
 	})
+	if s.writeBack != nil {
+		wg.Go(func() { s.writeBack.run(ctx) })
+	}
 	wg.Go(func() {
 		if !s.waitForSources(ctx) {
 			return

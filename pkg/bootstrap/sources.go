@@ -52,6 +52,7 @@ func (s *Server) newSources(store model.Store, metrics *controllers.Metrics) ([]
 		if err != nil {
 			return nil, fmt.Errorf("istio client: %w", err)
 		}
+		s.kube = kube
 		src, err := controllers.NewKubeSource(controllers.KubeSourceOptions{
 			Client:       kube,
 			IstioClient:  istio,
@@ -64,6 +65,7 @@ func (s *Server) newSources(store model.Store, metrics *controllers.Metrics) ([]
 		if err != nil {
 			return nil, err
 		}
+		s.kubeSynced = src.HasSynced
 		sources = append(sources, src)
 	}
 	return sources, nil

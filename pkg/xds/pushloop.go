@@ -145,6 +145,9 @@ func (s *Server) build(req *model.PushRequest) {
 	pc := pushcontext.Build(s.opts.Store, s.opts.PushContext, prev, req)
 	s.metrics.buildTime.Observe(time.Since(start).Seconds())
 	s.current.Store(newPushState(pc, pc.Version(), 0))
+	if s.opts.OnBuild != nil {
+		s.opts.OnBuild(pc)
+	}
 }
 
 // updateEndpoints is the endpoint fast path; it reports whether any

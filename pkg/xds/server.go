@@ -39,8 +39,11 @@ type Options struct {
 	// not hold thousands of half-built responses in memory. Sends are not
 	// bounded: a slow client must not hold a slot.
 	MaxConcurrentGenerations int
-	Logger                   *slog.Logger
-	Metrics                  *Metrics
+	// OnBuild, when set, is called on the push loop after each push context
+	// build, before connections are pushed; it must not block.
+	OnBuild func(*pushcontext.PushContext)
+	Logger  *slog.Logger
+	Metrics *Metrics
 }
 
 const (

@@ -1,0 +1,85 @@
+package bootstrap
+
+import (
+	"context"
+
+	"github.com/meshpilot/meshpilot/pkg/controllers"
+	"github.com/meshpilot/meshpilot/pkg/model"
+	"github.com/meshpilot/meshpilot/pkg/pushcontext"
+)
+
+// ingressWriteBack writes what the control plane concludes about Ingresses
+// back to the API: status addresses and problem Events. Only one replica
+// writes, the holder of the Lease, unless leader election is off.
+type ingressWriteBack struct {
+	status   *controllers.IngressStatusWriter
+	problems *controllers.IngressProblemReporter
+	leader   *controllers.LeaderElector
+}
+
+func (s *Server) ingressOwnership() model.IngressOwnership {
+	return model.IngressOwnership{Class: s.opts.Ingress.Class, Mode: s.opts.Ingress.Mode}
+}
+
+func (s *Server) newIngressWriteBack() (*ingressWriteBack, error) {
+	metrics := controllers.NewIngressStatusMetrics(s.registry)
+	status, err := controllers.NewIngressStatusWriter(controllers.IngressStatusOptions{
+		Client:         s.kube,
+		Store:          s.store,
+		Ownership:      s.ingressOwnership(),
+		GatewayService: s.opts.Ingress.Service,
+		Synced:         s.kubeSynced,
+		Logger:         s.log,
+		Metrics:        metrics,
+	})
+	if err != nil {
+		return nil, err
+	}
+	problems, err := controllers.NewIngressProblemReporter(controllers.IngressProblemOptions{
+		Client: s.kube, Logger: s.log, Metrics: metrics,
+	})
+	if err != nil {
+		return nil, err
+	}
+	wb := &ingressWriteBack{status: status, problems: problems}
+	if le := s.opts.LeaderElection; le.Enabled {
+		wb.leader, err = controllers.NewLeaderElector(controllers.LeaderOptions{
+			Client:        s.kube,
+			Namespace:     le.Namespace,
+			Name:          le.Name,
+			Identity:      le.Identity,
+			LeaseDuration: le.LeaseDuration,
+			RenewDeadline: le.RenewDeadline,
+			RetryPeriod:   le.RetryPeriod,
+			Logger:        s.log,
+			Metrics:       metrics,
+		})
+		if err != nil {
+			return nil, err
+		}
+		wb.leader.AddRunFunction(status.Run).AddRunFunction(problems.Run)
+	}
+	return wb, nil
+}
+
+// run writes back until ctx ends: while leading, or always without election.
+func (wb *ingressWriteBack) run(ctx context.Context) {
+	if wb.leader != nil {
+		wb.leader.Run(ctx)
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		wb.problems.Run(ctx)
+		close(done)
+	}()
+	wb.status.Run(ctx)
+	<-done
+}
+
+// onBuild hands every new push context's Ingress problems to the reporter.
+func (s *Server) onBuild(pc *pushcontext.PushContext) {
+	if s.writeBack != nil {
+		s.writeBack.problems.Report(pc.IngressProblems())
+	}
+}
