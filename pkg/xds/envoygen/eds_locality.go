@@ -7,11 +7,7 @@ import (
 	"strings"
 	"sync"
 
-	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1"
 
 	"github.com/meshpilot/meshpilot/pkg/model"
@@ -100,25 +96,21 @@ func localityMatches(loc model.Locality, pattern string) bool {
 		(subzone == "" || subzone == "*" || subzone == loc.SubZone)
 }
 
-func coreLocality(l *core.Locality) model.Locality {
-	return model.Locality{Region: l.GetRegion(), Zone: l.GetZone(), SubZone: l.GetSubZone()}
-}
-
-// buildLocalized builds the load assignment for one plan.
-func buildLocalized(name string, eps []*model.Endpoint, plan localityPlan) *endpoint.ClusterLoadAssignment {
-	cla := grpcgen.NewLoadAssignment(name, eps)
+// buildLocalized lays out the load assignment for one plan.
+func buildLocalized(name string, eps []*model.Endpoint, plan localityPlan) *grpcgen.AssignmentLayout {
+	l := grpcgen.NewAssignmentLayout(name, eps)
 	if plan.distribute != nil {
-		applyDistribute(cla, plan.distribute)
-		return cla
+		l.Groups = applyDistribute(l.Groups, plan.distribute)
+		return l
 	}
 	if plan.labelValues != "" {
-		splitByFailoverPriority(cla, eps, plan)
+		l.Groups = splitByFailoverPriority(l.Groups, plan)
 		if len(plan.setting.GetFailover()) == 0 {
-			return cla
+			return l
 		}
 	}
-	applyLocalityFailover(cla, plan.locality, plan.setting.GetFailover())
-	return cla
+	applyLocalityFailover(l.Groups, plan.locality, plan.setting.GetFailover())
+	return l
 }
 
 // applyDistribute weights localities as the distribute entry says. A
@@ -126,102 +118,109 @@ func buildLocalized(name string, eps []*model.Endpoint, plan localityPlan) *endp
 // their size (rounded up, as Istio does); each group counts for the first
 // pattern (in sorted order) that matches it. Groups no pattern matches, or
 // whose weight is 0, receive no traffic and are left out.
-func applyDistribute(cla *endpoint.ClusterLoadAssignment, d *networking.LocalityLoadBalancerSetting_Distribute) {
-	groups := cla.Endpoints
-	weights := make([]uint32, len(groups))
+func applyDistribute(groups []grpcgen.EndpointGroup, d *networking.LocalityLoadBalancerSetting_Distribute) []grpcgen.EndpointGroup {
 	matched := make([]bool, len(groups))
 	patterns := make([]string, 0, len(d.GetTo()))
 	for p := range d.GetTo() {
 		patterns = append(patterns, p)
 	}
 	slices.Sort(patterns)
+	members := make([]int, 0, len(groups))
 	for _, pattern := range patterns {
 		var total uint64
-		var members []int
-		for i, g := range groups {
-			if !matched[i] && localityMatches(coreLocality(g.GetLocality()), pattern) {
+		members = members[:0]
+		for i := range groups {
+			if !matched[i] && localityMatches(groups[i].Locality, pattern) {
 				matched[i] = true
 				members = append(members, i)
-				total += uint64(g.GetLoadBalancingWeight().GetValue())
+				total += uint64(groups[i].Weight)
 			}
 		}
+		// Each group's share depends only on its own size and the total,
+		// so the weights can be replaced as they are computed.
 		for _, i := range members {
-			share := float64(uint64(groups[i].GetLoadBalancingWeight().GetValue())*uint64(d.GetTo()[pattern])) / float64(total)
-			weights[i] = uint32(math.Ceil(share))
+			share := float64(uint64(groups[i].Weight)*uint64(d.GetTo()[pattern])) / float64(total)
+			groups[i].Weight = uint32(math.Ceil(share))
 		}
 	}
 	kept := groups[:0]
 	for i, g := range groups {
-		if weights[i] > 0 {
-			g.LoadBalancingWeight = wrapperspb.UInt32(weights[i])
+		if matched[i] && g.Weight > 0 {
 			kept = append(kept, g)
 		}
 	}
-	cla.Endpoints = kept
+	return kept
 }
 
 // splitByFailoverPriority splits each locality group by how many of the
 // failoverPriority labels, in order, an endpoint shares with the proxy: all
-// of them is priority 0, failing at label j of n is priority n-j.
-func splitByFailoverPriority(cla *endpoint.ClusterLoadAssignment, eps []*model.Endpoint, plan localityPlan) {
-	keys := plan.setting.GetFailoverPriority()
+// of them is priority 0, failing at label j of n is priority n-j. Each
+// group's endpoints are reordered in place (stably) so that every priority
+// is a run of them.
+func splitByFailoverPriority(groups []grpcgen.EndpointGroup, plan localityPlan) []grpcgen.EndpointGroup {
+	entries := plan.setting.GetFailoverPriority()
 	want := strings.Split(plan.labelValues, "\x00")
-	byAddr := make(map[endpointKey]*model.Endpoint, len(eps))
-	for _, ep := range eps {
-		k := endpointKey{ep.Address, ep.Port}
-		if _, dup := byAddr[k]; !dup {
-			byAddr[k] = ep
-		}
+	keys := make([]string, len(entries))
+	for j, entry := range entries {
+		keys[j], _, _ = strings.Cut(entry, "=")
 	}
-	priorityOf := func(lbe *endpoint.LbEndpoint) uint32 {
-		sa := lbe.GetEndpoint().GetAddress().GetSocketAddress()
-		ep := byAddr[endpointKey{sa.GetAddress(), sa.GetPortValue()}]
-		if ep == nil {
-			return uint32(len(keys))
-		}
-		for j, entry := range keys {
-			key, _, _ := strings.Cut(entry, "=")
+	priorityOf := func(ep *model.Endpoint) uint32 {
+		for j, key := range keys {
 			if topologyValue(ep.Locality, ep.Labels, key) != want[j] {
 				return uint32(len(keys) - j)
 			}
 		}
 		return 0
 	}
-	var out []*endpoint.LocalityLbEndpoints
-	for _, g := range cla.Endpoints {
-		buckets := make([][]*endpoint.LbEndpoint, len(keys)+1)
-		for _, lbe := range g.LbEndpoints {
-			p := priorityOf(lbe)
-			buckets[p] = append(buckets[p], lbe)
+	// ends[p] is first where priority p's run starts, then where it ends.
+	ends := make([]int, len(keys)+1)
+	var priorities []uint32
+	var original []*model.Endpoint
+	out := make([]grpcgen.EndpointGroup, 0, len(groups))
+	for _, g := range groups {
+		clear(ends)
+		priorities = priorities[:0]
+		for _, ep := range g.Endpoints {
+			p := priorityOf(ep)
+			priorities = append(priorities, p)
+			ends[p]++
 		}
-		for p, members := range buckets {
-			if len(members) == 0 {
-				continue
+		start := 0
+		for p, count := range ends {
+			ends[p] = start
+			start += count
+		}
+		original = append(original[:0], g.Endpoints...)
+		for i, ep := range original {
+			g.Endpoints[ends[priorities[i]]] = ep
+			ends[priorities[i]]++
+		}
+		start = 0
+		for p, end := range ends {
+			if end > start {
+				out = append(out, grpcgen.EndpointGroup{
+					Locality:  g.Locality,
+					Endpoints: g.Endpoints[start:end:end],
+					Weight:    uint32(end - start),
+					Priority:  uint32(p),
+				})
 			}
-			out = append(out, &endpoint.LocalityLbEndpoints{
-				Locality:            g.Locality,
-				LbEndpoints:         members,
-				LoadBalancingWeight: wrapperspb.UInt32(uint32(len(members))),
-				Priority:            uint32(p),
-			})
+			start = end
 		}
 	}
-	cla.Endpoints = out
+	clear(original)
 	compactPriorities(out)
-}
-
-type endpointKey struct {
-	address string
-	port    uint32
+	return out
 }
 
 // applyLocalityFailover prioritises groups by what they share with the
 // proxy's locality: all of it 0, region and zone 1, region 2, nothing 3, and
 // 4 for regions a failover entry for the proxy's region does not name.
 // Existing priorities (from failoverPriority) stay more significant.
-func applyLocalityFailover(cla *endpoint.ClusterLoadAssignment, proxy model.Locality, failover []*networking.LocalityLoadBalancerSetting_Failover) {
-	for _, g := range cla.Endpoints {
-		loc := coreLocality(g.GetLocality())
+func applyLocalityFailover(groups []grpcgen.EndpointGroup, proxy model.Locality, failover []*networking.LocalityLoadBalancerSetting_Failover) {
+	for i := range groups {
+		g := &groups[i]
+		loc := g.Locality
 		p := uint32(3)
 		switch {
 		case loc.Region != proxy.Region:
@@ -242,23 +241,23 @@ func applyLocalityFailover(cla *endpoint.ClusterLoadAssignment, proxy model.Loca
 		}
 		g.Priority = g.Priority*5 + p
 	}
-	compactPriorities(cla.Endpoints)
+	compactPriorities(groups)
 }
 
 // compactPriorities renumbers priorities 0..N without gaps, keeping their
 // order, as Envoy requires.
-func compactPriorities(groups []*endpoint.LocalityLbEndpoints) {
+func compactPriorities(groups []grpcgen.EndpointGroup) {
 	distinct := make([]uint32, 0, len(groups))
 	for _, g := range groups {
 		distinct = append(distinct, g.Priority)
 	}
 	slices.Sort(distinct)
 	distinct = slices.Compact(distinct)
-	for _, g := range groups {
-		rank, _ := slices.BinarySearch(distinct, g.Priority)
-		g.Priority = uint32(rank)
+	for i := range groups {
+		rank, _ := slices.BinarySearch(distinct, groups[i].Priority)
+		groups[i].Priority = uint32(rank)
 	}
-	slices.SortStableFunc(groups, func(a, b *endpoint.LocalityLbEndpoints) int { return cmp.Compare(a.Priority, b.Priority) })
+	slices.SortStableFunc(groups, func(a, b grpcgen.EndpointGroup) int { return cmp.Compare(a.Priority, b.Priority) })
 }
 
 // localizedCache holds locality-dependent load assignments for the two most
@@ -312,7 +311,7 @@ func (g *localizedGeneration) get(name string, eps []*model.Endpoint, plan local
 			return e.res, nil
 		}
 	}
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(buildLocalized(name, eps, plan))
+	b, err := buildLocalized(name, eps, plan).Marshal()
 	if err != nil {
 		return model.Resource{}, err
 	}

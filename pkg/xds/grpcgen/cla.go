@@ -1,13 +1,12 @@
 package grpcgen
 
 import (
-	"cmp"
 	"slices"
+	"strings"
 	"sync"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
-	"google.golang.org/protobuf/types/known/wrapperspb"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/meshpilot/meshpilot/pkg/model"
 )
@@ -16,116 +15,88 @@ import (
 // scanning rather than with a map.
 const linearDedupLimit = 32
 
-// buildLoadAssignment renders endpoints as the load assignment grpc-go
-// accepts: one locality group per distinct locality (sorted), each with a
-// Locality message (grpc-go NACKs a missing one) and a load_balancing_weight
-// equal to its endpoint count (grpc-go silently drops localities of weight
-// 0), and no address listed twice (grpc-go NACKs duplicates across the whole
-// assignment). The first occurrence of a duplicated address wins.
+// AssignmentLayout is a ClusterLoadAssignment before encoding: the cluster
+// name and its locality groups, each a run of endpoints. It is what grpc-go
+// accepts: one group per distinct locality (sorted), each with a Locality
+// message (grpc-go NACKs a missing one) and a load_balancing_weight equal to
+// its endpoint count (grpc-go silently drops localities of weight 0), and no
+// address listed twice (grpc-go NACKs duplicates across the whole
+// assignment; the first occurrence wins). Generators that weight or
+// prioritise localities (Envoy's) rearrange Groups before Marshal.
+type AssignmentLayout struct {
+	Name   string
+	Groups []EndpointGroup
+	// endpoints backs the groups' Endpoints: every usable endpoint, in
+	// locality order.
+	endpoints []*model.Endpoint
+	// sizes is Marshal's scratch: the encoded sizes of each endpoint.
+	sizes []lbEndpointSizes
+}
+
+// EndpointGroup is one LocalityLbEndpoints of an assignment.
+type EndpointGroup struct {
+	Locality model.Locality
+	// Endpoints is a window of the layout's own endpoint list, which its
+	// owner may reorder or split; it never aliases the caller's slice.
+	Endpoints []*model.Endpoint
+	// Weight is the load_balancing_weight (always present on the wire).
+	Weight   uint32
+	Priority uint32
+}
+
+// NewAssignmentLayout lays out eps as the load assignment of cluster name
+// that Generate serves, in a fresh layout the caller owns.
+func NewAssignmentLayout(name string, eps []*model.Endpoint) *AssignmentLayout {
+	l := &AssignmentLayout{endpoints: make([]*model.Endpoint, 0, len(eps))}
+	l.fill(name, eps)
+	return l
+}
+
+// buildLoadAssignment encodes the load assignment of eps as a resource.
 func buildLoadAssignment(name string, eps []*model.Endpoint) (model.Resource, error) {
-	scratch := claScratchPool.Get().(*claScratch)
-	defer claScratchPool.Put(scratch)
-	return marshalResource(name, scratch.fill(name, eps))
-}
-
-// NewLoadAssignment builds the load assignment Generate would serve for
-// these endpoints as a fresh message the caller owns, for generators that
-// adjust it (locality priorities, weights) before marshalling.
-func NewLoadAssignment(name string, eps []*model.Endpoint) *endpoint.ClusterLoadAssignment {
-	return new(claScratch).fill(name, eps)
-}
-
-// claScratch holds the messages of one load assignment while it is
-// marshalled. Only the marshalled bytes outlive a build, so the messages are
-// pooled: a cold EDS push would otherwise allocate (and collect) several
-// kilobytes of message structs per cluster.
-type claScratch struct {
-	kept           []*model.Endpoint
-	lbEndpoints    []endpoint.LbEndpoint
-	lbEndpointPtrs []*endpoint.LbEndpoint
-	hostIDs        []endpoint.LbEndpoint_Endpoint
-	endpointMsgs   []endpoint.Endpoint
-	addresses      []core.Address
-	socketWrappers []core.Address_SocketAddress
-	sockets        []core.SocketAddress
-	ports          []core.SocketAddress_PortValue
-	groups         []endpoint.LocalityLbEndpoints
-	groupPtrs      []*endpoint.LocalityLbEndpoints
-	localities     []core.Locality
-	weights        []wrapperspb.UInt32Value
-	cla            endpoint.ClusterLoadAssignment
-}
-
-var claScratchPool = sync.Pool{New: func() any { return &claScratch{} }}
-
-// grow returns s with length n, reallocating only when its capacity is short.
-func grow[T any](s []T, n int) []T {
-	if cap(s) < n {
-		return make([]T, n, n+n/4)
+	l := layoutPool.Get().(*AssignmentLayout)
+	l.fill(name, eps)
+	b, err := l.Marshal()
+	l.release()
+	if err != nil {
+		return model.Resource{}, err
 	}
-	return s[:n]
+	return model.Resource{Name: name, Resource: &anypb.Any{TypeUrl: EndpointType, Value: b}}, nil
 }
 
-// fill builds the assignment in the scratch messages. Every field that a
-// previous use set is overwritten, so no reset is needed.
-func (s *claScratch) fill(name string, eps []*model.Endpoint) *endpoint.ClusterLoadAssignment {
-	s.kept = usableEndpoints(s.kept[:0], eps)
-	kept := s.kept
+// layoutPool recycles the layouts of shared assignments: only their
+// encoding outlives a build.
+var layoutPool = sync.Pool{New: func() any { return new(AssignmentLayout) }}
+
+// release returns l to the pool without pinning the endpoints it listed.
+func (l *AssignmentLayout) release() {
+	clear(l.endpoints)
+	clear(l.Groups)
+	l.Name = ""
+	layoutPool.Put(l)
+}
+
+// fill lays out eps, reusing l's slices.
+func (l *AssignmentLayout) fill(name string, eps []*model.Endpoint) {
+	l.Name = name
+	l.endpoints = usableEndpoints(l.endpoints[:0], eps)
+	kept := l.endpoints
 	if !slices.IsSortedFunc(kept, compareEndpointLocality) {
 		slices.SortStableFunc(kept, compareEndpointLocality)
 	}
-
-	n := len(kept)
-	s.lbEndpoints = grow(s.lbEndpoints, n)
-	s.lbEndpointPtrs = grow(s.lbEndpointPtrs, n)
-	s.hostIDs = grow(s.hostIDs, n)
-	s.endpointMsgs = grow(s.endpointMsgs, n)
-	s.addresses = grow(s.addresses, n)
-	s.socketWrappers = grow(s.socketWrappers, n)
-	s.sockets = grow(s.sockets, n)
-	s.ports = grow(s.ports, n)
-	for i, ep := range kept {
-		s.ports[i].PortValue = ep.Port
-		s.sockets[i].Address = ep.Address
-		s.sockets[i].PortSpecifier = &s.ports[i]
-		s.socketWrappers[i].SocketAddress = &s.sockets[i]
-		s.addresses[i].Address = &s.socketWrappers[i]
-		s.endpointMsgs[i].Address = &s.addresses[i]
-		s.hostIDs[i].Endpoint = &s.endpointMsgs[i]
-		s.lbEndpoints[i].HostIdentifier = &s.hostIDs[i]
-		s.lbEndpoints[i].HealthStatus = healthStatus(ep.Health)
-		s.lbEndpointPtrs[i] = &s.lbEndpoints[i]
-	}
-
-	groups := 0
-	for i := range n {
-		if i == 0 || kept[i].Locality != kept[i-1].Locality {
-			groups++
-		}
-	}
-	s.groups = grow(s.groups, groups)
-	s.groupPtrs = grow(s.groupPtrs, groups)
-	s.localities = grow(s.localities, groups)
-	s.weights = grow(s.weights, groups)
-	g := 0
-	for start := 0; start < n; g++ {
+	l.Groups = l.Groups[:0]
+	for start := 0; start < len(kept); {
 		end := start + 1
-		for end < n && kept[end].Locality == kept[start].Locality {
+		for end < len(kept) && kept[end].Locality == kept[start].Locality {
 			end++
 		}
-		loc := kept[start].Locality
-		s.localities[g].Region, s.localities[g].Zone, s.localities[g].SubZone = loc.Region, loc.Zone, loc.SubZone
-		s.weights[g].Value = uint32(end - start)
-		s.groups[g].Locality = &s.localities[g]
-		s.groups[g].LbEndpoints = s.lbEndpointPtrs[start:end:end]
-		s.groups[g].LoadBalancingWeight = &s.weights[g]
-		s.groupPtrs[g] = &s.groups[g]
+		l.Groups = append(l.Groups, EndpointGroup{
+			Locality:  kept[start].Locality,
+			Endpoints: kept[start:end:end],
+			Weight:    uint32(end - start),
+		})
 		start = end
 	}
-	s.cla.ClusterName = name
-	s.cla.Endpoints = s.groupPtrs
-	clear(s.kept) // do not pin endpoints from the pool
-	return &s.cla
 }
 
 // usableEndpoints appends to kept the endpoints that have an address and
@@ -162,8 +133,17 @@ func compareEndpointLocality(a, b *model.Endpoint) int {
 	return compareLocality(a.Locality, b.Locality)
 }
 
+// compareLocality orders localities by region, zone and subzone. It stops
+// at the first part that differs: layouts sort every assignment's endpoints,
+// and most neighbours share a region.
 func compareLocality(a, b model.Locality) int {
-	return cmp.Or(cmp.Compare(a.Region, b.Region), cmp.Compare(a.Zone, b.Zone), cmp.Compare(a.SubZone, b.SubZone))
+	if c := strings.Compare(a.Region, b.Region); c != 0 {
+		return c
+	}
+	if c := strings.Compare(a.Zone, b.Zone); c != 0 {
+		return c
+	}
+	return strings.Compare(a.SubZone, b.SubZone)
 }
 
 func healthStatus(h model.HealthStatus) core.HealthStatus {
