@@ -17,6 +17,7 @@ const (
 	RouteType    = resource.RouteType
 	ClusterType  = resource.ClusterType
 	EndpointType = resource.EndpointType
+	SecretType   = resource.SecretType
 )
 
 // Generator produces the resources of one type URL for one proxy; the xDS
@@ -58,9 +59,10 @@ type Set struct {
 	Endpoints Generator
 	Listeners Generator
 	Routes    Generator
+	Secrets   Generator
 }
 
-// New builds the four generators with shared options.
+// New builds the generators with shared options.
 func New(opts Options) *Set {
 	opts = opts.withDefaults()
 	return &Set{
@@ -68,6 +70,7 @@ func New(opts Options) *Set {
 		Endpoints: NewEndpointGenerator(opts),
 		Listeners: NewListenerGenerator(opts),
 		Routes:    NewRouteGenerator(opts),
+		Secrets:   NewSecretGenerator(opts),
 	}
 }
 
@@ -78,5 +81,6 @@ func (s *Set) ByTypeURL() map[string]Generator {
 		EndpointType: s.Endpoints,
 		ListenerType: s.Listeners,
 		RouteType:    s.Routes,
+		SecretType:   s.Secrets,
 	}
 }

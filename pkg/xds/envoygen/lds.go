@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	router "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
@@ -17,7 +18,8 @@ import (
 // one outbound listener per HTTP port ("0.0.0.0_<port>", routes over RDS)
 // and per TCP service port ("<cluster IP>_<port>", tcp_proxy), and
 // virtualInbound (15006) with a chain per port of the proxy's own workload.
-// Routers get no listeners until gateways are translated.
+// The ingress gateway (a router the push context recognises) gets the
+// listeners of the Ingresses (gateway_listeners.go); other routers get none.
 //
 // Outbound listeners depend on the proxy's namespace (and its labels when
 // workload-selected DestinationRules exist there); virtualInbound depends
@@ -28,8 +30,14 @@ type ListenerGenerator struct {
 	httpFilters       []*hcm.HttpFilter
 	originalDstConfig *anypb.Any
 	virtualOutbound   model.Resource
+	tlsInspector      *anypb.Any
 	views             outboundViews
-	cache             lrCache
+
+	// gatewayPrev are the ingress gateway's last listeners, reused while
+	// their inputs stay the same.
+	gatewayMu   sync.Mutex
+	gatewayPrev builtGatewayListeners
+	cache       lrCache
 }
 
 // NewListenerGenerator returns the LDS generator.
@@ -47,6 +55,7 @@ func newListenerGenerator(opts Options) *ListenerGenerator {
 		httpFilters:       routerOnlyFilters(),
 		originalDstConfig: mustPackLR(newOriginalDstConfig()),
 		virtualOutbound:   vo,
+		tlsInspector:      newTLSInspectorConfig(),
 	}
 }
 
@@ -69,6 +78,10 @@ func (g *ListenerGenerator) Generate(proxy *model.Proxy, push *pushcontext.PushC
 		return nil, fmt.Errorf("envoygen: no push context")
 	}
 	if proxy.Type != model.SidecarProxy {
+		if gw := gatewayFor(proxy, push); gw != nil {
+			res, err := g.gatewayListeners(g.cache.generation(push.Version()), push, gw)
+			return filterByName(res, w), err
+		}
 		return model.Resources{}, nil
 	}
 	gen := g.cache.generation(push.Version())

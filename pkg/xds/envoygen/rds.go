@@ -20,8 +20,9 @@ import (
 // visible service on that port ("host:port") and the allow_any catch-all.
 // A route configuration depends on the proxy's namespace (and labels, when
 // workload-selected DestinationRules exist there) and is built once per
-// push context version for all proxies that share them. Routers get no
-// routes until gateways are translated.
+// push context version for all proxies that share them. The ingress
+// gateway gets the routes of the Ingresses (gateway_routes.go); other
+// routers get none.
 type RouteGenerator struct {
 	opts     Options
 	parts    *routeParts
@@ -29,6 +30,10 @@ type RouteGenerator struct {
 	allowAny []byte // the marshalled catch-all virtual host
 	views    outboundViews
 	cache    lrCache
+	// gatewayEncoder and gatewayVhosts encode the ingress gateway's
+	// virtual hosts and keep them across push contexts.
+	gatewayEncoder *gatewayVhostEncoder
+	gatewayVhosts  vhostBytes
 }
 
 // NewRouteGenerator returns the RDS generator.
@@ -42,7 +47,9 @@ func newRouteGenerator(opts Options) *RouteGenerator {
 	if err != nil {
 		panic(err) // a fixed message; marshalling cannot fail
 	}
-	return &RouteGenerator{opts: opts.withDefaults(), parts: parts, vhosts: newVhostEncoder(parts), allowAny: allowAny}
+	vhosts := newVhostEncoder(parts)
+	return &RouteGenerator{opts: opts.withDefaults(), parts: parts, vhosts: vhosts, allowAny: allowAny,
+		gatewayEncoder: newGatewayVhostEncoder(vhosts)}
 }
 
 type routeConfigKey struct {
@@ -59,6 +66,9 @@ func (g *RouteGenerator) Generate(proxy *model.Proxy, push *pushcontext.PushCont
 		return nil, fmt.Errorf("envoygen: no push context")
 	}
 	if proxy.Type != model.SidecarProxy {
+		if gw := gatewayFor(proxy, push); gw != nil {
+			return g.generateGateway(push, gw, w)
+		}
 		return model.Resources{}, nil
 	}
 	gen := g.cache.generation(push.Version())
