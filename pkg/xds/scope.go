@@ -43,6 +43,11 @@ type pushPlan struct {
 	// workloadsChanged is set when Pods changed: a proxy whose own Pod
 	// changed (or appeared) gets everything, as its inbound side follows it.
 	workloadsChanged bool
+	// ingressChanged is set when Ingresses or IngressClasses changed, and
+	// secrets lists the Secrets that changed: only the ingress gateway's
+	// configuration depends on them.
+	ingressChanged bool
+	secrets        []model.NamespacedName
 
 	// scopes memoizes scopeFor by what a scope depends on (namespace, and
 	// labels where workload-selector rules exist): many proxies share one.
@@ -56,8 +61,8 @@ type changedService struct {
 // pushScope says which of a connection's watched types a push regenerates.
 // EDS is regenerated from the plan's partial request unless all is set.
 type pushScope struct {
-	all                                    bool
-	clusters, listeners, routes, endpoints bool
+	all                                             bool
+	clusters, listeners, routes, endpoints, secrets bool
 }
 
 // newPushPlan works out what req can affect. prev is the push context served
@@ -101,6 +106,10 @@ func newPushPlan(id uint64, req *model.PushRequest, prev, cur *pushcontext.PushC
 			p.workloadsChanged = true
 		case model.KindNamespace:
 			// Nothing generated depends on namespaces yet.
+		case model.KindIngress, model.KindIngressClass:
+			p.ingressChanged = true
+		case model.KindSecret:
+			p.secrets = append(p.secrets, model.NamespacedName{Namespace: key.Namespace, Name: key.Name})
 		default:
 			p.everything = true
 			return p
@@ -142,6 +151,8 @@ func mergePlans(id uint64, older, newer *pushPlan) *pushPlan {
 		eds:              older.eds.Merge(newer.eds),
 		endpointsChanged: older.endpointsChanged || newer.endpointsChanged,
 		workloadsChanged: older.workloadsChanged || newer.workloadsChanged,
+		ingressChanged:   older.ingressChanged || newer.ingressChanged,
+		secrets:          slices.Concat(older.secrets, newer.secrets),
 	}
 	if len(older.rules)+len(newer.rules) > 0 {
 		m.rules = maps.Clone(older.rules)
@@ -180,16 +191,125 @@ func (p *pushPlan) scopeFor(proxy *model.Proxy) pushScope {
 }
 
 // scopeKey is what computeScope depends on: the namespace, plus the labels
-// when workload-selector rules in the namespace may apply to the proxy.
+// when workload-selector rules in the namespace may apply to the proxy, and
+// whether the proxy is the ingress gateway.
 func (p *pushPlan) scopeKey(proxy *model.Proxy) string {
 	ns := proxy.Namespace
-	if len(p.rules) == 0 || !(p.prev.HasWorkloadSelectorRules(ns) || p.cur.HasWorkloadSelectorRules(ns)) {
+	if p.isIngressGateway(proxy) {
+		ns = "\x01gateway\x00" + ns
+	}
+	if len(p.rules) == 0 || !(p.prev.HasWorkloadSelectorRules(proxy.Namespace) || p.cur.HasWorkloadSelectorRules(proxy.Namespace)) {
 		return ns
 	}
 	return ns + "\x00" + labelsKey(proxy.Labels)
 }
 
+// isIngressGateway reports whether proxy is, or was until this push, served
+// the ingress gateway's configuration.
+func (p *pushPlan) isIngressGateway(proxy *model.Proxy) bool {
+	return proxy.Type == model.Router && (p.cur.IsIngressGateway(proxy) || p.prev.IsIngressGateway(proxy))
+}
+
 func (p *pushPlan) computeScope(proxy *model.Proxy) pushScope {
+	sc := p.meshScope(proxy)
+	if sc.all || !p.isIngressGateway(proxy) {
+		return sc
+	}
+	gw := p.gatewayScope()
+	if gw.all {
+		return gw
+	}
+	sc.listeners = sc.listeners || gw.listeners
+	sc.routes = sc.routes || gw.routes
+	sc.secrets = gw.secrets
+	return sc
+}
+
+// gatewayScope is what the push changes in the ingress gateway's own
+// configuration. An Ingress or IngressClass change may change any of its
+// listeners, routes and the Secrets they use. A Secret change that leaves
+// the TLS hosts as they were (a rotated certificate) changes only SDS; one
+// that makes a TLS host usable or unusable changes the listeners and
+// routes too. A change of a Service that an Ingress routes to, or of the
+// gateway Service's ports, changes everything.
+func (p *pushPlan) gatewayScope() pushScope {
+	before, after := p.prev.IngressGateway(), p.cur.IngressGateway()
+	var sc pushScope
+	if p.ingressChanged {
+		sc.listeners, sc.routes, sc.secrets = true, true, true
+	}
+	for _, name := range p.secrets {
+		if !gatewayUsesSecret(before, name) && !gatewayUsesSecret(after, name) {
+			continue
+		}
+		sc.secrets = true
+		if !sameTLSHosts(before, after) {
+			sc.listeners, sc.routes = true, true
+		}
+	}
+	for _, svc := range p.services {
+		if gatewayRoutesTo(before, svc.hostname) || gatewayRoutesTo(after, svc.hostname) {
+			return pushScope{all: true}
+		}
+	}
+	if len(p.services) > 0 && !sameListenPorts(before, after) {
+		// The gateway Service's ports changed.
+		return pushScope{all: true}
+	}
+	return sc
+}
+
+func sameListenPorts(a, b *pushcontext.IngressGateway) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.HTTPPort == b.HTTPPort && a.HTTPSPort == b.HTTPSPort
+}
+
+func gatewayUsesSecret(gw *pushcontext.IngressGateway, name model.NamespacedName) bool {
+	if gw == nil {
+		return false
+	}
+	for _, t := range gw.TLS {
+		if t.Secret == name {
+			return true
+		}
+	}
+	return false
+}
+
+func gatewayRoutesTo(gw *pushcontext.IngressGateway, host string) bool {
+	if gw == nil {
+		return false
+	}
+	for _, vh := range gw.HTTP {
+		for _, r := range vh.Routes {
+			if r.Host == host {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// sameTLSHosts reports whether two gateways terminate TLS for the same
+// hosts with the same Secrets.
+func sameTLSHosts(a, b *pushcontext.IngressGateway) bool {
+	var at, bt []*pushcontext.IngressTLSHost
+	if a != nil {
+		at = a.TLS
+	}
+	if b != nil {
+		bt = b.TLS
+	}
+	return slices.EqualFunc(at, bt, func(x, y *pushcontext.IngressTLSHost) bool {
+		return x.SecretName == y.SecretName && x.From == y.From && slices.Equal(x.Hosts, y.Hosts)
+	})
+}
+
+// meshScope is what the push changes in the configuration every proxy of
+// the namespace shares: services and destination rules.
+func (p *pushPlan) meshScope(proxy *model.Proxy) pushScope {
 	ns := proxy.Namespace
 	for _, svc := range p.services {
 		// A proxy's own namespace always counts: its inbound configuration
@@ -238,6 +358,10 @@ func (p *pushPlan) request(sc pushScope, typeURL string) *model.PushRequest {
 	case EndpointType:
 		if sc.endpoints {
 			return p.eds
+		}
+	case SecretType:
+		if sc.secrets {
+			return p.req
 		}
 	}
 	return nil

@@ -1,10 +1,19 @@
 package xds
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"math/big"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1"
 
@@ -32,7 +41,7 @@ func (g *stampedGenerator) Generate(p *model.Proxy, pc *pushcontext.PushContext,
 		for _, svc := range pc.ServicesVisibleTo(p.Namespace) {
 			emit(svc.Hostname, pc.Version())
 		}
-	case RouteType:
+	case RouteType, SecretType:
 		for _, name := range w.ResourceNames {
 			emit(name, pc.Version())
 		}
@@ -52,7 +61,7 @@ func stampedGenerators() map[string]Generator {
 	set := map[string]Generator{probeType: GeneratorFunc(func(p *model.Proxy, pc *pushcontext.PushContext, w *model.WatchedResource, req *model.PushRequest) (model.Resources, error) {
 		return genProbe(p, pc, w, req), nil
 	})}
-	for _, typeURL := range []string{ClusterType, ListenerType, RouteType, EndpointType} {
+	for _, typeURL := range []string{ClusterType, ListenerType, RouteType, EndpointType, SecretType} {
 		set[typeURL] = &stampedGenerator{typeURL: typeURL}
 	}
 	return set
@@ -97,11 +106,16 @@ func subsetRule(lb networking.LoadBalancerSettings_SimpleLB, v1Labels map[string
 // TestPushScopes asserts, for each kind of change, exactly which types each
 // proxy is pushed: "mine" lives in the services' namespace and sees the
 // restricted service "private" (exported to default only); "other" lives in
-// namespace other and sees only the public service "a".
+// namespace other and sees only the public service "a"; "gateway" is the
+// ingress gateway (a router in istio-system with the gateway's labels),
+// which serves an Ingress routing to "a" with TLS from Secret a-cert.
 func TestPushScopes(t *testing.T) {
 	private, public := hostname("private"), hostname("a")
 	v1 := map[string]string{"version": "v1"}
 	all := []string{"cds", "eds", "lds", "rds"}
+	gatewayAll := []string{"cds", "eds", "lds", "rds", "sds"}
+	gatewayConfig := []string{"lds", "rds", "sds"}
+	certA, certB := scopeTestPEM(t, "a.example.com"), scopeTestPEM(t, "a.example.com")
 	withPrivateRule := func(s model.Store) {
 		upsertRule(s, "private", private, subsetRule(networking.LoadBalancerSettings_ROUND_ROBIN, v1))
 	}
@@ -110,8 +124,8 @@ func TestPushScopes(t *testing.T) {
 		seed func(model.Store)
 		// change mutates the store and returns the keys the sources would
 		// report; nil keys make a forced push.
-		change      func(model.Store) []model.ConfigKey
-		mine, other []string
+		change               func(model.Store) []model.ConfigKey
+		mine, other, gateway []string
 	}{
 		{
 			name: "service updated",
@@ -160,7 +174,7 @@ func TestPushScopes(t *testing.T) {
 				setHTTPEndpoints(s, "a", "10.9.0.3")
 				return []model.ConfigKey{{Kind: model.KindEndpoints, Namespace: "default", Name: "a"}}
 			},
-			mine: []string{"eds"}, other: []string{"eds"},
+			mine: []string{"eds"}, other: []string{"eds"}, gateway: []string{"eds"},
 		},
 		{
 			name: "another proxy's pod",
@@ -253,14 +267,82 @@ func TestPushScopes(t *testing.T) {
 					ConnectionPool: &networking.ConnectionPoolSettings{Tcp: &networking.ConnectionPoolSettings_TCPSettings{MaxConnections: 10}}}})
 				return []model.ConfigKey{ruleKey("a")}
 			},
-			mine: []string{"cds"}, other: []string{"cds"},
+			mine: []string{"cds"}, other: []string{"cds"}, gateway: []string{"cds"},
 		},
 		{
 			name: "forced full push",
 			change: func(model.Store) []model.ConfigKey {
 				return nil
 			},
-			mine: all, other: all,
+			mine: all, other: all, gateway: gatewayAll,
+		},
+		{
+			name: "gateway's certificate rotated",
+			change: func(s model.Store) []model.ConfigKey {
+				upsertTLSSecret(s, "a-cert", certB)
+				return []model.ConfigKey{secretKey("a-cert")}
+			},
+			gateway: []string{"sds"},
+		},
+		{
+			name: "a secret no Ingress uses",
+			change: func(s model.Store) []model.ConfigKey {
+				upsertTLSSecret(s, "unused", certB)
+				return []model.ConfigKey{secretKey("unused")}
+			},
+		},
+		{
+			// The TLS host loses its certificate: its filter chain (LDS)
+			// and that chain's routes (RDS) go.
+			name: "gateway's certificate no longer valid",
+			change: func(s model.Store) []model.ConfigKey {
+				upsertTLSSecret(s, "a-cert", scopePEM{cert: certA.cert, key: certB.key})
+				return []model.ConfigKey{secretKey("a-cert")}
+			},
+			gateway: gatewayConfig,
+		},
+		{
+			name: "gateway's certificate deleted",
+			change: func(s model.Store) []model.ConfigKey {
+				s.DeleteSecret(model.NamespacedName{Namespace: "default", Name: "a-cert"})
+				return []model.ConfigKey{secretKey("a-cert")}
+			},
+			gateway: gatewayConfig,
+		},
+		{
+			name: "ingress changed",
+			change: func(s model.Store) []model.ConfigKey {
+				upsertIngress(s, "/a", "/b")
+				return []model.ConfigKey{{Kind: model.KindIngress, Namespace: "default", Name: "web"}}
+			},
+			gateway: gatewayConfig,
+		},
+		{
+			name: "ingress class changed",
+			change: func(s model.Store) []model.ConfigKey {
+				s.UpsertIngressClass(&model.IngressClass{Name: "istio", Controller: "example.com/other"})
+				return []model.ConfigKey{{Kind: model.KindIngressClass, Name: "istio"}}
+			},
+			gateway: gatewayConfig,
+		},
+		{
+			// The gateway cannot see the service (exportTo), yet an Ingress
+			// routes to it: its routes follow the service.
+			name: "ingress backend the gateway cannot see",
+			seed: func(s model.Store) { upsertIngress(s, "/a", "/private") },
+			change: func(s model.Store) []model.ConfigKey {
+				upsertService(s, "private", model.ExportTo{"default"}, map[string]string{"tier": "gold"})
+				return []model.ConfigKey{{Kind: model.KindService, Namespace: "default", Name: "private"}}
+			},
+			mine: all, gateway: gatewayAll,
+		},
+		{
+			name: "gateway service's ports",
+			change: func(s model.Store) []model.ConfigKey {
+				upsertGatewayService(s, 9443)
+				return []model.ConfigKey{{Kind: model.KindService, Namespace: "istio-system", Name: "istio-ingressgateway"}}
+			},
+			mine: all, other: all, gateway: gatewayAll,
 		},
 	}
 	for _, tc := range cases {
@@ -270,21 +352,32 @@ func TestPushScopes(t *testing.T) {
 				setHTTPEndpoints(s, "a", "10.8.0.1")
 				upsertService(s, "private", model.ExportTo{"default"}, nil)
 				setHTTPEndpoints(s, "private", "10.8.0.2")
+				upsertGatewayService(s, 8443)
+				s.UpsertIngressClass(&model.IngressClass{Name: "istio", Controller: model.IngressController})
+				upsertIngress(s, "/a")
+				upsertTLSSecret(s, "a-cert", certA)
 				if tc.seed != nil {
 					tc.seed(s)
 				}
 			}})
 			mine := h.sotwAs("mine", nodeIn("mine", "default", nil))
 			other := h.sotwAs("other", nodeIn("other", "other", nil))
-			for _, c := range []*sotwClient{mine, other} {
+			gateway := h.sotwAs("gateway", gatewayNode())
+			for _, c := range []*sotwClient{mine, other, gateway} {
 				c.ack(c.subscribe(ClusterType))
 				c.ack(c.subscribe(ListenerType))
 				c.ack(c.subscribe(RouteType, "80"), "80")
 				c.ack(c.subscribe(EndpointType, public, private), public, private)
+			}
+			gateway.ack(gateway.subscribe(SecretType, "kubernetes://default/a-cert"), "kubernetes://default/a-cert")
+			for _, c := range []*sotwClient{mine, other, gateway} {
 				c.expectQuiet("after subscribing")
 			}
+			if h.server.PushContext().IngressGateway() == nil {
+				t.Fatal("the fixture's Ingress is not served: the gateway rows would prove nothing")
+			}
 			pushesBefore := map[string]float64{}
-			for _, typ := range all {
+			for _, typ := range gatewayAll {
 				pushesBefore[typ] = h.counter(h.server.metrics.pushes, typ)
 			}
 
@@ -305,17 +398,20 @@ func TestPushScopes(t *testing.T) {
 				slices.Sort(types)
 				return types
 			}
-			gotMine, gotOther := pushed(mine), pushed(other)
+			gotMine, gotOther, gotGateway := pushed(mine), pushed(other), pushed(gateway)
 			if !slices.Equal(gotMine, tc.mine) {
 				t.Errorf("proxy in default was pushed %v, want %v", gotMine, tc.mine)
 			}
 			if !slices.Equal(gotOther, tc.other) {
 				t.Errorf("proxy in other was pushed %v, want %v", gotOther, tc.other)
 			}
+			if !slices.Equal(gotGateway, tc.gateway) {
+				t.Errorf("ingress gateway was pushed %v, want %v", gotGateway, tc.gateway)
+			}
 			// The pushes metric records the same.
-			for _, typ := range all {
+			for _, typ := range gatewayAll {
 				want := 0.0
-				for _, got := range [][]string{tc.mine, tc.other} {
+				for _, got := range [][]string{tc.mine, tc.other, tc.gateway} {
 					if slices.Contains(got, typ) {
 						want++
 					}
@@ -369,4 +465,79 @@ func TestMergedPlansCoverEveryChange(t *testing.T) {
 		// leaves out what the proxy cannot see.
 		t.Fatalf("scope of a proxy that cannot see the host = %+v", got)
 	}
+}
+
+// scopePEM is a throwaway self-signed certificate and its key.
+type scopePEM struct{ cert, key []byte }
+
+func scopeTestPEM(t *testing.T, host string) scopePEM {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), DNSNames: []string{host},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return scopePEM{
+		cert: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		key:  pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}),
+	}
+}
+
+func upsertTLSSecret(s model.Store, name string, p scopePEM) {
+	s.UpsertSecret(&model.Secret{Name: name, Namespace: "default", Type: "kubernetes.io/tls", Cert: p.cert, PrivateKey: p.key})
+}
+
+func secretKey(name string) model.ConfigKey {
+	return model.ConfigKey{Kind: model.KindSecret, Namespace: "default", Name: name}
+}
+
+// upsertIngress writes Ingress default/web: host a.example.com with TLS from
+// Secret a-cert, and one Prefix path per entry of paths, each to the service
+// the path names ("/private" to private, anything else to a).
+func upsertIngress(s model.Store, paths ...string) {
+	rule := model.IngressRule{Host: "a.example.com"}
+	for _, p := range paths {
+		svc := "a"
+		if p == "/private" {
+			svc = "private"
+		}
+		rule.Paths = append(rule.Paths, model.IngressPath{Path: p, PathType: model.PathTypePrefix,
+			Backend: model.IngressBackend{ServiceName: svc, PortNumber: 80}})
+	}
+	s.UpsertIngress(&model.Ingress{Name: "web", Namespace: "default", ClassName: "istio",
+		Revision: strings.Join(paths, ","), CreationTime: ruleCreated,
+		Rules: []model.IngressRule{rule},
+		TLS:   []model.IngressTLS{{Hosts: []string{"a.example.com"}, SecretName: "a-cert"}}})
+}
+
+// upsertGatewayService writes the gateway Service, its HTTPS port targeting
+// httpsTarget.
+func upsertGatewayService(s model.Store, httpsTarget uint32) {
+	s.UpsertService(&model.Service{Name: "istio-ingressgateway", Namespace: "istio-system",
+		Hostname: "istio-ingressgateway.istio-system." + domain, Selector: map[string]string{"istio": "ingressgateway"},
+		Ports: []*model.Port{
+			{Name: "http2", Port: 80, Protocol: model.ProtocolHTTP2, TargetPort: 8080},
+			{Name: "https", Port: 443, Protocol: model.ProtocolHTTPS, TargetPort: httpsTarget},
+		}})
+}
+
+// gatewayNode is the node of an ingress gateway replica.
+func gatewayNode() *corev3.Node {
+	meta, err := structpb.NewStruct(map[string]any{
+		"NAMESPACE": "istio-system",
+		"LABELS":    map[string]any{"istio": "ingressgateway", "app": "istio-ingressgateway"},
+	})
+	if err != nil {
+		panic(err)
+	}
+	return &corev3.Node{Id: "router~10.0.0.9~gateway.istio-system~istio-system.svc.cluster.local", Metadata: meta}
 }

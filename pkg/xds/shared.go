@@ -128,8 +128,9 @@ func hashNames(names []string) uint64 {
 
 // identity is everything about the proxy that generators may read beyond its
 // subscription: kind, namespace, domain, cluster, locality, the services its
-// workload serves (with named target ports resolved), and its labels when a
-// workload-selector rule in its namespace could tell proxies apart. Proxies
+// workload serves (with named target ports resolved), whether it is the
+// ingress gateway, and its labels when a workload-selector rule in its
+// namespace could tell proxies apart. Proxies
 // with the same identity get the same resources. It is computed once per
 // served state (named ports follow endpoints, which change without a new
 // push context) and connection; only the connection's goroutine calls it.
@@ -160,6 +161,13 @@ func (c *connection) identity(st *pushState) string {
 			}
 			b.WriteByte(0)
 		}
+	}
+	if push.IsIngressGateway(p) {
+		// Only the ingress gateway's routers get the Ingresses' listeners,
+		// routes and certificates; another router in its namespace must
+		// not share them.
+		b.WriteString("ingress-gateway")
+		b.WriteByte(0)
 	}
 	if push.HasWorkloadSelectorRules(p.Namespace) {
 		b.WriteString("labels:")

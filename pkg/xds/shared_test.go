@@ -176,21 +176,29 @@ func TestDifferentProxiesDoNotShare(t *testing.T) {
 		f(&n)
 		return n
 	}
+	router := func(istioLabel string) nodeSpec {
+		return nodeSpec{kind: "router", name: istioLabel, ns: "istio-system", ip: "10.7.9.9", labels: map[string]any{"istio": istioLabel}}
+	}
+	ingressGateway, egressGateway := router("ingressgateway"), router("egressgateway")
 	cases := []struct {
 		name    string
 		seed    func(model.Store)
+		from    *nodeSpec // base unless set
 		variant nodeSpec
 		shared  bool
 	}{
-		{"identical but for the name", nil, with(func(*nodeSpec) {}), true},
-		{"other labels, no workload-selector rule", nil, with(func(n *nodeSpec) { n.labels["app"] = "db" }), true},
-		{"other labels under a workload-selector rule", selectorRule, with(func(n *nodeSpec) { n.labels["app"] = "db" }), false},
-		{"same labels under a workload-selector rule", selectorRule, with(func(*nodeSpec) {}), true},
-		{"other namespace", nil, with(func(n *nodeSpec) { n.ns = "other" }), false},
-		{"other locality", nil, with(func(n *nodeSpec) { n.locality = &corev3.Locality{Region: "us", Zone: "us-2"} }), false},
-		{"router", nil, with(func(n *nodeSpec) { n.kind = "router" }), false},
-		{"another pod of the same service", pods, with(func(n *nodeSpec) { n.ip = "10.7.0.2" }), true},
-		{"a pod of another service", pods, with(func(n *nodeSpec) { n.ip = "10.7.0.3" }), false},
+		{"identical but for the name", nil, nil, with(func(*nodeSpec) {}), true},
+		{"other labels, no workload-selector rule", nil, nil, with(func(n *nodeSpec) { n.labels["app"] = "db" }), true},
+		{"other labels under a workload-selector rule", selectorRule, nil, with(func(n *nodeSpec) { n.labels["app"] = "db" }), false},
+		{"same labels under a workload-selector rule", selectorRule, nil, with(func(*nodeSpec) {}), true},
+		{"other namespace", nil, nil, with(func(n *nodeSpec) { n.ns = "other" }), false},
+		{"other locality", nil, nil, with(func(n *nodeSpec) { n.locality = &corev3.Locality{Region: "us", Zone: "us-2"} }), false},
+		{"router", nil, nil, with(func(n *nodeSpec) { n.kind = "router" }), false},
+		{"another pod of the same service", pods, nil, with(func(n *nodeSpec) { n.ip = "10.7.0.2" }), true},
+		{"a pod of another service", pods, nil, with(func(n *nodeSpec) { n.ip = "10.7.0.3" }), false},
+		// Only the ingress gateway is served the Ingresses.
+		{"the ingress gateway and another router", nil, &egressGateway, ingressGateway, false},
+		{"two ingress gateway replicas", nil, &ingressGateway, with(func(n *nodeSpec) { *n = ingressGateway; n.name = "replica" }), true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -201,7 +209,11 @@ func TestDifferentProxiesDoNotShare(t *testing.T) {
 					tc.seed(s)
 				}
 			}})
-			h.sotwAs("base", base.node()).subscribe(ClusterType)
+			from := base
+			if tc.from != nil {
+				from = *tc.from
+			}
+			h.sotwAs("base", from.node()).subscribe(ClusterType)
 			h.sotwAs("variant", tc.variant.node()).subscribe(ClusterType)
 			want := int64(2)
 			if tc.shared {
