@@ -24,9 +24,16 @@ type controlPlane struct {
 	srv     *bootstrap.Server
 	xdsAddr string
 	httpURL string
+	stop    func(t *testing.T)
 }
 
-func startControlPlane(t *testing.T, m mesh) *controlPlane {
+// withIdentity names the replica in leader election, so two control planes
+// in one process compete for the lease as two pods would.
+func withIdentity(id string) func(*bootstrap.Options) {
+	return func(o *bootstrap.Options) { o.LeaderElection.Identity = id }
+}
+
+func startControlPlane(t *testing.T, m mesh, options ...func(*bootstrap.Options)) *controlPlane {
 	t.Helper()
 	opts := bootstrap.DefaultOptions()
 	opts.XDSAddr, opts.HTTPAddr, opts.MonitoringAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
@@ -34,7 +41,14 @@ func startControlPlane(t *testing.T, m mesh) *controlPlane {
 	opts.ShutdownGrace = 2 * time.Second
 	logs := &lockedBuffer{}
 	opts.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	// Short leases, so a handover takes about a second rather than Kubernetes'
+	// default of 15 s or more.
+	opts.LeaderElection.LeaseDuration, opts.LeaderElection.RenewDeadline, opts.LeaderElection.RetryPeriod =
+		2*time.Second, time.Second, 200*time.Millisecond
 	m.configure(&opts)
+	for _, o := range options {
+		o(&opts)
+	}
 	srv, err := bootstrap.New(opts)
 	if err != nil {
 		t.Fatalf("bootstrap: %v", err)
@@ -42,16 +56,22 @@ func startControlPlane(t *testing.T, m mesh) *controlPlane {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
+	var stopOnce sync.Once
+	stop := func(t *testing.T) {
+		stopOnce.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("control plane exited with error: %v", err)
+			}
+		})
+	}
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("control plane exited with error: %v", err)
-		}
+		stop(t)
 		if t.Failed() {
 			t.Logf("control plane log:\n%s", logs.String())
 		}
 	})
-	cp := &controlPlane{srv: srv, xdsAddr: srv.XDSAddr().String(), httpURL: "http://" + srv.HTTPAddr().String()}
+	cp := &controlPlane{srv: srv, xdsAddr: srv.XDSAddr().String(), httpURL: "http://" + srv.HTTPAddr().String(), stop: stop}
 	waitFor(t, 60*time.Second, "control plane ready", func() error {
 		code, body := cp.get(t, "/ready")
 		if code != http.StatusOK {
