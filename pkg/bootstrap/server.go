@@ -238,13 +238,21 @@ func (s *Server) waitForSources(ctx context.Context) bool {
 	}
 }
 
-// sourcesSynced names the sources that have not synced yet.
+// sourcesSynced names the sources that have not synced yet, with the
+// reason when a source knows it (a denied list, say).
 func (s *Server) sourcesSynced() string {
 	var pending []string
 	for _, src := range s.sources {
-		if !src.HasSynced() {
-			pending = append(pending, src.Name())
+		if src.HasSynced() {
+			continue
 		}
+		name := src.Name()
+		if p, ok := src.(interface{ SyncProblem() string }); ok {
+			if problem := p.SyncProblem(); problem != "" {
+				name += " (" + problem + ")"
+			}
+		}
+		pending = append(pending, name)
 	}
 	return strings.Join(pending, ", ")
 }

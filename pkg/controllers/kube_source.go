@@ -5,9 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -64,6 +67,9 @@ type KubeSource struct {
 	metrics  *Metrics
 	ingester *Ingester
 	synced   atomic.Bool
+	// failing holds, per kind, why its list or watch last failed; a kind
+	// leaves it once an event for it arrives again.
+	failing sync.Map // kind -> string
 }
 
 // NewKubeSource checks the options and returns a source; Run starts it.
@@ -141,6 +147,9 @@ func (s *KubeSource) Run(ctx context.Context) error {
 	}
 	var synced []cache.InformerSynced
 	for _, kind := range slices.Sorted(maps.Keys(informersByKind)) {
+		if err := informersByKind[kind].SetWatchErrorHandlerWithContext(s.watchErrorHandler(kind)); err != nil {
+			return fmt.Errorf("kubernetes source: watch %s: %w", kind, err)
+		}
 		reg, err := informersByKind[kind].AddEventHandler(s.handler(kind))
 		if err != nil {
 			return fmt.Errorf("kubernetes source: watch %s: %w", kind, err)
@@ -153,6 +162,7 @@ func (s *KubeSource) Run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return fmt.Errorf("kubernetes source: informers did not sync: %w", context.Cause(ctx))
 	}
+	s.failing.Clear()
 	s.synced.Store(true)
 	s.log.Info("kubernetes source synced", "destinationRuleVersion", drVersion)
 	<-ctx.Done()
@@ -195,6 +205,44 @@ func (s *KubeSource) destinationRuleVersion(ctx context.Context) (string, error)
 	return "", nil
 }
 
+// watchErrorHandler reports failed lists and watches in our own log (client-go
+// would only tell klog), so that a missing RBAC permission is named plainly
+// while the source stays unsynced and readiness says why.
+func (s *KubeSource) watchErrorHandler(kind string) cache.WatchErrorHandlerWithContext {
+	return func(_ context.Context, _ *cache.Reflector, err error) {
+		reason := "other"
+		switch {
+		case apierrors.IsForbidden(err):
+			reason = "forbidden"
+		case apierrors.IsResourceExpired(err) || apierrors.IsGone(err) || errors.Is(err, io.EOF):
+			// Routine: the reflector relists or rewatches by itself.
+			s.metrics.WatchErrors.WithLabelValues(kind, "expired").Inc()
+			return
+		}
+		s.metrics.WatchErrors.WithLabelValues(kind, reason).Inc()
+		problem := fmt.Sprintf("%s: %v", kind, err)
+		if previous, loaded := s.failing.Swap(kind, problem); !loaded || previous != problem {
+			if reason == "forbidden" {
+				s.log.Error("permission denied: cannot list or watch "+kind+"; "+
+					"grant list and watch on it to the control plane's service account", "kind", kind, "error", err)
+			} else {
+				s.log.Warn("list or watch failed; retrying", "kind", kind, "error", err)
+			}
+		}
+	}
+}
+
+// SyncProblem says why the source is not synced, if a list or watch failed.
+func (s *KubeSource) SyncProblem() string {
+	var problems []string
+	s.failing.Range(func(_, v any) bool {
+		problems = append(problems, v.(string))
+		return true
+	})
+	slices.Sort(problems)
+	return strings.Join(problems, "; ")
+}
+
 func (s *KubeSource) handler(kind string) cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) { s.apply(kind, "upsert", obj, s.ingester.Upsert) },
@@ -214,6 +262,7 @@ func (s *KubeSource) handler(kind string) cache.ResourceEventHandler {
 }
 
 func (s *KubeSource) apply(kind, event string, obj any, op func(any) error) {
+	s.failing.Delete(kind)
 	err := op(obj)
 	if err == nil {
 		s.metrics.Events.WithLabelValues(KubeSourceName, kind, event).Inc()

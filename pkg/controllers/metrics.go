@@ -12,6 +12,9 @@ type Metrics struct {
 	Events *prometheus.CounterVec
 	// CRDMissing counts starts at which a watched CRD was not served.
 	CRDMissing *prometheus.CounterVec
+	// WatchErrors counts failed lists and watches of the Kubernetes source,
+	// by kind and reason (forbidden, expired, other).
+	WatchErrors *prometheus.CounterVec
 }
 
 // Reasons an object is rejected, the reason label of ConfigErrors.
@@ -38,9 +41,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "meshpilot_kube_crd_missing_total",
 			Help: "Times the Kubernetes source started while a CRD it watches was not served.",
 		}, []string{"resource"}),
+		WatchErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meshpilot_kube_watch_errors_total",
+			Help: "Failed lists and watches of the Kubernetes source, by kind and reason.",
+		}, []string{"kind", "reason"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.ConfigErrors, m.Events, m.CRDMissing)
+		reg.MustRegister(m.ConfigErrors, m.Events, m.CRDMissing, m.WatchErrors)
 	}
 	return m
 }
