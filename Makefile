@@ -10,12 +10,12 @@ BIN       := bin
 # their versions so a bump rebuilds and a warm cache is a no-op.
 ENVTEST_ASSETS = $(shell hack/envtest-assets.sh)
 # Packages with golden files; `make update-golden` rewrites them.
-GOLDEN_PKGS := ./pkg/xds/grpcgen/...
+GOLDEN_PKGS := ./pkg/xds/grpcgen/... ./pkg/xds/envoygen/... ./pkg/webhook/... ./tests/helm/...
 # Fast, concurrency-heavy packages run again under the race detector.
 RACE_PKGS   := ./pkg/model/... ./pkg/pushcontext/... ./pkg/xds/...
 TEST_FLAGS  ?= -count=1 -timeout 15m
 
-.PHONY: all build run test test-unit test-race envtest-assets bench generate update-golden vet fmt clean
+.PHONY: all build run test test-unit test-race envtest-assets bench generate manifests helm-lint update-golden vet fmt clean
 
 all: build
 
@@ -25,7 +25,7 @@ build: ## Build bin/pilot.
 run: build ## Run the control plane on the example mesh (no cluster needed).
 	$(BIN)/pilot discovery --config-dir examples/mesh
 
-envtest-assets: ## Build kube-apiserver, etcd and kubectl from pinned modules (cached under bin/).
+envtest-assets: ## Build kube-apiserver, etcd, kubectl and helm from pinned modules (cached under bin/).
 	@echo "envtest assets: $(ENVTEST_ASSETS)"
 
 test: vet ## Run every test: unit, real API server, end to end.
@@ -40,11 +40,19 @@ test-unit: ## Run tests that need no API server.
 bench: ## Run the benchmarks of the hot paths.
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./pkg/...
 
-generate: ## Regenerate committed generated files (CRDs from istio.io/api).
+generate: ## Regenerate committed generated files (CRDs from istio.io/api, also into charts/base/crds).
 	$(GO) run ./hack/crdextract
+	cp manifests/crds/destinationrules.networking.istio.io.gen.yaml charts/base/crds/
 
-update-golden: ## Rewrite golden files; review the diff before committing.
-	$(GO) test $(GOLDEN_PKGS) -update
+manifests: ## Render the charts with default values into manifests/ (for users without Helm).
+	hack/manifests.sh
+
+helm-lint: ## Lint both charts with the pinned helm.
+	@helm="$$(hack/envtest-assets.sh)/helm"; tmp="$$(mktemp -d)"; trap 'rm -rf "$$tmp"' EXIT; \
+	HELM_CACHE_HOME="$$tmp" HELM_CONFIG_HOME="$$tmp" HELM_DATA_HOME="$$tmp" "$$helm" lint --strict charts/base charts/pilot
+
+update-golden: ## Rewrite golden files (and the values tables of the READMEs); review the diff before committing.
+	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" $(GO) test $(GOLDEN_PKGS) -update
 
 vet:
 	$(GO) vet ./...

@@ -1,5 +1,6 @@
 // Command pilot is the meshpilot control plane: `pilot discovery` serves xDS
-// from Kubernetes or a YAML directory, and `pilot version` prints the version.
+// from Kubernetes or a YAML directory, `pilot tag` manages revision tags,
+// and `pilot version` prints the version.
 package main
 
 import (
@@ -15,7 +16,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: false,
 	}
-	root.AddCommand(newDiscoveryCommand(), newVersionCommand())
+	root.AddCommand(newDiscoveryCommand(), newVersionCommand(), newTagCommand())
 	if err := root.Execute(); err != nil {
 		os.Exit(1)
 	}
