@@ -1,7 +1,6 @@
 package tags
 
 import (
-	"flag"
 	"os"
 	"path/filepath"
 	"testing"
@@ -10,9 +9,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
-)
 
-var update = flag.Bool("update", false, "rewrite golden files")
+	"github.com/meshpilot/meshpilot/internal/xdstest"
+)
 
 func readInjector(t *testing.T, path string) *admissionregistrationv1.MutatingWebhookConfiguration {
 	t.Helper()
@@ -30,20 +29,7 @@ func readInjector(t *testing.T, path string) *admissionregistrationv1.MutatingWe
 // compareGolden checks got against testdata/<name>, or rewrites it with -update.
 func compareGolden(t *testing.T, name string, got []byte) {
 	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if string(want) != string(got) {
-		t.Errorf("%s differs from the golden file (rerun with -update and review the diff):\n--- got\n%s\n--- want\n%s", path, got, want)
-	}
+	xdstest.Golden(t, filepath.Join("testdata", name), got)
 }
 
 // selects evaluates a webhook's selectors the way the API server does: a
