@@ -1,0 +1,161 @@
+package webhook
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/meshpilot/meshpilot/pkg/validation"
+	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
+	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ValidatePath is where the validation webhook is served.
+const ValidatePath = "/validate"
+
+// istioNetworkingGroup is the API group of the configs the webhook checks.
+const istioNetworkingGroup = "networking.istio.io"
+
+// ValidationOptions configure the validation handler.
+type ValidationOptions struct {
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Metrics defaults to unregistered metrics.
+	Metrics *Metrics
+}
+
+type validationHandler struct {
+	log     *slog.Logger
+	metrics *Metrics
+}
+
+// NewValidationHandler answers admission.k8s.io/v1 reviews of Istio
+// configs. DestinationRules (v1, v1beta1 and v1alpha3, which share one
+// spec) are checked with validation.ValidateDestinationRule, the function
+// the controllers use to skip bad objects, so admission and ingestion
+// always agree; a denial lists every problem found. Deletes, and kinds it
+// does not validate, are allowed.
+func NewValidationHandler(opts ValidationOptions) http.Handler {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = NewMetrics(nil)
+	}
+	return &validationHandler{log: opts.Logger.With("component", "validation-webhook"), metrics: opts.Metrics}
+}
+
+func (h *validationHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	review, err := readReview(w, r)
+	if err != nil {
+		h.metrics.BadRequests.WithLabelValues(ValidatePath).Inc()
+		h.log.Warn("malformed admission request", "error", err, "remote", r.RemoteAddr)
+		writeRequestError(w, err)
+		return
+	}
+	resp := h.review(review.Request)
+	if err := writeReview(w, review, resp); err != nil {
+		h.log.Warn("writing admission response", "error", err, "uid", review.Request.UID)
+	}
+}
+
+// review decides one admission request.
+func (h *validationHandler) review(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	kind := req.Kind.Kind
+	h.metrics.ValidationRequests.WithLabelValues(kind, string(req.Operation)).Inc()
+	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
+		return &admissionv1.AdmissionResponse{Allowed: true}
+	}
+	if req.Kind.Group != istioNetworkingGroup || kind != "DestinationRule" {
+		return &admissionv1.AdmissionResponse{Allowed: true}
+	}
+	switch req.Kind.Version {
+	case "v1", "v1beta1", "v1alpha3":
+	default:
+		return &admissionv1.AdmissionResponse{Allowed: true}
+	}
+	name, reasons := destinationRuleProblems(req)
+	if len(reasons) == 0 {
+		return &admissionv1.AdmissionResponse{Allowed: true}
+	}
+	h.metrics.ValidationDenials.WithLabelValues(kind).Inc()
+	h.log.Info("denied invalid config", "kind", kind, "namespace", req.Namespace, "name", name,
+		"operation", req.Operation, "problems", len(reasons))
+	return deny(fmt.Sprintf("%s %q is invalid: %s", kind, objectRef(req.Namespace, name), strings.Join(reasons, "; ")))
+}
+
+// destinationRuleProblems decodes the object under review and returns its
+// name and every problem with it, one message each.
+func destinationRuleProblems(req *admissionv1.AdmissionRequest) (string, []string) {
+	if len(req.Object.Raw) == 0 {
+		return req.Name, []string{"the review carries no object"}
+	}
+	var dr networkingv1.DestinationRule
+	if err := json.Unmarshal(req.Object.Raw, &dr); err != nil {
+		return req.Name, []string{fmt.Sprintf("decoding the object: %v", err)}
+	}
+	name, namespace := reviewedName(req, &dr.ObjectMeta), dr.Namespace
+	if namespace == "" {
+		namespace = req.Namespace
+	}
+	shown := name
+	if dr.Name == "" && req.Name == "" {
+		shown = dr.GenerateName + "*"
+	}
+	return shown, splitProblems(validation.ValidateDestinationRule(name, namespace, &dr.Spec))
+}
+
+// reviewedName is the name to validate. A create with generateName may
+// reach admission before the name exists; the prefix plus one character
+// then stands for the generated name, whose suffix is always valid.
+func reviewedName(req *admissionv1.AdmissionRequest, meta *metav1.ObjectMeta) string {
+	switch {
+	case meta.Name != "":
+		return meta.Name
+	case req.Name != "":
+		return req.Name
+	case meta.GenerateName != "":
+		return meta.GenerateName + "x"
+	}
+	return ""
+}
+
+// splitProblems turns a validation error (usually joined) into one message
+// per problem.
+func splitProblems(err error) []string {
+	if err == nil {
+		return nil
+	}
+	joined, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return []string{err.Error()}
+	}
+	errs := joined.Unwrap()
+	out := make([]string, 0, len(errs))
+	for _, e := range errs {
+		out = append(out, e.Error())
+	}
+	return out
+}
+
+func objectRef(namespace, name string) string {
+	if namespace == "" {
+		return name
+	}
+	return namespace + "/" + name
+}
+
+func deny(message string) *admissionv1.AdmissionResponse {
+	return &admissionv1.AdmissionResponse{
+		Allowed: false,
+		Result: &metav1.Status{
+			Status:  metav1.StatusFailure,
+			Code:    http.StatusUnprocessableEntity,
+			Reason:  metav1.StatusReasonInvalid,
+			Message: message,
+		},
+	}
+}

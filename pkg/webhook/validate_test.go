@@ -1,0 +1,319 @@
+package webhook
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/meshpilot/meshpilot/pkg/validation"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
+	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/yaml"
+)
+
+// brokenDR breaks several unrelated rules at once: duplicate subsets, a bad
+// host and a bad tunnel.
+const brokenDR = `
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: broken, namespace: shop}
+spec:
+  host: Bad_Host.shop
+  trafficPolicy:
+    tunnel: {protocol: GET, targetHost: proxy.example.com, targetPort: 70000}
+  subsets:
+  - name: v1
+    labels: {version: v1}
+  - name: v1
+    labels: {version: v2}
+`
+
+const goodDR = `
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: reviews, namespace: shop}
+spec:
+  host: reviews.shop.svc.cluster.local
+  subsets:
+  - name: v1
+    labels: {version: v1}
+`
+
+func yamlToJSON(t testing.TB, doc string) []byte {
+	t.Helper()
+	js, err := yaml.YAMLToJSON([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+// expectedProblems is what the validation package itself says about a
+// manifest: the handler must report each of these.
+func expectedProblems(t *testing.T, doc string) []string {
+	t.Helper()
+	var dr networkingv1.DestinationRule
+	if err := json.Unmarshal(yamlToJSON(t, doc), &dr); err != nil {
+		t.Fatal(err)
+	}
+	return splitProblems(validation.ValidateDestinationRule(dr.Name, dr.Namespace, &dr.Spec))
+}
+
+type reviewSpec struct {
+	group, version, kind string
+	op                   admissionv1.Operation
+	object               string // YAML; empty for none
+	oldObject            string
+}
+
+func reviewBody(t testing.TB, s reviewSpec) []byte {
+	t.Helper()
+	req := &admissionv1.AdmissionRequest{
+		UID:       types.UID("uid-" + strings.ToLower(string(s.op)) + "-" + s.version),
+		Kind:      metav1.GroupVersionKind{Group: s.group, Version: s.version, Kind: s.kind},
+		Resource:  metav1.GroupVersionResource{Group: s.group, Version: s.version, Resource: strings.ToLower(s.kind) + "s"},
+		Operation: s.op,
+		Namespace: "shop",
+	}
+	if s.object != "" {
+		req.Object = runtime.RawExtension{Raw: yamlToJSON(t, s.object)}
+		var meta struct {
+			Metadata metav1.ObjectMeta `json:"metadata"`
+		}
+		if err := json.Unmarshal(req.Object.Raw, &meta); err != nil {
+			t.Fatal(err)
+		}
+		req.Name = meta.Metadata.Name
+	}
+	if s.oldObject != "" {
+		req.OldObject = runtime.RawExtension{Raw: yamlToJSON(t, s.oldObject)}
+	}
+	review := admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request:  req,
+	}
+	body, err := json.Marshal(review)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return body
+}
+
+func postReview(t *testing.T, h http.Handler, body []byte) (*httptest.ResponseRecorder, *admissionv1.AdmissionReview) {
+	t.Helper()
+	r := httptest.NewRequest(http.MethodPost, ValidatePath, bytes.NewReader(body))
+	r.Header.Set("Content-Type", "application/json")
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if w.Code != http.StatusOK {
+		return w, nil
+	}
+	var out admissionv1.AdmissionReview
+	if err := json.Unmarshal(w.Body.Bytes(), &out); err != nil {
+		t.Fatalf("response is not an AdmissionReview: %v\n%s", err, w.Body)
+	}
+	return w, &out
+}
+
+func TestValidationHandlerDecisions(t *testing.T) {
+	withVersion := func(doc, version string) string {
+		return strings.Replace(doc, "networking.istio.io/v1\n", "networking.istio.io/"+version+"\n", 1)
+	}
+	generated := strings.Replace(brokenDR, "name: broken", "generateName: broken-", 1)
+	cases := []struct {
+		name   string
+		review reviewSpec
+		// wantDenied lists substrings the denial must contain; nil means
+		// allowed.
+		wantDenied []string
+		// wantAllProblemsOf names a manifest whose every validation problem
+		// must appear in the denial.
+		wantAllProblemsOf string
+	}{
+		{
+			name:   "valid v1 create",
+			review: reviewSpec{group: istioNetworkingGroup, version: "v1", kind: "DestinationRule", op: admissionv1.Create, object: goodDR},
+		},
+		{
+			name:              "invalid v1 create lists every problem",
+			review:            reviewSpec{group: istioNetworkingGroup, version: "v1", kind: "DestinationRule", op: admissionv1.Create, object: brokenDR},
+			wantDenied:        []string{`DestinationRule "shop/broken" is invalid`, "duplicate subset name", "spec.host", "tunnel.protocol", "tunnel.targetPort"},
+			wantAllProblemsOf: brokenDR,
+		},
+		{
+			name:              "invalid v1beta1 update",
+			review:            reviewSpec{group: istioNetworkingGroup, version: "v1beta1", kind: "DestinationRule", op: admissionv1.Update, object: withVersion(brokenDR, "v1beta1"), oldObject: withVersion(goodDR, "v1beta1")},
+			wantDenied:        []string{"duplicate subset name"},
+			wantAllProblemsOf: brokenDR,
+		},
+		{
+			name:              "invalid v1alpha3 create",
+			review:            reviewSpec{group: istioNetworkingGroup, version: "v1alpha3", kind: "DestinationRule", op: admissionv1.Create, object: withVersion(brokenDR, "v1alpha3")},
+			wantAllProblemsOf: brokenDR,
+			wantDenied:        []string{"tunnel.protocol"},
+		},
+		{
+			name:       "generateName is validated and named",
+			review:     reviewSpec{group: istioNetworkingGroup, version: "v1", kind: "DestinationRule", op: admissionv1.Create, object: generated},
+			wantDenied: []string{`"shop/broken-*"`, "duplicate subset name"},
+		},
+		{
+			name:   "delete of an invalid rule is allowed",
+			review: reviewSpec{group: istioNetworkingGroup, version: "v1", kind: "DestinationRule", op: admissionv1.Delete, oldObject: brokenDR},
+		},
+		{
+			name:   "other kinds are allowed",
+			review: reviewSpec{group: istioNetworkingGroup, version: "v1", kind: "VirtualService", op: admissionv1.Create, object: strings.Replace(brokenDR, "DestinationRule", "VirtualService", 1)},
+		},
+		{
+			name:   "unknown versions are allowed",
+			review: reviewSpec{group: istioNetworkingGroup, version: "v2", kind: "DestinationRule", op: admissionv1.Create, object: brokenDR},
+		},
+		{
+			name:       "undecodable spec is denied with the decode error",
+			review:     reviewSpec{group: istioNetworkingGroup, version: "v1", kind: "DestinationRule", op: admissionv1.Create, object: strings.Replace(goodDR, "host: reviews.shop.svc.cluster.local", "host: {a: b}", 1)},
+			wantDenied: []string{"decoding the object"},
+		},
+		{
+			name:       "create without an object is denied",
+			review:     reviewSpec{group: istioNetworkingGroup, version: "v1", kind: "DestinationRule", op: admissionv1.Create},
+			wantDenied: []string{"no object"},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			metrics := NewMetrics(nil)
+			h := NewValidationHandler(ValidationOptions{Metrics: metrics, Logger: discardLogger()})
+			w, review := postReview(t, h, reviewBody(t, tc.review))
+			if review == nil {
+				t.Fatalf("status %d: %s", w.Code, w.Body)
+			}
+			if ct := w.Header().Get("Content-Type"); ct != "application/json" {
+				t.Errorf("Content-Type = %q", ct)
+			}
+			if review.APIVersion != "admission.k8s.io/v1" || review.Kind != "AdmissionReview" || review.Request != nil {
+				t.Errorf("envelope = %+v, want an admission.k8s.io/v1 AdmissionReview with only a response", review.TypeMeta)
+			}
+			resp := review.Response
+			if resp == nil {
+				t.Fatal("no response")
+			}
+			if want := types.UID("uid-" + strings.ToLower(string(tc.review.op)) + "-" + tc.review.version); resp.UID != want {
+				t.Errorf("uid = %q, want %q", resp.UID, want)
+			}
+			denied := tc.wantDenied != nil || tc.wantAllProblemsOf != ""
+			if resp.Allowed == denied {
+				t.Fatalf("allowed = %v, want %v (result %+v)", resp.Allowed, !denied, resp.Result)
+			}
+			kind, op := tc.review.kind, string(tc.review.op)
+			if got := testutil.ToFloat64(metrics.ValidationRequests.WithLabelValues(kind, op)); got != 1 {
+				t.Errorf("requests{%s,%s} = %v, want 1", kind, op, got)
+			}
+			wantDenials := 0.0
+			if denied {
+				wantDenials = 1
+			}
+			if got := testutil.ToFloat64(metrics.ValidationDenials.WithLabelValues(kind)); got != wantDenials {
+				t.Errorf("denials{%s} = %v, want %v", kind, got, wantDenials)
+			}
+			if !denied {
+				return
+			}
+			if resp.Result == nil || resp.Result.Code != http.StatusUnprocessableEntity || resp.Result.Reason != metav1.StatusReasonInvalid {
+				t.Fatalf("result = %+v, want a 422 Invalid status", resp.Result)
+			}
+			msg := resp.Result.Message
+			for _, want := range tc.wantDenied {
+				if !strings.Contains(msg, want) {
+					t.Errorf("denial %q lacks %q", msg, want)
+				}
+			}
+			if tc.wantAllProblemsOf != "" {
+				problems := expectedProblems(t, tc.wantAllProblemsOf)
+				if len(problems) < 3 {
+					t.Fatalf("test manifest should break at least 3 rules, breaks %d: %q", len(problems), problems)
+				}
+				for _, p := range problems {
+					if !strings.Contains(msg, p) {
+						t.Errorf("denial %q lacks problem %q", msg, p)
+					}
+				}
+				if got := strings.Count(msg, "; ") + 1; got != len(problems) {
+					t.Errorf("denial lists %d problems, validation found %d: %q", got, len(problems), msg)
+				}
+			}
+		})
+	}
+}
+
+func TestValidationHandlerRejectsMalformedRequests(t *testing.T) {
+	valid := reviewBody(t, reviewSpec{group: istioNetworkingGroup, version: "v1", kind: "DestinationRule", op: admissionv1.Create, object: goodDR})
+	cases := []struct {
+		name        string
+		method      string
+		contentType string
+		body        string
+		wantCode    int
+		wantMsg     string
+	}{
+		{name: "not json", body: "{nope", wantCode: http.StatusBadRequest, wantMsg: "decoding the AdmissionReview"},
+		{name: "empty body", body: "", wantCode: http.StatusBadRequest, wantMsg: "empty request body"},
+		{name: "v1beta1 review", body: strings.Replace(string(valid), "admission.k8s.io/v1", "admission.k8s.io/v1beta1", 1),
+			wantCode: http.StatusBadRequest, wantMsg: `expected apiVersion admission.k8s.io/v1 and kind AdmissionReview, got apiVersion "admission.k8s.io/v1beta1"`},
+		{name: "not a review", body: `{"apiVersion":"v1","kind":"Pod"}`, wantCode: http.StatusBadRequest, wantMsg: `kind "Pod"`},
+		{name: "no request", body: `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}`, wantCode: http.StatusBadRequest, wantMsg: "has no request"},
+		{name: "no uid", body: `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"operation":"CREATE"}}`,
+			wantCode: http.StatusBadRequest, wantMsg: "has no uid"},
+		{name: "GET", method: http.MethodGet, wantCode: http.StatusMethodNotAllowed, wantMsg: "must be POSTed"},
+		{name: "yaml content type", contentType: "application/yaml", body: string(valid), wantCode: http.StatusUnsupportedMediaType, wantMsg: "not application/json"},
+		{name: "too large", body: `{"apiVersion":"` + strings.Repeat("x", maxReviewBytes) + `"}`, wantCode: http.StatusRequestEntityTooLarge, wantMsg: "larger than"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			metrics := NewMetrics(nil)
+			h := NewValidationHandler(ValidationOptions{Metrics: metrics, Logger: discardLogger()})
+			method := tc.method
+			if method == "" {
+				method = http.MethodPost
+			}
+			r := httptest.NewRequest(method, ValidatePath, strings.NewReader(tc.body))
+			ct := tc.contentType
+			if ct == "" {
+				ct = "application/json; charset=utf-8"
+			}
+			r.Header.Set("Content-Type", ct)
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			if w.Code != tc.wantCode {
+				t.Fatalf("status = %d, want %d: %s", w.Code, tc.wantCode, w.Body)
+			}
+			if !strings.Contains(w.Body.String(), tc.wantMsg) {
+				t.Errorf("body %q lacks %q", w.Body, tc.wantMsg)
+			}
+			if got := testutil.ToFloat64(metrics.BadRequests.WithLabelValues(ValidatePath)); got != 1 {
+				t.Errorf("bad requests = %v, want 1", got)
+			}
+		})
+	}
+}
+
+func BenchmarkValidationHandler(b *testing.B) {
+	body := reviewBody(b, reviewSpec{group: istioNetworkingGroup, version: "v1", kind: "DestinationRule", op: admissionv1.Create, object: brokenDR})
+	h := NewValidationHandler(ValidationOptions{Logger: discardLogger()})
+	b.ReportAllocs()
+	for b.Loop() {
+		r := httptest.NewRequest(http.MethodPost, ValidatePath, bytes.NewReader(body))
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != http.StatusOK {
+			b.Fatal(w.Code)
+		}
+	}
+}
