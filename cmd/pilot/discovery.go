@@ -65,6 +65,11 @@ cluster), or both. xDS clients connect to --xds-addr.`,
 	f.StringVar(&ingressMode, "ingress-controller-mode", string(opts.Ingress.Mode), "which Ingresses without any class are served: OFF (none at all), DEFAULT (taken) or STRICT (ignored)")
 	f.StringVar(&ingressService, "ingress-service", opts.Ingress.Service.String(), "namespace/name of the ingress gateway Service: its target ports are the gateway's listen ports, its addresses go into Ingress status")
 	f.StringToStringVar(&opts.Ingress.Selector, "ingress-selector", opts.Ingress.Selector, "labels that pick the ingress gateway proxies among routers")
+	f.StringVar(&opts.Revision, "revision", opts.Revision, "revision of this control plane (istio.io/rev); empty is the default revision")
+	f.StringVar(&opts.Webhook.Addr, "webhook-addr", opts.Webhook.Addr, "address of the TLS admission webhooks (/inject, /validate); empty disables them")
+	f.StringVar(&opts.Webhook.Service, "webhook-service", opts.Webhook.Service, "Service the API server calls the webhooks through, named in their certificate (default istiod or istiod-<revision>)")
+	f.StringVar(&opts.Webhook.Namespace, "webhook-namespace", opts.Webhook.Namespace, "namespace of that Service and of the webhook CA Secret ($POD_NAMESPACE in a pod)")
+	f.StringVar(&opts.Webhook.InjectConfigDir, "inject-config-dir", opts.Webhook.InjectConfigDir, "directory holding the injection template and values (files config and values of the injector ConfigMap)")
 	le := &opts.LeaderElection
 	f.BoolVar(&le.Enabled, "leader-elect", le.Enabled, "elect a leader among replicas to write Ingress status and events (only the leader writes)")
 	f.StringVar(&le.Namespace, "leader-elect-resource-namespace", le.Namespace, "namespace of the leader election Lease ($POD_NAMESPACE in a pod)")

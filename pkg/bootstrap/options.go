@@ -34,8 +34,13 @@ type Options struct {
 	// ShutdownGrace bounds how long streams and HTTP requests may drain.
 	ShutdownGrace time.Duration
 
+	// Revision names this control plane among several installed side by
+	// side ("" is the default revision), as Istio's istio.io/rev label does.
+	Revision string
+
 	Ingress        IngressOptions
 	LeaderElection LeaderElectionOptions
+	Webhook        WebhookOptions
 
 	Logger *slog.Logger
 }
@@ -51,6 +56,20 @@ type IngressOptions struct {
 	Service model.NamespacedName
 	// Selector picks the gateway proxies among routers by their labels.
 	Selector map[string]string
+}
+
+// WebhookOptions configure the admission webhooks (sidecar injection and
+// config validation) served over TLS.
+type WebhookOptions struct {
+	// Addr is where the webhooks listen; empty disables them.
+	Addr string
+	// Service and Namespace name the Service the API server calls, for the
+	// serving certificate's names; the CA lives in a Secret of Namespace.
+	Service   string
+	Namespace string
+	// InjectConfigDir holds the injection template and values (the files
+	// "config" and "values" of the mounted injector ConfigMap).
+	InjectConfigDir string
 }
 
 // LeaderElectionOptions control the Lease that decides which replica writes
@@ -84,6 +103,11 @@ func DefaultOptions() Options {
 			Mode:     model.IngressModeStrict,
 			Service:  model.NamespacedName{Namespace: "istio-system", Name: "istio-ingressgateway"},
 			Selector: map[string]string{"istio": "ingressgateway"},
+		},
+		Webhook: WebhookOptions{
+			Addr:            ":15017",
+			Namespace:       envOr("POD_NAMESPACE", "istio-system"),
+			InjectConfigDir: "/var/lib/istio/inject",
 		},
 		LeaderElection: LeaderElectionOptions{
 			Enabled:       true,

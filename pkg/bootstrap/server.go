@@ -37,6 +37,7 @@ type Server struct {
 	kube       kubernetes.Interface
 	kubeSynced func() bool
 	writeBack  *ingressWriteBack
+	webhooks   *webhooks
 	xds        *xds.Server
 	grpc       *grpc.Server
 
@@ -67,6 +68,11 @@ func New(opts Options) (*Server, error) {
 
 	if s.kube != nil {
 		if s.writeBack, err = s.newIngressWriteBack(); err != nil {
+			return nil, err
+		}
+	}
+	if opts.Webhook.Addr != "" {
+		if s.webhooks, err = s.newWebhooks(map[string]http.Handler{}); err != nil {
 			return nil, err
 		}
 	}
@@ -167,6 +173,14 @@ func (s *Server) listenerAddr(configured string, i int) net.Addr {
 	return s.httpListener[i].Addr()
 }
 
+// WebhookAddr is the admission webhooks' host:port, "" when disabled.
+func (s *Server) WebhookAddr() string {
+	if s.webhooks == nil {
+		return ""
+	}
+	return s.webhooks.server.Addr()
+}
+
 // Registry holds every metric the control plane exports.
 func (s *Server) Registry() *prometheus.Registry { return s.registry }
 
@@ -177,7 +191,7 @@ func (s *Server) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errs := make(chan error, len(s.sources)+len(s.httpServers)+1)
+	errs := make(chan error, len(s.sources)+len(s.httpServers)+2)
 
 	for i, srv := range s.httpServers {
 		wg.Go(func() {
@@ -201,6 +215,13 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.writeBack != nil {
 		wg.Go(func() { s.writeBack.run(ctx) })
 	}
+	if s.webhooks != nil {
+		wg.Go(func() {
+			if err := s.webhooks.run(ctx); err != nil && ctx.Err() == nil {
+				errs <- fmt.Errorf("webhooks: %w", err)
+			}
+		})
+	}
 	wg.Go(func() {
 		if !s.waitForSources(ctx) {
 			return
@@ -209,7 +230,7 @@ func (s *Server) Run(ctx context.Context) error {
 		s.xds.Start(ctx)
 	})
 	s.log.Info("meshpilot serving", "xds", s.XDSAddr().String(), "http", addrString(s.HTTPAddr()),
-		"monitoring", addrString(s.MonitoringAddr()))
+		"monitoring", addrString(s.MonitoringAddr()), "webhooks", s.WebhookAddr())
 
 	var runErr error
 	select {

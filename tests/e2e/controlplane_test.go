@@ -37,6 +37,7 @@ func startControlPlane(t *testing.T, m mesh, options ...func(*bootstrap.Options)
 	t.Helper()
 	opts := bootstrap.DefaultOptions()
 	opts.XDSAddr, opts.HTTPAddr, opts.MonitoringAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	opts.Webhook.Addr = "127.0.0.1:0"
 	opts.DebounceAfter = 20 * time.Millisecond
 	opts.ShutdownGrace = 2 * time.Second
 	logs := &lockedBuffer{}
