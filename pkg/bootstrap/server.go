@@ -72,7 +72,7 @@ func New(opts Options) (*Server, error) {
 		}
 	}
 	if opts.Webhook.Addr != "" {
-		if s.webhooks, err = s.newWebhooks(map[string]http.Handler{}); err != nil {
+		if s.webhooks, err = s.newWebhooks(); err != nil {
 			return nil, err
 		}
 	}

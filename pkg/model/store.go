@@ -38,6 +38,8 @@ type Store interface {
 	Endpoints(service NamespacedName) []*Endpoint
 	Workloads() []*Workload
 	Namespaces() []*Namespace
+	// Namespace returns the named namespace, nil when unknown.
+	Namespace(name string) *Namespace
 	Configs(Kind) []*Config
 	// Ingresses returns every Ingress, oldest first (ties by namespace and
 	// name), the order in which Ingresses sharing a host are merged. The
@@ -277,6 +279,12 @@ func (s *memStore) Namespaces() []*Namespace {
 	}
 	slices.SortFunc(out, func(a, b *Namespace) int { return cmp.Compare(a.Name, b.Name) })
 	return out
+}
+
+func (s *memStore) Namespace(name string) *Namespace {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.namespaces[name]
 }
 
 // Configs returns the configs of one kind, oldest first (ties by namespace

@@ -1,0 +1,49 @@
+package tags
+
+import (
+	"context"
+	"slices"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+// RevisionTagLister knows, from a watch, which tags point at one revision,
+// so the injector can accept Pods that reach it through a tag without an
+// API call per admission.
+type RevisionTagLister struct {
+	factory  informers.SharedInformerFactory
+	informer cache.SharedIndexInformer
+}
+
+// NewRevisionTagLister watches the tag webhook configurations of revision
+// rev ("" or "default" for the default revision).
+func NewRevisionTagLister(client kubernetes.Interface, rev string) *RevisionTagLister {
+	selector := LabelRev + "=" + NormalizeRevision(rev) + "," + LabelTag
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
+	return &RevisionTagLister{factory: factory, informer: factory.Admissionregistration().V1().MutatingWebhookConfigurations().Informer()}
+}
+
+// Run watches until ctx ends.
+func (l *RevisionTagLister) Run(ctx context.Context) {
+	l.factory.Start(ctx.Done())
+	<-ctx.Done()
+	l.factory.Shutdown()
+}
+
+// Tags returns the tags that point at the revision, sorted.
+func (l *RevisionTagLister) Tags() []string {
+	var tags []string
+	for _, obj := range l.informer.GetStore().List() {
+		if accessor, ok := obj.(interface{ GetLabels() map[string]string }); ok {
+			if tag := accessor.GetLabels()[LabelTag]; tag != "" {
+				tags = append(tags, tag)
+			}
+		}
+	}
+	slices.Sort(tags)
+	return tags
+}

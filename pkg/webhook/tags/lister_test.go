@@ -1,0 +1,35 @@
+package tags
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+func TestRevisionTagListerSeesOnlyItsRevisionsTags(t *testing.T) {
+	mwc := func(name string, labels map[string]string) *admissionregistrationv1.MutatingWebhookConfiguration {
+		return &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+	}
+	client := fake.NewClientset(
+		mwc("istio-revision-tag-prod", map[string]string{LabelTag: "prod", LabelRev: "1-8-1"}),
+		mwc("istio-revision-tag-default", map[string]string{LabelTag: "default", LabelRev: "1-8-1"}),
+		mwc("istio-revision-tag-old", map[string]string{LabelTag: "old", LabelRev: "1-7-6"}),
+		mwc("istio-sidecar-injector-1-8-1", map[string]string{LabelRev: "1-8-1"}),
+	)
+	lister := NewRevisionTagLister(client, "1-8-1")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go lister.Run(ctx)
+	deadline := time.Now().Add(10 * time.Second)
+	for !slices.Equal(lister.Tags(), []string{"default", "prod"}) {
+		if time.Now().After(deadline) {
+			t.Fatalf("tags of 1-8-1: %v, want [default prod]", lister.Tags())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
