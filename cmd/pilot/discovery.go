@@ -69,6 +69,7 @@ cluster), or both. xDS clients connect to --xds-addr.`,
 	f.StringVar(&opts.Webhook.Addr, "webhook-addr", opts.Webhook.Addr, "address of the TLS admission webhooks (/inject, /validate); empty disables them")
 	f.StringVar(&opts.Webhook.Service, "webhook-service", opts.Webhook.Service, "Service the API server calls the webhooks through, named in their certificate (default istiod or istiod-<revision>)")
 	f.StringVar(&opts.Webhook.Namespace, "webhook-namespace", opts.Webhook.Namespace, "namespace of that Service and of the webhook CA Secret ($POD_NAMESPACE in a pod)")
+	f.StringSliceVar(&opts.Webhook.ExtraCertNames, "webhook-cert-extra-names", opts.Webhook.ExtraCertNames, "more DNS names or IPs for the webhook certificate, for an API server that calls the webhooks by address")
 	f.StringVar(&opts.Webhook.InjectConfigDir, "inject-config-dir", opts.Webhook.InjectConfigDir, "directory holding the injection template and values (files config and values of the injector ConfigMap)")
 	le := &opts.LeaderElection
 	f.BoolVar(&le.Enabled, "leader-elect", le.Enabled, "elect a leader among replicas to write Ingress status and events (only the leader writes)")

@@ -70,6 +70,10 @@ type WebhookOptions struct {
 	// InjectConfigDir holds the injection template and values (the files
 	// "config" and "values" of the mounted injector ConfigMap).
 	InjectConfigDir string
+	// ExtraCertNames are more DNS names or IPs for the serving certificate,
+	// for an API server that calls the webhooks by address (a control
+	// plane run outside the cluster).
+	ExtraCertNames []string
 }
 
 // LeaderElectionOptions control the Lease that decides which replica writes

@@ -40,10 +40,17 @@ func (s *Server) newWebhooks() (*webhooks, error) {
 		Logger:      s.log,
 		Metrics:     metrics,
 	}
+	extra := s.opts.Webhook.ExtraCertNames
 	if s.kube == nil {
 		// A local run: an API server on this machine calls it by address.
-		certOpts.ExtraDNSNames = []string{"localhost"}
-		certOpts.ExtraIPs = []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
+		extra = append([]string{"localhost", "127.0.0.1", "::1"}, extra...)
+	}
+	for _, name := range extra {
+		if ip := net.ParseIP(name); ip != nil {
+			certOpts.ExtraIPs = append(certOpts.ExtraIPs, ip)
+		} else {
+			certOpts.ExtraDNSNames = append(certOpts.ExtraDNSNames, name)
+		}
 	}
 	certs, err := webhook.NewCertManager(certOpts)
 	if err != nil {

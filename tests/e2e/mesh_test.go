@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -28,6 +29,7 @@ type mesh interface {
 type kubeMesh struct {
 	kubectl    string
 	kubeconfig string
+	kube       kubernetes.Interface
 	applied    map[string]string
 }
 
@@ -40,6 +42,7 @@ func newKubeMesh(t *testing.T) *kubeMesh {
 	return &kubeMesh{
 		kubectl:    filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl"),
 		kubeconfig: path,
+		kube:       env.Kube,
 		applied:    map[string]string{},
 	}
 }

@@ -1,0 +1,197 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meshpilot/meshpilot/pkg/bootstrap"
+	"github.com/meshpilot/meshpilot/pkg/webhook/tags"
+)
+
+// TestRevisionTagsMoveInjection runs two control-plane revisions, each with
+// its own injector webhook that the real API server calls over TLS (their
+// certificates' CA bundles are patched in by the control planes
+// themselves). The revision tag "prod" then moves from 1-7-6 to 1-8-1, and
+// Pods created in a namespace labelled istio.io/rev=prod follow it. Last,
+// with a control plane stopped, a webhook that may fail blocks Pods with a
+// clear error, and one that may not lets them through.
+func TestRevisionTagsMoveInjection(t *testing.T) {
+	m := newKubeMesh(t)
+	m.apply(t, "namespaces", revisionNamespacesYAML)
+	old := startControlPlane(t, m, withRevision("1-7-6"), withIdentity("pilot-1-7-6"))
+	current := startControlPlane(t, m, withRevision("1-8-1"), withIdentity("pilot-1-8-1"))
+	m.apply(t, "injectors", injectorYAML("1-7-6", old.webhookURL(), "Fail")+"---\n"+injectorYAML("1-8-1", current.webhookURL(), "Fail"))
+	for _, rev := range []string{"1-7-6", "1-8-1"} {
+		waitFor(t, 30*time.Second, "the control plane to patch its CA bundle into "+rev+"'s injector", func() error {
+			return m.expectCABundle(t, "istio-sidecar-injector-"+rev)
+		})
+	}
+
+	manager := tags.NewManager(tags.Options{Kube: m.kube})
+	ctx := context.Background()
+
+	t.Run("tag prod points at 1-7-6", func(t *testing.T) {
+		if _, err := manager.Set(ctx, "prod", "1-7-6", false); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 30*time.Second, "a Pod injected by 1-7-6", func() error {
+			return m.expectInjectedBy(t, "prod-apps", "1-7-6")
+		})
+	})
+
+	t.Run("moving prod to 1-8-1 moves new Pods", func(t *testing.T) {
+		if _, err := manager.Set(ctx, "prod", "1-8-1", false); err == nil {
+			t.Fatal("retargeting a tag without overwrite succeeded")
+		}
+		if _, err := manager.Set(ctx, "prod", "1-8-1", true); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 30*time.Second, "a Pod injected by 1-8-1", func() error {
+			return m.expectInjectedBy(t, "prod-apps", "1-8-1")
+		})
+	})
+
+	t.Run("an outage blocks Pods only where the webhook may fail", func(t *testing.T) {
+		current.stop(t)
+		out, err := m.createPod(t, "prod-apps")
+		if err == nil || !strings.Contains(out, "failed calling webhook") {
+			t.Fatalf("with failurePolicy Fail and the webhook down, creating a Pod gave %v: %s", err, out)
+		}
+		m.run(t, "", "patch", "mutatingwebhookconfiguration", "istio-revision-tag-prod", "--type=json", "-p",
+			`[{"op":"replace","path":"/webhooks/0/failurePolicy","value":"Ignore"},{"op":"replace","path":"/webhooks/1/failurePolicy","value":"Ignore"}]`)
+		waitFor(t, 30*time.Second, "a Pod created while the webhook is down", func() error {
+			out, err := m.createPod(t, "prod-apps")
+			if err != nil {
+				return fmt.Errorf("%v: %s", err, out)
+			}
+			return nil
+		})
+	})
+}
+
+func withRevision(rev string) func(*bootstrap.Options) {
+	return func(o *bootstrap.Options) {
+		o.Revision = rev
+		o.Webhook.ExtraCertNames = []string{"127.0.0.1"}
+		o.LeaderElection.Name = "meshpilot-ingress-status-" + rev
+	}
+}
+
+func (cp *controlPlane) webhookURL() string { return "https://" + cp.srv.WebhookAddr() + "/inject" }
+
+func (m *kubeMesh) expectCABundle(t *testing.T, name string) error {
+	t.Helper()
+	out, err := exec.Command(m.kubectl, "--kubeconfig", m.kubeconfig, "get", "mutatingwebhookconfiguration", name,
+		"-o", "jsonpath={.webhooks[0].clientConfig.caBundle}").CombinedOutput()
+	if err != nil || len(out) == 0 {
+		return fmt.Errorf("caBundle of %s: %v %s", name, err, out)
+	}
+	return nil
+}
+
+var podCount int
+
+// createPod creates a Pod in ns with kubectl and returns its output.
+func (m *kubeMesh) createPod(t *testing.T, ns string) (string, error) {
+	t.Helper()
+	podCount++
+	pod := fmt.Sprintf(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"app-%d","namespace":%q},`+
+		`"spec":{"serviceAccountName":"default","containers":[{"name":"app","image":"example/app"}]}}`, podCount, ns)
+	cmd := exec.Command(m.kubectl, "--kubeconfig", m.kubeconfig, "create", "-o", "json", "-f", "-")
+	cmd.Stdin = strings.NewReader(pod)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// expectInjectedBy creates a Pod in ns and checks which revision's
+// injector gave it its sidecar.
+func (m *kubeMesh) expectInjectedBy(t *testing.T, ns, rev string) error {
+	t.Helper()
+	out, err := m.createPod(t, ns)
+	if err != nil {
+		return fmt.Errorf("create pod: %v: %s", err, out)
+	}
+	var pod struct {
+		Spec struct {
+			Containers []struct {
+				Name string `json:"name"`
+				Env  []struct{ Name, Value string }
+			} `json:"containers"`
+		} `json:"spec"`
+	}
+	if err := json.Unmarshal([]byte(out), &pod); err != nil {
+		return fmt.Errorf("decode pod: %v", err)
+	}
+	for _, c := range pod.Spec.Containers {
+		if c.Name != "istio-proxy" {
+			continue
+		}
+		for _, e := range c.Env {
+			if e.Name == "ISTIO_META_REVISION" {
+				if e.Value != rev {
+					return fmt.Errorf("injected by revision %s, want %s", e.Value, rev)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("istio-proxy has no ISTIO_META_REVISION")
+	}
+	return fmt.Errorf("no sidecar injected")
+}
+
+const revisionNamespacesYAML = `
+apiVersion: v1
+kind: Namespace
+metadata: {name: istio-system}
+---
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: prod-apps
+  labels: {istio.io/rev: prod}
+`
+
+// injectorYAML is revision rev's injector as the chart installs it, but
+// called by URL: the test API server has no Service to route through.
+func injectorYAML(rev, url, failurePolicy string) string {
+	return fmt.Sprintf(`
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata:
+  name: istio-sidecar-injector-%[1]s
+  labels: {app: sidecar-injector, istio.io/rev: "%[1]s"}
+webhooks:
+- name: rev.namespace.sidecar-injector.istio.io
+  clientConfig: {url: "%[2]s"}
+  rules: [{operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [pods]}]
+  namespaceSelector:
+    matchExpressions:
+    - {key: istio.io/rev, operator: In, values: ["%[1]s"]}
+    - {key: istio-injection, operator: DoesNotExist}
+  objectSelector:
+    matchExpressions:
+    - {key: sidecar.istio.io/inject, operator: NotIn, values: ["false"]}
+  sideEffects: None
+  admissionReviewVersions: [v1]
+  failurePolicy: %[3]s
+- name: rev.object.sidecar-injector.istio.io
+  clientConfig: {url: "%[2]s"}
+  rules: [{operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [pods]}]
+  namespaceSelector:
+    matchExpressions:
+    - {key: istio.io/rev, operator: DoesNotExist}
+    - {key: istio-injection, operator: DoesNotExist}
+  objectSelector:
+    matchExpressions:
+    - {key: sidecar.istio.io/inject, operator: NotIn, values: ["false"]}
+    - {key: istio.io/rev, operator: In, values: ["%[1]s"]}
+  sideEffects: None
+  admissionReviewVersions: [v1]
+  failurePolicy: %[3]s
+`, rev, url, failurePolicy)
+}
