@@ -39,12 +39,16 @@ func newKubeMesh(t *testing.T) *kubeMesh {
 	if err := writeKubeconfig(env.Config, path); err != nil {
 		t.Fatalf("kubeconfig: %v", err)
 	}
-	return &kubeMesh{
+	m := &kubeMesh{
 		kubectl:    filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl"),
 		kubeconfig: path,
 		kube:       env.Kube,
 		applied:    map[string]string{},
 	}
+	// The control plane's own namespace, as an installation creates it: it
+	// holds the webhook CA Secret and the leader election Lease.
+	m.run(t, "apiVersion: v1\nkind: Namespace\nmetadata: {name: istio-system}\n", "apply", "-f", "-")
+	return m
 }
 
 func (m *kubeMesh) run(t *testing.T, stdin string, args ...string) {
