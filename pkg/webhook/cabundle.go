@@ -6,17 +6,24 @@ import (
 	"fmt"
 	"sync"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
+	admissionlisters "k8s.io/client-go/listers/admissionregistration/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 )
 
 // revisionLabel marks the objects of a control-plane revision.
 const revisionLabel = "istio.io/rev"
+
+// DefaultValidatorName is the base chart's validator for objects without a
+// revision label. The default revision's control plane (the one whose
+// revision its istio.io/rev label names) keeps its caBundle.
+const DefaultValidatorName = "istiod-default-validator"
 
 // configKind names the two webhook configuration kinds in keys and metrics.
 type configKind string
@@ -39,12 +46,18 @@ func (m *CertManager) startPatcher(ctx context.Context) (stop func(), err error)
 	revSelector := m.revisionSelector()
 	mutFactory := informers.NewSharedInformerFactoryWithOptions(m.opts.Client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = revSelector.String() }))
-	valFactory := informers.NewSharedInformerFactoryWithOptions(m.opts.Client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", m.opts.ValidatorName).String()
-		}))
+	// One informer per validator name: a field selector names one object,
+	// and name-restricted RBAC allows list and watch only that way.
+	byName := func(name string) informers.SharedInformerFactory {
+		return informers.NewSharedInformerFactoryWithOptions(m.opts.Client, 0,
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+				o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
+			}))
+	}
+	valFactory, defaultValFactory := byName(m.opts.ValidatorName), byName(DefaultValidatorName)
 	mutInformer := mutFactory.Admissionregistration().V1().MutatingWebhookConfigurations()
 	valInformer := valFactory.Admissionregistration().V1().ValidatingWebhookConfigurations()
+	defaultValInformer := defaultValFactory.Admissionregistration().V1().ValidatingWebhookConfigurations()
 
 	m.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.DefaultTypedControllerRateLimiter[configKey](),
@@ -58,9 +71,15 @@ func (m *CertManager) startPatcher(ctx context.Context) (stop func(), err error)
 			m.enqueueIfOurs(kind, meta)
 		}
 	}
-	for kind, inf := range map[configKind]cache.SharedIndexInformer{
-		mutatingKind: mutInformer.Informer(), validatingKind: valInformer.Informer(),
+	for _, w := range []struct {
+		kind configKind
+		inf  cache.SharedIndexInformer
+	}{
+		{mutatingKind, mutInformer.Informer()},
+		{validatingKind, valInformer.Informer()},
+		{validatingKind, defaultValInformer.Informer()},
 	} {
+		kind, inf := w.kind, w.inf
 		add := enqueue(kind)
 		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    add,
@@ -70,11 +89,12 @@ func (m *CertManager) startPatcher(ctx context.Context) (stop func(), err error)
 		}
 	}
 	m.mutating = mutInformer.Lister()
-	m.validating = valInformer.Lister()
+	m.validating = validatingListers{valInformer.Lister(), defaultValInformer.Lister()}
 	m.listersSet.Store(true)
 
 	mutFactory.Start(ctx.Done())
 	valFactory.Start(ctx.Done())
+	defaultValFactory.Start(ctx.Done())
 	var workers sync.WaitGroup
 	workers.Go(func() {
 		for m.processNext(ctx) {
@@ -85,7 +105,32 @@ func (m *CertManager) startPatcher(ctx context.Context) (stop func(), err error)
 		workers.Wait()
 		mutFactory.Shutdown()
 		valFactory.Shutdown()
+		defaultValFactory.Shutdown()
 	}, nil
+}
+
+// validatingListers reads the validators from their per-name informers.
+type validatingListers []admissionlisters.ValidatingWebhookConfigurationLister
+
+func (l validatingListers) List(selector labels.Selector) ([]*admissionregistrationv1.ValidatingWebhookConfiguration, error) {
+	var out []*admissionregistrationv1.ValidatingWebhookConfiguration
+	for _, lister := range l {
+		items, err := lister.List(selector)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, items...)
+	}
+	return out, nil
+}
+
+func (l validatingListers) Get(name string) (*admissionregistrationv1.ValidatingWebhookConfiguration, error) {
+	for _, lister := range l {
+		if c, err := lister.Get(name); err == nil || !apierrors.IsNotFound(err) {
+			return c, err
+		}
+	}
+	return nil, apierrors.NewNotFound(admissionregistrationv1.Resource("validatingwebhookconfigurations"), name)
 }
 
 // enqueueAll schedules every watched configuration, after the CA changed.
@@ -119,7 +164,9 @@ func (m *CertManager) enqueueIfOurs(kind configKind, meta metav1.Object) {
 			return
 		}
 	case validatingKind:
-		if meta.GetName() != m.opts.ValidatorName {
+		ours := meta.GetName() == m.opts.ValidatorName ||
+			(meta.GetName() == DefaultValidatorName && m.revisionSelector().Matches(labels.Set(meta.GetLabels())))
+		if !ours {
 			return
 		}
 	}

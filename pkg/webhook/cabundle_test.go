@@ -138,3 +138,45 @@ func TestCertManagerPatchesCABundles(t *testing.T) {
 	}
 	waitForBundle(ctx, t, client, false, "istio-validator-1-8-1-istio-system", rotated)
 }
+
+// The base chart's default validator belongs to the revision its
+// istio.io/rev label names: only that revision's control plane patches it.
+func TestCertManagerPatchesTheDefaultValidatorOfItsRevision(t *testing.T) {
+	for _, tc := range []struct {
+		label       string
+		wantPatched bool
+	}{
+		{"1-8-1", true},
+		{"default", false},
+	} {
+		t.Run("labelled "+tc.label, func(t *testing.T) {
+			validator := validatingConfig(DefaultValidatorName, "validation.istio.io")
+			validator.Labels = map[string]string{"istio.io/rev": tc.label}
+			client := fake.NewClientset(validator,
+				validatingConfig("istio-validator-1-8-1-istio-system", "rev.validation.istio.io"))
+			m, err := NewCertManager(CertOptions{
+				Client: client, Namespace: "istio-system", Revision: "1-8-1", Logger: discardLogger(),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- m.Run(ctx) }()
+			t.Cleanup(func() { cancel(); <-done })
+			<-m.Ready()
+			// The revision's own validator is patched either way; once it
+			// is, the default validator has had its chance too.
+			waitForBundle(ctx, t, client, false, "istio-validator-1-8-1-istio-system", m.CABundle())
+			if tc.wantPatched {
+				waitForBundle(ctx, t, client, false, DefaultValidatorName, m.CABundle())
+				return
+			}
+			for _, b := range bundlesOf(ctx, t, client, false, DefaultValidatorName) {
+				if len(b) != 0 {
+					t.Errorf("the default validator of revision %q was patched by 1-8-1", tc.label)
+				}
+			}
+		})
+	}
+}
