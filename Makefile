@@ -40,9 +40,10 @@ test-unit: ## Run tests that need no API server.
 bench: ## Run the benchmarks of the hot paths.
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./pkg/...
 
-generate: ## Regenerate committed generated files (CRDs from istio.io/api, also into charts/base/crds).
+generate: ## Regenerate committed generated files (CRDs from istio.io/api, also into charts/base/crds; the chart's injection template).
 	$(GO) run ./hack/crdextract
 	cp manifests/crds/destinationrules.networking.istio.io.gen.yaml charts/base/crds/
+	cp pkg/webhook/inject/defaults/config.yaml charts/pilot/files/injection-config.yaml
 
 manifests: ## Render the charts with default values into manifests/ (for users without Helm).
 	hack/manifests.sh

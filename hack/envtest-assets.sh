@@ -1,27 +1,46 @@
 #!/usr/bin/env bash
-# Builds the binaries that envtest runs (kube-apiserver, etcd, kubectl) from
-# the modules pinned in hack/tools, into $1 (default bin/k8s/<versions>).
-# A stamp file records the versions so that a warm cache makes this a no-op.
+# Builds the binaries that tests run (kube-apiserver, etcd and kubectl for
+# envtest; helm for the chart tests) from the modules pinned in hack/tools,
+# into $1 (default bin/k8s/<versions>), and prints that directory.
+# The stamp file records the versions, one line per group of binaries, so a
+# warm cache is a no-op and bumping one group rebuilds only that group.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 tools="$root/hack/tools"
 k8s_version=$(awk '$1=="k8s.io/kubernetes"{print $2}' "$tools/go.mod")
 etcd_version=$(awk '$1=="go.etcd.io/etcd/server/v3"{print $2}' "$tools/go.mod")
+helm_version=$(awk '$1=="helm.sh/helm/v3"{print $2}' "$tools/go.mod")
+go_version=$(go env GOVERSION)
 out=${1:-"$root/bin/k8s/$k8s_version-etcd-$etcd_version"}
 stamp="$out/.stamp"
-want="kubernetes=$k8s_version etcd=$etcd_version go=$(go env GOVERSION)"
-if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+# Line 1: the API server group; line 2: helm.
+want_k8s="kubernetes=$k8s_version etcd=$etcd_version go=$go_version"
+want_helm="helm=$helm_version go=$go_version"
+have_k8s=$(sed -n 1p "$stamp" 2>/dev/null || true)
+have_helm=$(sed -n 2p "$stamp" 2>/dev/null || true)
+if [[ "$have_k8s" == "$want_k8s" && "$have_helm" == "$want_helm" && -x "$out/helm" ]]; then
   echo "$out"
   exit 0
 fi
 mkdir -p "$out"
-minor=${k8s_version#v1.}; minor=${minor%%.*}
-ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$k8s_version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
 cd "$tools"
 export CGO_ENABLED=0
-echo "building kube-apiserver, kubectl ($k8s_version) and etcd ($etcd_version) into $out" >&2
-go build -trimpath -ldflags "$ldflags" -o "$out/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
-go build -trimpath -ldflags "$ldflags" -o "$out/kubectl" k8s.io/kubernetes/cmd/kubectl
-go build -trimpath -ldflags "-s -w" -o "$out/etcd" ./etcd
-echo "$want" > "$stamp"
+if [[ "$have_k8s" != "$want_k8s" ]]; then
+  minor=${k8s_version#v1.}; minor=${minor%%.*}
+  ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$k8s_version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
+  echo "building kube-apiserver, kubectl ($k8s_version) and etcd ($etcd_version) into $out" >&2
+  go build -trimpath -ldflags "$ldflags" -o "$out/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
+  go build -trimpath -ldflags "$ldflags" -o "$out/kubectl" k8s.io/kubernetes/cmd/kubectl
+  go build -trimpath -ldflags "-s -w" -o "$out/etcd" ./etcd
+  have_k8s=$want_k8s
+  printf '%s\n' "$have_k8s" > "$stamp"
+fi
+if [[ "$have_helm" != "$want_helm" || ! -x "$out/helm" ]]; then
+  echo "building helm ($helm_version) into $out" >&2
+  # Without the version variable helm reports "v3.22" and charts that
+  # check kubeVersion/helm version see a wrong value.
+  go build -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$helm_version" \
+    -o "$out/helm" helm.sh/helm/v3/cmd/helm
+fi
+printf '%s\n%s\n' "$want_k8s" "$want_helm" > "$stamp"
 echo "$out"

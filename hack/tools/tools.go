@@ -1,11 +1,12 @@
 //go:build tools
 
 // Package tools pins the binaries that tests run: a real kube-apiserver,
-// etcd and kubectl, built from source so no download site is needed.
+// etcd, kubectl and helm, built from source so no download site is needed.
 package tools
 
 import (
 	_ "go.etcd.io/etcd/server/v3/etcdmain"
+	_ "helm.sh/helm/v3/cmd/helm"
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kubectl"
 )
