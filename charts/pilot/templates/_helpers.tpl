@@ -49,15 +49,6 @@ istio.io/rev: {{ include "pilot.revLabel" . | quote }}
 {{- .Values.meshConfig.defaultConfig.discoveryAddress | default (printf "%s.%s.svc:15012" (include "pilot.name" .) .Release.Namespace) -}}
 {{- end }}
 
-{{- /* namespace/name of the ingress gateway Service. */}}
-{{- define "pilot.ingressService" -}}
-{{- if contains "/" .Values.meshConfig.ingressService -}}
-{{ .Values.meshConfig.ingressService }}
-{{- else -}}
-{{ .Release.Namespace }}/{{ .Values.meshConfig.ingressService }}
-{{- end -}}
-{{- end }}
-
 {{- /* Fails the render on values that would produce broken objects. */}}
 {{- define "pilot.checkValues" -}}
 {{- $label := "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" -}}
