@@ -151,7 +151,7 @@ func findResource(res model.Resources, name string) *model.Resource {
 func TestClusterSharingAndProblems(t *testing.T) {
 	store := xdstest.Store(t, sharedFixture)
 	var logs bytes.Buffer
-	g := NewClusterGenerator(Options{Logger: clusterTestLogger(&logs)})
+	g := NewClusterGenerator(Options{Logger: testLogger(&logs)})
 	push := buildPush(t, store, nil, nil)
 	w := &model.WatchedResource{TypeURL: ClusterType, Wildcard: true}
 	const name = "outbound|80||web.app.svc.cluster.local"
@@ -272,7 +272,7 @@ func TestClusterTemplateMatchesBuilder(t *testing.T) {
 // Many connections generate from one push context at once; every one must
 // get the same clusters and assignments as a lone generation.
 func TestClusterConcurrentGeneration(t *testing.T) {
-	f := loadClusterFixture(t, "testdata/clusters/locality-failover.in.yaml")
+	f := loadFixture(t, "testdata/clusters/locality-failover.in.yaml")
 	push := buildPush(t, f.store, nil, nil)
 	proxy := f.proxies[0].model()
 	cw := &model.WatchedResource{TypeURL: ClusterType, Wildcard: true}

@@ -2,27 +2,15 @@ package envoygen
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
-	"log/slog"
-	"math/big"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"google.golang.org/protobuf/encoding/protojson"
-	"sigs.k8s.io/yaml"
 
 	"github.com/meshpilot/meshpilot/internal/xdstest"
 	"github.com/meshpilot/meshpilot/pkg/model"
@@ -33,182 +21,47 @@ import (
 // then RDS for the routes the listeners name and SDS for the secrets they
 // name (as Envoy asks), and compares the result with <case>.out.yaml.
 //
-// Inputs are the listener goldens' format (Kubernetes documents and one
-// TestProxy) plus `kind: TestCertificate` documents (namespace, name,
-// hosts), each of which becomes a kubernetes.io/tls Secret holding a
-// certificate generated for the run. Outputs name such certificates instead
-// of showing them, once the test has checked that SDS sent exactly the
+// Inputs hold one TestProxy and usually `kind: TestCertificate` documents
+// (see fixture_test.go). Outputs name the generated certificates instead of
+// showing them, once the test has checked that SDS sent exactly the
 // generated PEM.
 func TestGatewayGolden(t *testing.T) {
-	inputs, err := filepath.Glob("testdata/gateway/*.in.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(inputs) == 0 {
-		t.Fatal("no gateway golden cases")
-	}
-	for _, in := range inputs {
-		name := strings.TrimSuffix(filepath.Base(in), ".in.yaml")
-		t.Run(name, func(t *testing.T) {
-			f, certs := loadGatewayFixture(t, in)
-			got := runGatewayGolden(t, f, certs)
-			xdstest.Golden(t, filepath.Join("testdata", "gateway", name+".out.yaml"), got)
-		})
-	}
+	runGoldenCases(t, "gateway", runGatewayGolden)
 }
 
-// testCertificate is a `kind: TestCertificate` fixture document.
-type testCertificate struct {
-	Kind      string   `json:"kind"`
-	Namespace string   `json:"namespace"`
-	Name      string   `json:"name"`
-	Hosts     []string `json:"hosts"`
-}
-
-type generatedPEM struct{ cert, key []byte }
-
-// loadGatewayFixture turns the TestCertificate documents into Secrets and
-// loads the result as a listener fixture. It returns the generated PEM by
-// Secret.
-func loadGatewayFixture(t *testing.T, path string) (listenerFixture, map[model.NamespacedName]generatedPEM) {
-	t.Helper()
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certs := map[model.NamespacedName]generatedPEM{}
-	var docs []string
-	for _, doc := range yamlDocSeparator.Split(string(raw), -1) {
-		var tc testCertificate
-		if err := yaml.Unmarshal([]byte(doc), &tc); err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		if tc.Kind != "TestCertificate" {
-			docs = append(docs, doc)
-			continue
-		}
-		if err := yaml.UnmarshalStrict([]byte(doc), &tc); err != nil {
-			t.Fatalf("%s: TestCertificate: %v", path, err)
-		}
-		pemPair := selfSignedPEM(t, tc.Hosts)
-		certs[model.NamespacedName{Namespace: tc.Namespace, Name: tc.Name}] = pemPair
-		secret, err := yaml.Marshal(map[string]any{
-			"apiVersion": "v1",
-			"kind":       "Secret",
-			"metadata":   map[string]any{"name": tc.Name, "namespace": tc.Namespace},
-			"type":       "kubernetes.io/tls",
-			"data":       map[string]any{"tls.crt": pemPair.cert, "tls.key": pemPair.key}, // []byte marshals as base64
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		docs = append(docs, string(secret))
-	}
-	tmp := filepath.Join(t.TempDir(), filepath.Base(path))
-	if err := os.WriteFile(tmp, []byte(strings.Join(docs, "\n---\n")), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return loadListenerFixture(t, tmp), certs
-}
-
-// selfSignedPEM makes a throwaway ECDSA certificate for hosts.
-func selfSignedPEM(t testing.TB, hosts []string) generatedPEM {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: "meshpilot test"},
-		DNSNames:     hosts,
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return generatedPEM{
-		cert: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		key:  pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}),
-	}
-}
-
-func gatewayTestPushOptions() pushcontext.Options {
-	opts := listenerTestPushOptions()
-	opts.Ingress = pushcontext.IngressOptions{
-		Ownership: model.IngressOwnership{Class: "istio", Mode: model.IngressModeStrict},
-	}
-	return opts
-}
-
-type gatewayGoldenOutput struct {
-	Listeners []json.RawMessage
-	Routes    []json.RawMessage
-	Secrets   []json.RawMessage
-	Problems  map[string][]string
-	Warnings  []string
-}
-
-func runGatewayGolden(t *testing.T, f listenerFixture, certs map[model.NamespacedName]generatedPEM) []byte {
+func runGatewayGolden(t *testing.T, f fixture) []byte {
 	t.Helper()
 	var logs bytes.Buffer
-	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{
-		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
-			if a.Key == slog.TimeKey {
-				return slog.Attr{}
-			}
-			return a
-		},
-	}))
-	set := New(Options{Logger: logger})
+	set := New(Options{Logger: testLogger(&logs)})
 	push := pushcontext.Build(f.store, gatewayTestPushOptions(), nil, nil)
-	proxy := f.proxy.model()
+	tp := f.onlyProxy(t)
+	proxy := tp.model()
 
-	lw := &model.WatchedResource{TypeURL: ListenerType, Wildcard: f.proxy.Request.Listeners == nil,
-		ResourceNames: lrSorted(f.proxy.Request.Listeners)}
-	listeners := lrGenerateTwice(t, set.Listeners, proxy, push, lw)
-	checkListenerResources(t, lw, listeners)
-
-	routeNames := f.proxy.Request.Routes
-	if routeNames == nil {
-		routeNames = referencedRoutes(t, listeners)
-	}
-	rw := &model.WatchedResource{TypeURL: RouteType, ResourceNames: lrSorted(routeNames)}
-	routes := lrGenerateTwice(t, set.Routes, proxy, push, rw)
-	checkListenerResources(t, rw, routes)
+	listeners, routes, rw := generateListenersAndRoutes(t, set.Listeners, set.Routes, tp, proxy, push)
 	if len(routes) != len(rw.ResourceNames) {
 		t.Errorf("asked for routes %v, got %d", rw.ResourceNames, len(routes))
 	}
 
-	sw := &model.WatchedResource{TypeURL: SecretType, ResourceNames: lrSorted(referencedSecrets(t, listeners))}
-	secrets := lrGenerateTwice(t, set.Secrets, proxy, push, sw)
+	sw := &model.WatchedResource{TypeURL: SecretType, ResourceNames: sortedNames(referencedSecrets(t, listeners))}
+	secrets := generateTwice(t, set.Secrets, proxy, push, sw)
 	// Every secret a listener names must be served, or Envoy would keep
 	// the whole listener warming.
 	if len(secrets) != len(sw.ResourceNames) {
 		t.Errorf("listeners name secrets %v, SDS served %d", sw.ResourceNames, len(secrets))
 	}
 
-	doc := gatewayGoldenOutput{
-		Listeners: lrRenderResources(t, listeners),
-		Routes:    lrRenderResources(t, routes),
-		Secrets:   renderSecrets(t, sw, secrets, certs),
-		Problems:  map[string][]string{},
+	problems := map[string][]string{}
+	for name, p := range push.IngressProblems() {
+		problems[name.String()] = p
 	}
-	for name, problems := range push.IngressProblems() {
-		doc.Problems[name.String()] = problems
-	}
-	for line := range strings.Lines(logs.String()) {
-		doc.Warnings = append(doc.Warnings, strings.TrimSpace(line))
-	}
-	return renderGatewayGolden(t, doc)
+	warnings := logLines(&logs)
+	return renderGolden(t,
+		goldenSection{"listeners", renderResources(t, listeners), false},
+		goldenSection{"routes", renderResources(t, routes), false},
+		goldenSection{"secrets", renderSecrets(t, sw, secrets, f.certs), false},
+		goldenSection{"ingressProblems", problems, len(problems) == 0},
+		goldenSection{"warnings", warnings, len(warnings) == 0},
+	)
 }
 
 // referencedSecrets are the SDS names the listeners' TLS contexts use.
@@ -292,37 +145,4 @@ func parseSecretName(name string) (model.NamespacedName, bool) {
 	}
 	ns, n, ok := strings.Cut(rest, "/")
 	return model.NamespacedName{Namespace: ns, Name: n}, ok
-}
-
-// renderGatewayGolden writes the sections in a fixed order, leaving empty
-// problems and warnings out.
-func renderGatewayGolden(t *testing.T, doc gatewayGoldenOutput) []byte {
-	t.Helper()
-	var out bytes.Buffer
-	sections := []struct {
-		name  string
-		value any
-		skip  bool
-	}{
-		{"listeners", doc.Listeners, false},
-		{"routes", doc.Routes, false},
-		{"secrets", doc.Secrets, false},
-		{"ingressProblems", doc.Problems, len(doc.Problems) == 0},
-		{"warnings", doc.Warnings, len(doc.Warnings) == 0},
-	}
-	for _, s := range sections {
-		if s.skip {
-			continue
-		}
-		js, err := json.Marshal(map[string]any{s.name: s.value})
-		if err != nil {
-			t.Fatal(err)
-		}
-		y, err := yaml.JSONToYAML(js)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out.Write(y)
-	}
-	return out.Bytes()
 }

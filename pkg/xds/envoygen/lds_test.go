@@ -81,7 +81,7 @@ func lrGenerate(t *testing.T, g Generator, proxy *model.Proxy, push *pushcontext
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkListenerResources(t, w, res)
+	checkResources(t, w, res)
 	out := map[string]model.Resource{}
 	for _, r := range res {
 		out[r.Name] = r
@@ -98,7 +98,7 @@ var (
 // same marshalled resources (built once), and proxies that differ in an
 // input that matters do not.
 func TestListenerSharing(t *testing.T) {
-	push := pushcontext.Build(xdstest.Store(t, lrSharingWorld), listenerTestPushOptions(), nil, nil)
+	push := pushcontext.Build(xdstest.Store(t, lrSharingWorld), testPushOptions(), nil, nil)
 	lds, rds := NewListenerGenerator(Options{}), NewRouteGenerator(Options{})
 	web1 := lrSidecar("app", "10.1.0.1", map[string]string{"app": "web"})
 	web2 := lrSidecar("app", "10.1.0.2", map[string]string{"app": "web"})
@@ -151,7 +151,7 @@ func TestListenerSharing(t *testing.T) {
 	}
 
 	// A new snapshot builds anew, even from an unchanged store.
-	next := pushcontext.Build(xdstest.Store(t, lrSharingWorld), listenerTestPushOptions(), nil, nil)
+	next := pushcontext.Build(xdstest.Store(t, lrSharingWorld), testPushOptions(), nil, nil)
 	if n1 := lrGenerate(t, lds, web1, next, ldsWildcard); sameAny(l1, n1, "0.0.0.0_80") {
 		t.Errorf("listener served from the previous push context's cache")
 	}
@@ -174,7 +174,7 @@ func lrTCPProxyOf(t *testing.T, r model.Resource) *tcp.TcpProxy {
 }
 
 func TestListenerSubscriptions(t *testing.T) {
-	push := pushcontext.Build(xdstest.Store(t, lrSharingWorld), listenerTestPushOptions(), nil, nil)
+	push := pushcontext.Build(xdstest.Store(t, lrSharingWorld), testPushOptions(), nil, nil)
 	lds, rds := NewListenerGenerator(Options{}), NewRouteGenerator(Options{})
 	web1 := lrSidecar("app", "10.1.0.1", map[string]string{"app": "web"})
 	router := &model.Proxy{ID: "router~10.1.9.9~gw.istio-system~istio-system.svc.cluster.local", Type: model.Router,
@@ -238,7 +238,7 @@ func TestTunnelDroppedWithReason(t *testing.T) {
 			store.UpsertConfig(&model.Config{Kind: model.KindDestinationRule, Name: "tunnel", Namespace: "egress",
 				CreationTime: time.Unix(1, 0), Spec: &networking.DestinationRule{Host: "proxy.egress.svc.cluster.local",
 					TrafficPolicy: &networking.TrafficPolicy{Tunnel: tt.tunnel}}})
-			push := pushcontext.Build(store, listenerTestPushOptions(), nil, nil)
+			push := pushcontext.Build(store, testPushOptions(), nil, nil)
 			var logs bytes.Buffer
 			lds := NewListenerGenerator(Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 			for _, ns := range []string{"a", "b"} { // two scopes: two builds, one report
@@ -262,7 +262,7 @@ func TestTunnelDroppedWithReason(t *testing.T) {
 // shared generators, as connections do, and checks every result against a
 // fresh, single-proxy generation (run with -race).
 func TestListenerConcurrentProxies(t *testing.T) {
-	push := pushcontext.Build(xdstest.Store(t, lrSharingWorld), listenerTestPushOptions(), nil, nil)
+	push := pushcontext.Build(xdstest.Store(t, lrSharingWorld), testPushOptions(), nil, nil)
 	proxies := []*model.Proxy{
 		lrSidecar("app", "10.1.0.1", map[string]string{"app": "web"}),
 		lrSidecar("app", "10.1.0.2", map[string]string{"app": "web"}),

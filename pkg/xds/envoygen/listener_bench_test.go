@@ -51,7 +51,7 @@ func lrBenchWorld(b *testing.B) *pushcontext.PushContext {
 	}
 	store.UpsertWorkload(&model.Workload{Name: "bench-0", Namespace: "default", IPs: []string{"10.1.0.1"},
 		Labels: map[string]string{"app": "bench"}})
-	return pushcontext.Build(store, listenerTestPushOptions(), nil, nil)
+	return pushcontext.Build(store, testPushOptions(), nil, nil)
 }
 
 func lrBenchProxy() *model.Proxy {

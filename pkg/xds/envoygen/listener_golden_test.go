@@ -2,9 +2,6 @@ package envoygen
 
 import (
 	"bytes"
-	"encoding/json"
-	"log/slog"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -12,12 +9,7 @@ import (
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
-	"github.com/google/go-cmp/cmp"
-	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
-	"sigs.k8s.io/yaml"
 
-	"github.com/meshpilot/meshpilot/internal/xdstest"
 	"github.com/meshpilot/meshpilot/pkg/model"
 	"github.com/meshpilot/meshpilot/pkg/pushcontext"
 )
@@ -26,122 +18,48 @@ import (
 // LDS and then RDS (asking for the routes the listeners name, as Envoy
 // does) and compares the result with <case>.out.yaml.
 func TestListenerGolden(t *testing.T) {
-	inputs, err := filepath.Glob("testdata/listeners/*.in.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(inputs) == 0 {
-		t.Fatal("no listener golden cases")
-	}
-	for _, in := range inputs {
-		name := strings.TrimSuffix(filepath.Base(in), ".in.yaml")
-		t.Run(name, func(t *testing.T) {
-			f := loadListenerFixture(t, in)
-			got := runListenerGolden(t, f)
-			xdstest.Golden(t, filepath.Join("testdata", "listeners", name+".out.yaml"), got)
-		})
-	}
+	runGoldenCases(t, "listeners", runListenerGolden)
 }
 
-type listenerGoldenOutput struct {
-	Listeners []json.RawMessage
-	Routes    []json.RawMessage
-	Warnings  []string
-}
-
-func runListenerGolden(t *testing.T, f listenerFixture) []byte {
+func runListenerGolden(t *testing.T, f fixture) []byte {
 	t.Helper()
 	var logs bytes.Buffer
-	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{
-		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
-			if a.Key == slog.TimeKey {
-				return slog.Attr{}
-			}
-			return a
-		},
-	}))
-	opts := Options{Logger: logger}
-	push := pushcontext.Build(f.store, listenerTestPushOptions(), nil, nil)
-	proxy := f.proxy.model()
+	opts := Options{Logger: testLogger(&logs)}
+	push := pushcontext.Build(f.store, testPushOptions(), nil, nil)
+	tp := f.onlyProxy(t)
+	proxy := tp.model()
 
-	lw := &model.WatchedResource{TypeURL: ListenerType, Wildcard: f.proxy.Request.Listeners == nil,
-		ResourceNames: lrSorted(f.proxy.Request.Listeners)}
-	listeners := lrGenerateTwice(t, NewListenerGenerator(opts), proxy, push, lw)
-	checkListenerResources(t, lw, listeners)
-
-	routeNames := f.proxy.Request.Routes
-	if routeNames == nil {
-		routeNames = referencedRoutes(t, listeners)
-	}
-	rw := &model.WatchedResource{TypeURL: RouteType, ResourceNames: lrSorted(routeNames)}
-	routes := lrGenerateTwice(t, NewRouteGenerator(opts), proxy, push, rw)
-	checkListenerResources(t, rw, routes)
+	listeners, routes, rw := generateListenersAndRoutes(t, NewListenerGenerator(opts), NewRouteGenerator(opts), tp, proxy, push)
 	if proxy.Type == model.SidecarProxy && len(routes) != len(rw.ResourceNames) {
 		t.Errorf("asked for routes %v, got %d", rw.ResourceNames, len(routes))
 	}
 
-	doc := listenerGoldenOutput{Listeners: lrRenderResources(t, listeners), Routes: lrRenderResources(t, routes)}
-	for line := range strings.Lines(logs.String()) {
-		doc.Warnings = append(doc.Warnings, strings.TrimSpace(line))
-	}
-	return renderListenerGolden(t, doc)
+	warnings := logLines(&logs)
+	return renderGolden(t,
+		goldenSection{"listeners", renderResources(t, listeners), false},
+		goldenSection{"routes", renderResources(t, routes), false},
+		goldenSection{"warnings", warnings, len(warnings) == 0},
+	)
 }
 
-// generateTwice generates, then generates again from the caches, which must
-// say the same thing.
-func lrGenerateTwice(t *testing.T, g Generator, proxy *model.Proxy, push *pushcontext.PushContext, w *model.WatchedResource) model.Resources {
+// generateListenersAndRoutes asks lds for the listeners tp requests and
+// then rds for the routes it requests (by default those the listeners name,
+// as Envoy does), checking both responses. It returns the RDS request too.
+func generateListenersAndRoutes(t *testing.T, lds, rds Generator, tp testProxy, proxy *model.Proxy, push *pushcontext.PushContext) (listeners, routes model.Resources, rw *model.WatchedResource) {
 	t.Helper()
-	full := &model.PushRequest{Full: true}
-	first, err := g.Generate(proxy, push, w, full)
-	if err != nil {
-		t.Fatalf("%s: %v", w.TypeURL, err)
-	}
-	again, err := g.Generate(proxy, push, w, full)
-	if err != nil {
-		t.Fatalf("%s (cached): %v", w.TypeURL, err)
-	}
-	if diff := cmp.Diff(first, again, cmp.Comparer(proto.Equal)); diff != "" {
-		t.Errorf("%s: second generation differs:\n%s", w.TypeURL, diff)
-	}
-	return first
-}
+	lw := &model.WatchedResource{TypeURL: ListenerType, Wildcard: tp.Request.Listeners == nil,
+		ResourceNames: sortedNames(tp.Request.Listeners)}
+	listeners = generateTwice(t, lds, proxy, push, lw)
+	checkResources(t, lw, listeners)
 
-// checkListenerResources asserts what holds for any LDS or RDS output:
-// unique names that match the resource, only requested names unless
-// wildcard, the right type, and Envoy's validation, deep inside Anys too.
-func checkListenerResources(t *testing.T, w *model.WatchedResource, res model.Resources) {
-	t.Helper()
-	seen := map[string]bool{}
-	for _, r := range res {
-		if seen[r.Name] {
-			t.Errorf("%s: %s returned twice", w.TypeURL, r.Name)
-		}
-		seen[r.Name] = true
-		if !w.Wildcard && !slices.Contains(w.ResourceNames, r.Name) {
-			t.Errorf("%s: %s was not requested", w.TypeURL, r.Name)
-		}
-		if r.Resource.GetTypeUrl() != w.TypeURL {
-			t.Errorf("%s: %s has type %s", w.TypeURL, r.Name, r.Resource.GetTypeUrl())
-		}
-		msg, err := r.Resource.UnmarshalNew()
-		if err != nil {
-			t.Fatalf("%s: %s: %v", w.TypeURL, r.Name, err)
-		}
-		var name string
-		switch m := msg.(type) {
-		case *listener.Listener:
-			name = m.GetName()
-		case *route.RouteConfiguration:
-			name = m.GetName()
-			checkUniqueDomains(t, m)
-		}
-		if name != r.Name {
-			t.Errorf("%s: resource %q carries name %q", w.TypeURL, r.Name, name)
-		}
-		if err := xdstest.ValidateDeep(msg); err != nil {
-			t.Errorf("%s: %s fails validation: %v", w.TypeURL, r.Name, err)
-		}
+	routeNames := tp.Request.Routes
+	if routeNames == nil {
+		routeNames = referencedRoutes(t, listeners)
 	}
+	rw = &model.WatchedResource{TypeURL: RouteType, ResourceNames: sortedNames(routeNames)}
+	routes = generateTwice(t, rds, proxy, push, rw)
+	checkResources(t, rw, routes)
+	return listeners, routes, rw
 }
 
 // checkUniqueDomains asserts what Envoy checks beyond ValidateAll: no
@@ -189,57 +107,4 @@ func referencedRoutes(t *testing.T, listeners model.Resources) []string {
 		}
 	}
 	return names
-}
-
-func lrSorted(s []string) []string {
-	if s == nil {
-		return nil
-	}
-	out := slices.Clone(s)
-	slices.Sort(out)
-	return out
-}
-
-func lrRenderResources(t *testing.T, res model.Resources) []json.RawMessage {
-	t.Helper()
-	out := []json.RawMessage{}
-	for _, r := range res {
-		js, err := protojson.Marshal(r.Resource)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, js)
-	}
-	return out
-}
-
-// renderListenerGolden writes the sections in a fixed order (a map would
-// sort them), leaving warnings out when there are none.
-func renderListenerGolden(t *testing.T, doc listenerGoldenOutput) []byte {
-	t.Helper()
-	var out bytes.Buffer
-	sections := []struct {
-		name  string
-		value any
-		skip  bool
-	}{
-		{"listeners", doc.Listeners, false},
-		{"routes", doc.Routes, false},
-		{"warnings", doc.Warnings, len(doc.Warnings) == 0},
-	}
-	for _, s := range sections {
-		if s.skip {
-			continue
-		}
-		js, err := json.Marshal(map[string]any{s.name: s.value})
-		if err != nil {
-			t.Fatal(err)
-		}
-		y, err := yaml.JSONToYAML(js)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out.Write(y)
-	}
-	return out.Bytes()
 }

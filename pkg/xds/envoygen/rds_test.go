@@ -107,7 +107,7 @@ spec:
   host: web.app.svc.cluster.local
   trafficPolicy: {loadBalancer: {consistentHash: {httpHeaderName: x-user}}}
 `
-	push := pushcontext.Build(xdstest.Store(t, world), listenerTestPushOptions(), nil, nil)
+	push := pushcontext.Build(xdstest.Store(t, world), testPushOptions(), nil, nil)
 	w := &model.WatchedResource{TypeURL: RouteType, ResourceNames: []string{"80"}}
 	shared := NewRouteGenerator(Options{})
 	for _, ns := range []string{"x", "y", "app", "lib", "", "z"} {
