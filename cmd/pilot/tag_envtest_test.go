@@ -3,17 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
-	"math/big"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -34,6 +26,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/meshpilot/meshpilot/internal/kubetest"
+	"github.com/meshpilot/meshpilot/internal/testcerts"
 	"github.com/meshpilot/meshpilot/pkg/webhook/tags"
 )
 
@@ -68,7 +61,9 @@ type fakeInjector struct {
 
 func startFakeInjector(t *testing.T, name string, log *admissionLog) *fakeInjector {
 	t.Helper()
-	cert, caPEM := selfSignedCert(t)
+	// Each fake injector has its own certificate, so a tag that copied the
+	// wrong caBundle fails the TLS handshake.
+	cert, caPEM := testcerts.TLS(t, "127.0.0.1", "localhost")
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var review admissionv1.AdmissionReview
 		if err := json.NewDecoder(r.Body).Decode(&review); err != nil || review.Request == nil {
@@ -90,39 +85,6 @@ func startFakeInjector(t *testing.T, name string, log *admissionLog) *fakeInject
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
 	return &fakeInjector{name: name, url: srv.URL + "/inject", caBundle: caPEM}
-}
-
-// selfSignedCert returns a serving certificate for 127.0.0.1 that is its
-// own CA, and its PEM for caBundle. Each fake injector has its own, so a
-// tag that copied the wrong caBundle fails the TLS handshake.
-func selfSignedCert(t *testing.T) (tls.Certificate, []byte) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: "fake-injector"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
-		DNSNames:              []string{"localhost"},
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key},
-		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }
 
 func injectionWebhook(name string, target *fakeInjector, ns, obj *metav1.LabelSelector) admissionregistrationv1.MutatingWebhook {

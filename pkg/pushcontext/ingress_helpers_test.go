@@ -1,18 +1,12 @@
 package pushcontext
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/meshpilot/meshpilot/internal/testcerts"
 	"github.com/meshpilot/meshpilot/pkg/model"
 )
 
@@ -84,29 +78,9 @@ type testCert struct{ cert, key []byte }
 
 func newTestCert(t testing.TB, cn string) testCert {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: cn},
-		DNSNames:     []string{cn},
-		NotBefore:    epoch,
-		NotAfter:     epoch.Add(24 * time.Hour),
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return testCert{
-		cert: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		key:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
-	}
+	var c testCert
+	c.cert, c.key = testcerts.SelfSigned(t, cn)
+	return c
 }
 
 func tlsSecret(ns, name string, c testCert) *model.Secret {

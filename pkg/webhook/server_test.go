@@ -15,6 +15,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	admissionv1 "k8s.io/api/admission/v1"
+
+	"github.com/meshpilot/meshpilot/internal/testcerts"
 )
 
 // startServer runs a server with an in-memory CA for 127.0.0.1 and returns
@@ -203,7 +205,7 @@ func TestServerShutsDownGracefully(t *testing.T) {
 }
 
 func TestNewServerErrors(t *testing.T) {
-	certs, err := NewStaticCertManager(selfSignedPEM(t))
+	certs, err := NewStaticCertManager(testcerts.SelfSigned(t, "127.0.0.1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,10 +230,4 @@ func TestNewServerErrors(t *testing.T) {
 			}
 		})
 	}
-}
-
-func selfSignedPEM(t *testing.T) ([]byte, []byte) {
-	t.Helper()
-	ca := mustAuthority(t, newFakeClock())
-	return ca.certPEM, ca.keyPEM
 }

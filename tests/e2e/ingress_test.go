@@ -1,16 +1,9 @@
 package e2e
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"os/exec"
 	"slices"
 	"strings"
@@ -23,6 +16,7 @@ import (
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/meshpilot/meshpilot/internal/testcerts"
 	"github.com/meshpilot/meshpilot/internal/xdstest"
 )
 
@@ -35,7 +29,8 @@ func TestIngressGateway(t *testing.T) {
 	m := newKubeMesh(t)
 	ns := "shop"
 	fx := ingressFixtures{NS: ns, LBIP: "198.51.100.7"}
-	fx.Cert, fx.Key = selfSignedPEM(t, "web.example.com")
+	certPEM, keyPEM := testcerts.SelfSigned(t, "web.example.com")
+	fx.Cert, fx.Key = string(certPEM), string(keyPEM)
 	m.apply(t, "world", fx.render(t, ingressWorldYAML))
 	m.setGatewayStatus(t, `{"status":{"loadBalancer":{"ingress":[{"ip":"198.51.100.7"}]}}}`)
 
@@ -168,30 +163,6 @@ func (m *kubeMesh) expectIngressStatus(t *testing.T, ns, name, addr string) erro
 		return fmt.Errorf("status.loadBalancer.ingress = %s, want %s", out, addr)
 	}
 	return nil
-}
-
-// selfSignedPEM makes a throwaway certificate for host, never written to
-// the repository.
-func selfSignedPEM(t *testing.T, host string) (cert, key string) {
-	t.Helper()
-	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: host}, DNSNames: []string{host},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &priv.PublicKey, priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})),
-		string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}))
 }
 
 type ingressFixtures struct {

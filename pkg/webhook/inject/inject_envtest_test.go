@@ -2,16 +2,8 @@ package inject
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
-	"math/big"
-	"net"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
@@ -25,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/meshpilot/meshpilot/internal/kubetest"
+	"github.com/meshpilot/meshpilot/internal/testcerts"
 	"github.com/meshpilot/meshpilot/internal/xdstest"
 )
 
@@ -34,7 +27,7 @@ import (
 func TestAPIServerInjectsThroughTheWebhook(t *testing.T) {
 	env := kubetest.Start(t)
 	ctx := context.Background()
-	cert, caPEM := selfSignedLoopbackCert(t)
+	cert, caPEM := testcerts.TLS(t, "127.0.0.1")
 
 	for _, revision := range []string{"", "canary"} {
 		h, err := NewHandler(Options{
@@ -225,39 +218,4 @@ func normalizedPod(t *testing.T, pod *corev1.Pod, namespace string) json.RawMess
 	prefix := namespace[:strings.LastIndex(namespace, "-")+1]
 	data = []byte(strings.ReplaceAll(string(data), namespace, prefix+"NS"))
 	return data
-}
-
-// selfSignedLoopbackCert is a serving certificate for 127.0.0.1 that is its
-// own CA, so it can be the webhook's caBundle.
-func selfSignedLoopbackCert(t *testing.T) (tls.Certificate, []byte) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "inject-test"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IPAddresses:           []net.IP{net.ParseIP("127.0.0.1")},
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := tls.X509KeyPair(certPEM, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cert, certPEM
 }

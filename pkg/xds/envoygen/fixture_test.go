@@ -2,22 +2,14 @@ package envoygen
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"log/slog"
-	"math/big"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
@@ -28,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"sigs.k8s.io/yaml"
 
+	"github.com/meshpilot/meshpilot/internal/testcerts"
 	"github.com/meshpilot/meshpilot/internal/xdstest"
 	"github.com/meshpilot/meshpilot/pkg/model"
 	"github.com/meshpilot/meshpilot/pkg/pushcontext"
@@ -69,6 +62,14 @@ type testCertificate struct {
 }
 
 type generatedPEM struct{ cert, key []byte }
+
+// selfSignedPEM is testcerts.SelfSigned in the shape the fixtures keep.
+func selfSignedPEM(t testing.TB, hosts []string) generatedPEM {
+	t.Helper()
+	var p generatedPEM
+	p.cert, p.key = testcerts.SelfSigned(t, hosts...)
+	return p
+}
 
 // runGoldenCases runs every testdata/<dir>/<case>.in.yaml through run and
 // compares the result with testdata/<dir>/<case>.out.yaml.
@@ -170,36 +171,6 @@ func (f fixture) onlyProxy(t testing.TB) testProxy {
 		t.Fatalf("want exactly one TestProxy, have %d", len(f.proxies))
 	}
 	return f.proxies[0]
-}
-
-// selfSignedPEM makes a throwaway ECDSA certificate for hosts.
-func selfSignedPEM(t testing.TB, hosts []string) generatedPEM {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: "meshpilot test"},
-		DNSNames:     hosts,
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return generatedPEM{
-		cert: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		key:  pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}),
-	}
 }
 
 func (p testProxy) model() *model.Proxy {
