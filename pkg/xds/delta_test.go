@@ -32,18 +32,8 @@ func (h *harness) delta(name string) *deltaClient {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	c := &deltaClient{h: h, name: name, stream: stream,
-		responses: make(chan *discoveryv3.DeltaDiscoveryResponse, 100), errs: make(chan error, 1)}
-	go func() {
-		for {
-			resp, err := stream.Recv()
-			if err != nil {
-				c.errs <- err
-				return
-			}
-			c.responses <- resp
-		}
-	}()
+	c := &deltaClient{h: h, name: name, stream: stream}
+	c.responses, c.errs = receive(stream.Recv)
 	return c
 }
 

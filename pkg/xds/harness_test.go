@@ -431,18 +431,8 @@ func (h *harness) sotwAs(name string, node *corev3.Node) *sotwClient {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	c := &sotwClient{h: h, name: name, node: node, stream: stream,
-		responses: make(chan *discoveryv3.DiscoveryResponse, 100), errs: make(chan error, 1)}
-	go func() {
-		for {
-			resp, err := stream.Recv()
-			if err != nil {
-				c.errs <- err
-				return
-			}
-			c.responses <- resp
-		}
-	}()
+	c := &sotwClient{h: h, name: name, node: node, stream: stream}
+	c.responses, c.errs = receive(stream.Recv)
 	return c
 }
 
@@ -543,4 +533,21 @@ func (c *sotwClient) streamError() error {
 
 func serviceKey(name string) model.NamespacedName {
 	return model.NamespacedName{Namespace: "default", Name: name}
+}
+
+// receive pumps a stream's responses into a channel, and its first error
+// into another, so tests can wait for either with a timeout.
+func receive[T any](recv func() (T, error)) (chan T, chan error) {
+	responses, errs := make(chan T, 100), make(chan error, 1)
+	go func() {
+		for {
+			resp, err := recv()
+			if err != nil {
+				errs <- err
+				return
+			}
+			responses <- resp
+		}
+	}()
+	return responses, errs
 }
