@@ -32,11 +32,23 @@ type Env struct {
 	Istio  istioclient.Interface
 }
 
+// shortSkipReason is why an integration test skips under -short.
+const shortSkipReason = "needs a real kube-apiserver and etcd (envtest); -short runs only the tests that need no API server"
+
 // Start runs a fresh control plane for the test and stops it in t.Cleanup.
-// It fails the test when KUBEBUILDER_ASSETS is unset: integration tests are
-// part of the suite and must not pass by not running.
+// Under -short (`make test-unit`) it skips the test. Otherwise it fails the
+// test when KUBEBUILDER_ASSETS is unset: integration tests are part of the
+// suite and must not pass by not running.
 func Start(t testing.TB) *Env {
 	t.Helper()
+	return start(t, testing.Short())
+}
+
+func start(t testing.TB, short bool) *Env {
+	t.Helper()
+	if short {
+		t.Skip(shortSkipReason)
+	}
 	if os.Getenv(assetsEnv) == "" {
 		t.Fatalf("%s is not set: run `make envtest-assets` (the Makefile's test targets set it), "+
 			"or export %s=<dir holding kube-apiserver, etcd and kubectl>", assetsEnv, assetsEnv)

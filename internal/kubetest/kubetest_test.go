@@ -49,31 +49,56 @@ func TestRepoRootHoldsGoMod(t *testing.T) {
 	}
 }
 
-// fatalRecorder stands in for a test so that Start's failure can be
-// observed instead of failing this test.
-type fatalRecorder struct {
+// stopRecorder stands in for a test so that Start's failure or skip can be
+// observed instead of ending this test.
+type stopRecorder struct {
 	testing.TB
-	msg string
+	fatal, skip string
 }
 
-func (f *fatalRecorder) Helper() {}
+func (r *stopRecorder) Helper() {}
 
-func (f *fatalRecorder) Fatalf(format string, args ...any) {
-	f.msg = fmt.Sprintf(format, args...)
+func (r *stopRecorder) Fatalf(format string, args ...any) {
+	r.fatal = fmt.Sprintf(format, args...)
 	runtime.Goexit()
+}
+
+func (r *stopRecorder) Skip(args ...any) {
+	r.skip = fmt.Sprint(args...)
+	runtime.Goexit()
+}
+
+// runStart calls start as a test body would, on its own goroutine, because
+// a failed or skipped start ends the goroutine.
+func runStart(t *testing.T, short bool) *stopRecorder {
+	rec := &stopRecorder{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		start(rec, short)
+		t.Error("start returned instead of failing or skipping")
+	}()
+	<-done
+	return rec
 }
 
 func TestStartFailsWithoutAssets(t *testing.T) {
 	t.Setenv(assetsEnv, "")
-	rec := &fatalRecorder{TB: t}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		Start(rec)
-		t.Error("Start returned without assets")
-	}()
-	<-done
-	if !strings.Contains(rec.msg, "make envtest-assets") {
-		t.Fatalf("failure message %q does not say to run make envtest-assets", rec.msg)
+	rec := runStart(t, false)
+	if !strings.Contains(rec.fatal, "make envtest-assets") {
+		t.Fatalf("failure message %q does not say to run make envtest-assets", rec.fatal)
+	}
+}
+
+// make test-unit runs with -short and without an API server: every test
+// that starts one must skip there, saying why, rather than fail.
+func TestStartSkipsUnderShort(t *testing.T) {
+	t.Setenv(assetsEnv, "")
+	rec := runStart(t, true)
+	if rec.fatal != "" {
+		t.Fatalf("start failed under -short: %s", rec.fatal)
+	}
+	if !strings.Contains(rec.skip, "-short") || !strings.Contains(rec.skip, "API server") {
+		t.Fatalf("skip reason %q does not say it needs an API server and -short excludes it", rec.skip)
 	}
 }
