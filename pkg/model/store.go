@@ -8,7 +8,10 @@ import (
 
 // Store holds everything the sources have read, as model types. Sources write
 // it; the push context builder reads it. Every mutation that changes what the
-// store holds is announced to the handlers, after the store's lock is released.
+// store holds is announced to the handlers, after the store's lock is released,
+// except a workload change no proxy can see (see Workload.proxyVisible): its
+// effect reaches proxies through the endpoints the sources re-emit, and the
+// push context needs no rebuild for it.
 type Store interface {
 	UpsertService(*Service)
 	DeleteService(NamespacedName)
@@ -179,16 +182,17 @@ func (s *memStore) SetEndpoints(svc NamespacedName, slice string, eps []*Endpoin
 
 func (s *memStore) UpsertWorkload(w *Workload) {
 	s.write(ConfigKey{KindWorkload, w.Namespace, w.Name}, func() bool {
+		old := s.workloads[w.Key()]
 		s.workloads[w.Key()] = w
-		return true
+		return w.proxyVisible(old)
 	})
 }
 
 func (s *memStore) DeleteWorkload(n NamespacedName) {
 	s.write(ConfigKey{KindWorkload, n.Namespace, n.Name}, func() bool {
-		_, ok := s.workloads[n]
+		old, ok := s.workloads[n]
 		delete(s.workloads, n)
-		return ok
+		return ok && len(old.IPs) > 0
 	})
 }
 

@@ -39,6 +39,54 @@ func TestStoreAnnouncesOnlyRealChanges(t *testing.T) {
 	}
 }
 
+// A workload change is announced (and so pushed in full) only when some
+// proxy may see it: the rest reaches proxies through endpoints.
+func TestStoreAnnouncesWorkloadChangesProxiesSee(t *testing.T) {
+	pod := func(sa string, labels map[string]string, ips ...string) *Workload {
+		return &Workload{Name: "p", Namespace: "ns", ServiceAccount: sa, Labels: labels, IPs: ips}
+	}
+	v1, v2 := map[string]string{"version": "v1"}, map[string]string{"version": "v2"}
+	podKey := ConfigKey{KindWorkload, "ns", "p"}
+	cases := []struct {
+		name string
+		// before is stored (announced or not) before the events are recorded.
+		before *Workload
+		mutate func(Store)
+		want   []ConfigKey
+	}{
+		{"a pending pod appears", nil, func(s Store) { s.UpsertWorkload(pod("sa", v1)) }, nil},
+		{"a pending pod is bound and relabelled", pod("", v1), func(s Store) { s.UpsertWorkload(pod("sa", v2)) }, nil},
+		{"a pending pod is deleted", pod("sa", v1), func(s Store) { s.DeleteWorkload(NamespacedName{"ns", "p"}) }, nil},
+		{"a pod appears with its IP", nil, func(s Store) { s.UpsertWorkload(pod("sa", v1, "10.0.0.1")) }, []ConfigKey{podKey}},
+		{"a pod gets its IP", pod("sa", v1), func(s Store) { s.UpsertWorkload(pod("sa", v1, "10.0.0.1")) }, []ConfigKey{podKey}},
+		{"a pod's IP changes", pod("sa", v1, "10.0.0.1"), func(s Store) { s.UpsertWorkload(pod("sa", v1, "10.0.0.2")) }, []ConfigKey{podKey}},
+		{"a running pod relabelled", pod("sa", v1, "10.0.0.1"), func(s Store) { s.UpsertWorkload(pod("sa", v2, "10.0.0.1")) }, []ConfigKey{podKey}},
+		{"a running pod's service account changes", pod("sa", v1, "10.0.0.1"), func(s Store) { s.UpsertWorkload(pod("other", v1, "10.0.0.1")) }, nil},
+		{"a running pod is deleted", pod("sa", v1, "10.0.0.1"), func(s Store) { s.DeleteWorkload(NamespacedName{"ns", "p"}) }, []ConfigKey{podKey}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewStore()
+			if tc.before != nil {
+				s.UpsertWorkload(tc.before)
+			}
+			var got []ConfigKey
+			s.OnChange(func(k ConfigKey) { got = append(got, k) })
+			tc.mutate(s)
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("events %v, want %v", got, tc.want)
+			}
+		})
+	}
+	// What is not announced is still stored: the next full build reads it.
+	s := NewStore()
+	s.UpsertWorkload(pod("sa", v1, "10.0.0.1"))
+	s.UpsertWorkload(pod("other", v1, "10.0.0.1"))
+	if ws := s.Workloads(); len(ws) != 1 || ws[0].ServiceAccount != "other" {
+		t.Errorf("workloads %+v, want the pod with its new service account", ws)
+	}
+}
+
 func TestStoreEndpointsJoinSlicesInNameOrder(t *testing.T) {
 	s := NewStore()
 	svc := NamespacedName{Namespace: "ns", Name: "echo"}
