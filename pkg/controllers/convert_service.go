@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"strings"
 
@@ -63,6 +64,19 @@ func ConvertService(svc *corev1.Service, domainSuffix string) *model.Service {
 		slices.SortStableFunc(out.Ports, func(a, b *model.Port) int { return cmp.Compare(a.Port, b.Port) })
 	}
 	return out
+}
+
+// sameService reports whether two conversions of a Service are alike in
+// everything the model keeps.
+func sameService(a, b *model.Service) bool {
+	return a.Name == b.Name && a.Namespace == b.Namespace && a.Hostname == b.Hostname &&
+		a.CreationTime.Equal(b.CreationTime) &&
+		slices.Equal(a.ClusterIPs, b.ClusterIPs) && slices.Equal(a.ExternalIPs, b.ExternalIPs) &&
+		slices.Equal(a.LoadBalancer, b.LoadBalancer) &&
+		// nil (public) and empty (nobody) exportTo differ.
+		(a.ExportTo == nil) == (b.ExportTo == nil) && slices.Equal(a.ExportTo, b.ExportTo) &&
+		maps.Equal(a.Labels, b.Labels) && maps.Equal(a.Selector, b.Selector) &&
+		slices.EqualFunc(a.Ports, b.Ports, func(x, y *model.Port) bool { return *x == *y })
 }
 
 func clusterIPs(svc *corev1.Service) []string {

@@ -68,7 +68,7 @@ func (in *Ingester) Upsert(obj any) error {
 	defer in.mu.Unlock()
 	switch o := obj.(type) {
 	case *corev1.Service:
-		in.store.UpsertService(ConvertService(o, in.domainSuffix))
+		in.upsertService(ConvertService(o, in.domainSuffix))
 	case *discoveryv1.EndpointSlice:
 		in.upsertSlice(o)
 	case *corev1.Pod:
@@ -139,6 +139,13 @@ func unknownKind(obj any) error {
 // The upserts below skip the store write when the conversion did not
 // change, so that a resourceVersion bump for something meshpilot does not
 // read (a label, a cert-manager annotation) pushes nothing.
+
+func (in *Ingester) upsertService(svc *model.Service) {
+	if old := in.store.Service(svc.Key()); old != nil && sameService(old, svc) {
+		return
+	}
+	in.store.UpsertService(svc)
+}
 
 func (in *Ingester) upsertIngress(obj *k8snetworkingv1.Ingress) {
 	ing := ConvertIngress(obj)

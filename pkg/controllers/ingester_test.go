@@ -141,18 +141,84 @@ func TestIngesterPodResolution(t *testing.T) {
 	}
 }
 
-func TestIngesterSkipsUnchangedPod(t *testing.T) {
-	store := model.NewStore()
-	var changes []model.ConfigKey
-	store.OnChange(func(k model.ConfigKey) { changes = append(changes, k) })
-	in := NewIngester(IngesterOptions{Store: store})
-	mustUpsert(t, in, oneEndpointSlice("s", "p"), testPod("p", map[string]string{"a": "b"}, "sa"))
-	changes = nil
-	same := testPod("p", map[string]string{"a": "b"}, "sa")
-	same.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady}} // a field we do not read
-	mustUpsert(t, in, same)
-	if len(changes) != 0 {
-		t.Fatalf("an irrelevant pod change caused store writes: %v", changes)
+// An update pushes only what it changes: nothing when nothing meshpilot
+// reads changed, endpoints alone when no proxy can see the change itself.
+func TestIngesterPushesOnlyEffectiveChanges(t *testing.T) {
+	labels := map[string]string{"app": "reviews"}
+	service := func(edit func(*corev1.Service)) *corev1.Service {
+		svc := &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: "reviews", Namespace: "ns", ResourceVersion: "1"},
+			Spec:       corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{Name: "http", Port: 9080}}},
+		}
+		if edit != nil {
+			svc.ResourceVersion = "2"
+			edit(svc)
+		}
+		return svc
+	}
+	pending := testPod("p", labels, "sa")
+	pending.Status = corev1.PodStatus{Phase: corev1.PodPending}
+	ready := testPod("p", labels, "sa")
+	ready.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	svcKey := model.ConfigKey{Kind: model.KindService, Namespace: "ns", Name: "reviews"}
+	epsKey := model.ConfigKey{Kind: model.KindEndpoints, Namespace: "ns", Name: "reviews"}
+	podKey := model.ConfigKey{Kind: model.KindWorkload, Namespace: "ns", Name: "p"}
+	cases := []struct {
+		name           string
+		before, update []any
+		want           []model.ConfigKey
+	}{
+		{
+			name:   "service annotation meshpilot does not read",
+			before: []any{service(nil)},
+			update: []any{service(func(s *corev1.Service) { s.Annotations = map[string]string{"example.com/owner": "team-a"} })},
+		},
+		{
+			name:   "service exportTo",
+			before: []any{service(nil)},
+			update: []any{service(func(s *corev1.Service) { s.Annotations = map[string]string{annotationExportTo: "."} })},
+			want:   []model.ConfigKey{svcKey},
+		},
+		{
+			name:   "service port added",
+			before: []any{service(nil)},
+			update: []any{service(func(s *corev1.Service) {
+				s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Name: "grpc", Port: 7070})
+			})},
+			want: []model.ConfigKey{svcKey},
+		},
+		{
+			name:   "pod status conditions only",
+			before: []any{oneEndpointSlice("s", "p"), testPod("p", labels, "sa")},
+			update: []any{ready},
+		},
+		{
+			// No proxy runs in a Pod without an IP: only the endpoints
+			// that target it learn its labels and service account.
+			name:   "pending pod appears behind its endpoints",
+			before: []any{oneEndpointSlice("s", "p")},
+			update: []any{pending},
+			want:   []model.ConfigKey{epsKey},
+		},
+		{
+			name:   "running pod relabelled",
+			before: []any{oneEndpointSlice("s", "p"), testPod("p", labels, "sa")},
+			update: []any{testPod("p", map[string]string{"app": "reviews", "track": "canary"}, "sa")},
+			want:   []model.ConfigKey{podKey, epsKey},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			store := model.NewStore()
+			in := NewIngester(IngesterOptions{Store: store})
+			mustUpsert(t, in, tc.before...)
+			var got []model.ConfigKey
+			store.OnChange(func(k model.ConfigKey) { got = append(got, k) })
+			mustUpsert(t, in, tc.update...)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("store changes (-want +got)\n%s", diff)
+			}
+		})
 	}
 }
 
