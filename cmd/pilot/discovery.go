@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -27,7 +26,7 @@ from Kubernetes (--kubeconfig, or the pod's service account when running in a
 cluster), or both. xDS clients connect to --xds-addr.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			logger, err := newLogger(logLevel, logFormat)
+			logger, err := newLogger(logLevel, logFormat, os.Stderr)
 			if err != nil {
 				return err
 			}
@@ -88,21 +87,6 @@ cluster), or both. xDS clients connect to --xds-addr.`,
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	return cmd
-}
-
-func newLogger(level, format string) (*slog.Logger, error) {
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level: %w", err)
-	}
-	handlerOpts := &slog.HandlerOptions{Level: lvl}
-	switch format {
-	case "text":
-		return slog.New(slog.NewTextHandler(os.Stderr, handlerOpts)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(os.Stderr, handlerOpts)), nil
-	}
-	return nil, fmt.Errorf("--log-format must be text or json, not %q", format)
 }
 
 func parseNamespacedName(s string) (model.NamespacedName, error) {

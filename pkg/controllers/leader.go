@@ -11,12 +11,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
-	"k8s.io/klog/v2"
 )
 
 // DefaultLeaseName is the Lease that elects the replica writing Ingress
@@ -131,8 +129,6 @@ func (e *LeaderElector) IsLeader() bool { return e.leading.Load() }
 // during each term it wins. It returns after releasing the Lease and after
 // every function of the last term has returned.
 func (e *LeaderElector) Run(ctx context.Context) {
-	// client-go logs through klog; route it to our logger.
-	ctx = klog.NewContext(ctx, logr.FromSlogHandler(e.log.Handler()))
 	for ctx.Err() == nil {
 		t := &leaderTerm{}
 		le, err := e.newTermElector(t)
