@@ -68,6 +68,10 @@ type watch struct {
 	ackedVersion string
 	ackedNonce   string
 
+	// warming are the names the client waits for after a CDS or LDS update
+	// (see warming.go), sorted; the next response carries them.
+	warming []string
+
 	nack *NackRecord
 	// nackedHash is the content hash of the last rejected response; a
 	// response with the same content is withheld until one is ACKed.

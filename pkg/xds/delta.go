@@ -54,7 +54,21 @@ func (c *deltaStream) handle(req *discoveryv3.DeltaDiscoveryRequest) error {
 	}
 	added, wildcardAdded := c.applySubscriptions(w, req, first)
 	if first || wildcardAdded || len(added) > 0 {
-		return c.respond(w, nil, 0, added, first)
+		if err := c.respond(w, nil, 0, added, first, false); err != nil {
+			return err
+		}
+		return c.flushWarming(time.Now())
+	}
+	return nil
+}
+
+// flushWarming sends every type whose client waits for resources that no
+// response has carried yet (see warming.go).
+func (c *deltaStream) flushWarming(start time.Time) error {
+	for _, w := range c.pendingWarming() {
+		if err := c.respond(w, warmingRequest(start), 0, nil, false, true); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -112,19 +126,21 @@ func (c *deltaStream) push(plan *pushPlan) error {
 		if req == nil {
 			continue
 		}
-		if err := c.respond(c.watches[typeURL], req, plan.id, nil, false); err != nil {
+		if err := c.respond(c.watches[typeURL], req, plan.id, nil, false, false); err != nil {
 			return err
 		}
 	}
-	return nil
+	return c.flushWarming(plan.req.Start)
 }
 
 // respond generates w and sends what differs from what the client holds.
 // req is nil when answering a subscription (planID is the push plan's
-// otherwise); added are the names it just
-// subscribed to, and first marks the type's first request, which is always
-// answered so that the client knows it is in sync.
-func (c *deltaStream) respond(w *watch, req *model.PushRequest, planID uint64, added []string, first bool) error {
+// otherwise); added are the names it just subscribed to, and first marks
+// the type's first request, which is always answered so that the client
+// knows it is in sync. Resources the client waits for after a CDS or LDS
+// update (w.warming, see warming.go) are sent even when unchanged; warmOnly
+// regenerates w just for them.
+func (c *deltaStream) respond(w *watch, req *model.PushRequest, planID uint64, added []string, first, warmOnly bool) error {
 	if !w.subscribed() && !first {
 		return nil
 	}
@@ -141,18 +157,14 @@ func (c *deltaStream) respond(w *watch, req *model.PushRequest, planID uint64, a
 			return nil
 		}
 	}
-	partial := !req.Full && w.typeURL == EndpointType
+	// A partial result says nothing about the resources it leaves out, and
+	// neither does a warming one.
+	partial := (!req.Full && w.typeURL == EndpointType) || warmOnly
 	if partial && len(items) == 0 {
 		return nil
 	}
 
-	changed := items[:0:0]
-	for _, it := range items {
-		if prev, ok := w.sent[it.name]; !ok || prev.version != it.version {
-			changed = append(changed, it)
-		}
-	}
-	// A partial result says nothing about the resources it leaves out.
+	changed := changedOrNamed(w, items, w.warming)
 	var removed []string
 	if !partial {
 		removed = removedNames(w, items, added)
@@ -179,6 +191,7 @@ func (c *deltaStream) respond(w *watch, req *model.PushRequest, planID uint64, a
 		return err
 	}
 	now := time.Now()
+	c.markWarming(w, changed, st)
 
 	c.mu.Lock()
 	for _, it := range changed {
@@ -188,6 +201,7 @@ func (c *deltaStream) respond(w *watch, req *model.PushRequest, planID uint64, a
 		delete(w.sent, name)
 	}
 	w.sentNonce, w.sentVersion, w.sentHash, w.lastPush = resp.Nonce, st.version, hash, now
+	w.warming = nil
 	c.mu.Unlock()
 
 	c.recordPush(w.typeURL, req, start, now, subscription, len(changed), resp.Nonce, st.version)

@@ -15,6 +15,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -399,6 +400,8 @@ func resourceName(a *anypb.Any) string {
 		return r.GetName()
 	case *endpointv3.ClusterLoadAssignment:
 		return r.GetClusterName()
+	case *routev3.RouteConfiguration:
+		return r.GetName()
 	case *wrapperspb.StringValue:
 		return r.GetValue()
 	}

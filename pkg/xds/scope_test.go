@@ -26,7 +26,10 @@ import (
 // response: what a client receives is then exactly what the server chose to
 // regenerate for it. It only emits services the proxy can see, and on an
 // endpoint-only request only the services the request names, like the real
-// generators.
+// generators. Its clusters are not named after load assignments, so that
+// EDS follows CDS only where the push scope says so: the warming rule (a
+// changed cluster's load assignment is re-sent) has its own tests, with
+// the real generators, in warming_test.go.
 type stampedGenerator struct {
 	typeURL string
 }
@@ -37,7 +40,11 @@ func (g *stampedGenerator) Generate(p *model.Proxy, pc *pushcontext.PushContext,
 		out = append(out, model.Resource{Name: name, Resource: mustAny(wrapperspb.String(name + "@" + stamp))})
 	}
 	switch g.typeURL {
-	case ClusterType, ListenerType:
+	case ClusterType:
+		for _, svc := range pc.ServicesVisibleTo(p.Namespace) {
+			emit("cluster:"+svc.Hostname, pc.Version())
+		}
+	case ListenerType:
 		for _, svc := range pc.ServicesVisibleTo(p.Namespace) {
 			emit(svc.Hostname, pc.Version())
 		}

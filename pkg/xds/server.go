@@ -89,8 +89,9 @@ type pushState struct {
 	version    string
 	edsUpdates uint64
 	// shared holds what identical proxies share of this version's
-	// generations; it is dropped with the version.
-	shared *sharedGenerations
+	// generations; it is dropped with the version, as is routeRefs.
+	shared    *sharedGenerations
+	routeRefs routeRefs
 }
 
 func newPushState(push *pushcontext.PushContext, version string, edsUpdates uint64) *pushState {

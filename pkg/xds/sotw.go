@@ -45,7 +45,7 @@ func (c *sotwStream) handle(req *discoveryv3.DiscoveryRequest) error {
 			w = c.addWatch(typeURL)
 		}
 		c.setNames(w, names, fullStateType(typeURL) && len(names) == 0)
-		return c.respond(w, nil, 0)
+		return c.respondAndWarm(w)
 	}
 	if nonce != w.sentNonce {
 		c.log.Debug("ignoring stale request", "type", shortType(typeURL), "nonce", nonce, "current", w.sentNonce)
@@ -65,7 +65,27 @@ func (c *sotwStream) handle(req *discoveryv3.DiscoveryRequest) error {
 		return nil
 	}
 	c.setNames(w, names, false)
-	return c.respond(w, nil, 0)
+	return c.respondAndWarm(w)
+}
+
+// respondAndWarm answers a subscription, then sends what the answer left
+// the client waiting for.
+func (c *sotwStream) respondAndWarm(w *watch) error {
+	if err := c.respond(w, nil, 0, false); err != nil {
+		return err
+	}
+	return c.flushWarming(time.Now())
+}
+
+// flushWarming sends every type whose client waits for resources that no
+// response has carried yet.
+func (c *sotwStream) flushWarming(start time.Time) error {
+	for _, w := range c.pendingWarming() {
+		if err := c.respond(w, warmingRequest(start), 0, true); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (c *sotwStream) setNames(w *watch, names []string, wildcard bool) {
@@ -90,17 +110,20 @@ func (c *sotwStream) push(plan *pushPlan) error {
 		if req == nil {
 			continue
 		}
-		if err := c.respond(c.watches[typeURL], req, plan.id); err != nil {
+		if err := c.respond(c.watches[typeURL], req, plan.id, false); err != nil {
 			return err
 		}
 	}
-	return nil
+	return c.flushWarming(plan.req.Start)
 }
 
 // respond generates w and sends it. req is nil when answering a
 // subscription, which is always answered; a push (from plan planID) is
-// skipped when it would not change what the client holds.
-func (c *sotwStream) respond(w *watch, req *model.PushRequest, planID uint64) error {
+// skipped when it would neither change what the client holds nor carry
+// resources it waits for (w.warming). warmOnly sends just those, with
+// whatever else changed: EDS and RDS responses need not name every
+// subscribed resource.
+func (c *sotwStream) respond(w *watch, req *model.PushRequest, planID uint64, warmOnly bool) error {
 	if !w.subscribed() {
 		return nil
 	}
@@ -115,10 +138,13 @@ func (c *sotwStream) respond(w *watch, req *model.PushRequest, planID uint64) er
 		return nil
 	}
 	partial := !req.Full && w.typeURL == EndpointType
+	if warmOnly {
+		items, partial = changedOrNamed(w, items, w.warming), true
+	}
 	if partial && len(items) == 0 {
 		return nil
 	}
-	if !subscription && unchanged(w, items, partial) {
+	if !subscription && len(w.warming) == 0 && unchanged(w, items, partial) {
 		return nil
 	}
 	hash := responseHash(items, nil)
@@ -141,6 +167,7 @@ func (c *sotwStream) respond(w *watch, req *model.PushRequest, planID uint64) er
 		return err
 	}
 	now := time.Now()
+	c.markWarming(w, changedItems(w, items), st)
 
 	c.mu.Lock()
 	if !partial {
@@ -150,10 +177,24 @@ func (c *sotwStream) respond(w *watch, req *model.PushRequest, planID uint64) er
 		w.sent[it.name] = sentResource{version: it.version, resource: it.resource}
 	}
 	w.sentNonce, w.sentVersion, w.sentHash, w.lastPush = resp.Nonce, resp.VersionInfo, hash, now
+	w.warming = nil
 	c.mu.Unlock()
 
 	c.recordPush(w.typeURL, req, start, now, subscription, len(items), resp.Nonce, resp.VersionInfo)
 	return nil
+}
+
+// changedOrNamed keeps the items that differ from what the client holds in
+// w or whose names are in names (sorted).
+func changedOrNamed(w *watch, items []generated, names []string) []generated {
+	out := items[:0:0]
+	for _, it := range items {
+		_, named := slices.BinarySearch(names, it.name)
+		if prev, ok := w.sent[it.name]; named || !ok || prev.version != it.version {
+			out = append(out, it)
+		}
+	}
+	return out
 }
 
 // unchanged reports whether sending items would leave the client as it is.

@@ -125,8 +125,13 @@ func istioMutualSNI(host string, port uint32, subset string) string {
 	return sb.String()
 }
 
-// adsConfigSource points a cluster's EDS (or a secret) at the ADS stream.
-// Envoy must not wait for it: initial_fetch_timeout 0, as Istio sets.
+// adsConfigSource points a cluster's EDS (or a secret) at the ADS stream,
+// with initial_fetch_timeout 0: a warming cluster waits for its load
+// assignment as long as it takes. The server always follows a CDS update
+// with the changed clusters' assignments (pkg/xds warming.go), so the wait
+// ends; a timeout would instead let a cluster go live with no endpoints
+// (every request a 503) whenever the control plane is slow, and after an
+// update would swap a working cluster for an empty one.
 func adsConfigSource() *core.ConfigSource {
 	return &core.ConfigSource{
 		ConfigSourceSpecifier: &core.ConfigSource_Ads{Ads: &core.AggregatedConfigSource{}},

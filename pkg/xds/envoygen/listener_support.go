@@ -64,8 +64,10 @@ func packResourceLR(name string, m proto.Message) (model.Resource, error) {
 }
 
 // adsRouteSource is where an HCM fetches its routes: over the same ADS
-// stream, waiting for them without a timeout (a listener that warms up
-// without routes would reject traffic).
+// stream, with initial_fetch_timeout 0. The server follows every LDS
+// update with the changed listeners' routes (pkg/xds warming.go), so a
+// warming listener waits only for them; with a timeout it would go live
+// without routes and answer 404 until they came.
 func adsRouteSource() *core.ConfigSource {
 	return &core.ConfigSource{
 		ConfigSourceSpecifier: &core.ConfigSource_Ads{Ads: &core.AggregatedConfigSource{}},

@@ -1,0 +1,188 @@
+package xds
+
+import (
+	"slices"
+	"testing"
+
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/protobuf/types/known/anypb"
+	networking "istio.io/api/networking/v1"
+
+	"github.com/meshpilot/meshpilot/pkg/model"
+	"github.com/meshpilot/meshpilot/pkg/pushcontext"
+	"github.com/meshpilot/meshpilot/pkg/xds/envoygen"
+)
+
+// warmingGenerators are Envoy's generators plus the barrier probe.
+func warmingGenerators() map[string]Generator {
+	set := stampedGenerators()
+	for typeURL, g := range envoygen.New(envoygen.Options{DomainSuffix: "cluster.local"}).ByTypeURL() {
+		set[typeURL] = g
+	}
+	return set
+}
+
+func seedWarming(s model.Store) {
+	upsertService(s, "a", nil, nil)
+	setHTTPEndpoints(s, "a", "10.8.0.1")
+	upsertService(s, "b", nil, nil)
+	setHTTPEndpoints(s, "b", "10.8.0.2")
+}
+
+func simpleLB(lb networking.LoadBalancerSettings_SimpleLB) *networking.TrafficPolicy {
+	return &networking.TrafficPolicy{LoadBalancer: &networking.LoadBalancerSettings{
+		LbPolicy: &networking.LoadBalancerSettings_Simple{Simple: lb}}}
+}
+
+// clusterChanges are DestinationRule edits that change a cluster but not its
+// endpoints: after each, Envoy holds the new cluster warming until it gets
+// the load assignment again.
+var clusterChanges = []struct {
+	name   string
+	policy *networking.TrafficPolicy
+}{
+	{"load balancer", simpleLB(networking.LoadBalancerSettings_ROUND_ROBIN)},
+	{"connection pool", &networking.TrafficPolicy{ConnectionPool: &networking.ConnectionPoolSettings{
+		Tcp: &networking.ConnectionPoolSettings_TCPSettings{MaxConnections: 7}}}},
+	{"tls", &networking.TrafficPolicy{Tls: &networking.ClientTLSSettings{Mode: networking.ClientTLSSettings_SIMPLE}}},
+}
+
+var outboundA = "outbound|80||" + hostname("a")
+
+func TestSotWChangedClusterGetsItsEndpointsAgain(t *testing.T) {
+	for _, tc := range clusterChanges {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, harnessConfig{seed: seedWarming, generators: warmingGenerators()})
+			c := h.sotw("client")
+			cds := c.subscribe(ClusterType)
+			c.ack(cds)
+			eds := c.subscribe(EndpointType, outboundA, "outbound|80||"+hostname("b"))
+			c.ack(eds, outboundA, "outbound|80||"+hostname("b"))
+			c.expectQuiet("after the ACKs")
+
+			upsertRule(h.store, "a", hostname("a"), &networking.DestinationRule{TrafficPolicy: tc.policy})
+			cds2 := c.expect(ClusterType)
+			eds2 := c.expect(EndpointType)
+			if got := names(eds2.GetResources(), resourceName); !slices.Equal(got, []string{outboundA}) {
+				t.Fatalf("EDS after the CDS update = %v, want exactly the changed cluster's %s", got, outboundA)
+			}
+			if eds2.GetNonce() == eds.GetNonce() {
+				t.Fatal("the re-sent load assignment reused a nonce")
+			}
+			// Envoy's re-request, sent while it processed the CDS update,
+			// carries the EDS nonce it had then: stale, and answered by the
+			// response already on its way.
+			c.send(&discoveryv3.DiscoveryRequest{TypeUrl: EndpointType, VersionInfo: eds.GetVersionInfo(),
+				ResponseNonce: eds.GetNonce(), ResourceNames: []string{outboundA, "outbound|80||" + hostname("b")}})
+			c.ack(cds2)
+			c.ack(eds2, outboundA, "outbound|80||"+hostname("b"))
+			c.expectQuiet("after the re-request and the ACKs")
+		})
+	}
+}
+
+func TestDeltaChangedClusterGetsItsEndpointsAgain(t *testing.T) {
+	for _, tc := range clusterChanges {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, harnessConfig{seed: seedWarming, generators: warmingGenerators()})
+			c := h.delta("client")
+			c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: ClusterType})
+			c.ack(c.expect(ClusterType))
+			c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: EndpointType,
+				ResourceNamesSubscribe: []string{outboundA, "outbound|80||" + hostname("b")}})
+			c.ack(c.expect(EndpointType))
+			c.expectQuiet("after the ACKs")
+
+			upsertRule(h.store, "a", hostname("a"), &networking.DestinationRule{TrafficPolicy: tc.policy})
+			checkDelta(t, "CDS after the rule", c.expect(ClusterType), []string{outboundA}, nil)
+			// Envoy's delta client sends no request for a subscription whose
+			// names did not change: the server must send it unasked.
+			eds := c.expect(EndpointType)
+			checkDelta(t, "EDS after the CDS update", eds, []string{outboundA}, nil)
+			c.ack(eds)
+			c.expectQuiet("after the ACK")
+		})
+	}
+}
+
+// A cluster that did not change, or whose load assignment the client does
+// not watch, is not re-sent.
+func TestUnchangedClustersAreNotRewarmed(t *testing.T) {
+	h := newHarness(t, harnessConfig{seed: seedWarming, generators: warmingGenerators()})
+	c := h.sotw("client")
+	c.ack(c.subscribe(ClusterType))
+	eds := c.subscribe(EndpointType, "outbound|80||"+hostname("b"))
+	c.ack(eds, "outbound|80||"+hostname("b"))
+
+	upsertRule(h.store, "a", hostname("a"), &networking.DestinationRule{
+		TrafficPolicy: simpleLB(networking.LoadBalancerSettings_RANDOM)})
+	cds := c.expect(ClusterType)
+	if got := names(cds.GetResources(), resourceName); !slices.Contains(got, outboundA) {
+		t.Fatalf("CDS after the rule = %v, want it to hold %s", got, outboundA)
+	}
+	c.expectQuiet("after a rule for a, whose load assignment the client does not watch")
+}
+
+// rdsListenerGenerators serve one listener whose HCM fetches route "80"
+// over RDS; the listener changes with every push context, the route never.
+func rdsListenerGenerators() map[string]Generator {
+	set := stampedGenerators()
+	set[ListenerType] = GeneratorFunc(func(_ *model.Proxy, pc *pushcontext.PushContext, _ *model.WatchedResource, _ *model.PushRequest) (model.Resources, error) {
+		m, err := anypb.New(&hcm.HttpConnectionManager{StatPrefix: pc.Version(),
+			RouteSpecifier: &hcm.HttpConnectionManager_Rds{Rds: &hcm.Rds{RouteConfigName: "80"}}})
+		if err != nil {
+			return nil, err
+		}
+		l := &listenerv3.Listener{Name: "0.0.0.0_80", FilterChains: []*listenerv3.FilterChain{{Filters: []*listenerv3.Filter{{
+			Name: "envoy.filters.network.http_connection_manager", ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: m}}}}}}
+		return model.Resources{{Name: l.GetName(), Resource: mustAny(l)}}, nil
+	})
+	set[RouteType] = GeneratorFunc(func(_ *model.Proxy, _ *pushcontext.PushContext, w *model.WatchedResource, _ *model.PushRequest) (model.Resources, error) {
+		var out model.Resources
+		for _, name := range w.ResourceNames {
+			out = append(out, model.Resource{Name: name, Resource: mustAny(&routev3.RouteConfiguration{Name: name})})
+		}
+		return out, nil
+	})
+	return set
+}
+
+// tunnelRule changes listeners but not routes: the push leaves RDS out of
+// its scope, so only warming can bring route 80 back.
+func tunnelRule() *networking.DestinationRule {
+	return &networking.DestinationRule{TrafficPolicy: &networking.TrafficPolicy{
+		Tunnel: &networking.TrafficPolicy_TunnelSettings{TargetHost: "egress.example.com", TargetPort: 8443}}}
+}
+
+func TestChangedListenerGetsItsRoutesAgain(t *testing.T) {
+	t.Run("sotw", func(t *testing.T) {
+		h := newHarness(t, harnessConfig{seed: seedWarming, generators: rdsListenerGenerators()})
+		c := h.sotw("client")
+		c.ack(c.subscribe(ListenerType))
+		rds := c.subscribe(RouteType, "80", "unrelated")
+		c.ack(rds, "80", "unrelated")
+		c.expectQuiet("after the ACKs")
+
+		upsertRule(h.store, "a", hostname("a"), tunnelRule())
+		c.expect(ListenerType)
+		if got := names(c.expect(RouteType).GetResources(), resourceName); !slices.Equal(got, []string{"80"}) {
+			t.Fatalf("RDS after the LDS update = %v, want the changed listener's route 80 alone", got)
+		}
+	})
+	t.Run("delta", func(t *testing.T) {
+		h := newHarness(t, harnessConfig{seed: seedWarming, generators: rdsListenerGenerators()})
+		c := h.delta("client")
+		c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: ListenerType})
+		c.ack(c.expect(ListenerType))
+		c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: RouteType, ResourceNamesSubscribe: []string{"80", "unrelated"}})
+		c.ack(c.expect(RouteType))
+		c.expectQuiet("after the ACKs")
+
+		upsertRule(h.store, "a", hostname("a"), tunnelRule())
+		c.expect(ListenerType)
+		checkDelta(t, "RDS after the LDS update", c.expect(RouteType), []string{"80"}, nil)
+	})
+}
