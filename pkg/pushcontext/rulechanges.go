@@ -13,11 +13,15 @@ import (
 )
 
 // RuleChange says how the destination rules for one host changed between
-// two snapshots, for any proxy: whether the subsets (names or labels) and
-// whether the tunnel settings (top level or of a subset) differ.
-type RuleChange struct{ SubsetsChanged, TunnelChanged bool }
+// two snapshots, for any proxy: whether the subsets (names or labels),
+// whether the tunnel settings (top level or of a subset), and whether what
+// shapes load assignments by locality differ. The last is localityLbSetting
+// and whether outlier detection is set, at every level a cluster's policy
+// merges from (top, port, subset, subset port): without outlier detection
+// Envoy never fails over, so locality failover applies only with it.
+type RuleChange struct{ SubsetsChanged, TunnelChanged, LocalityChanged bool }
 
-var allChanged = RuleChange{SubsetsChanged: true, TunnelChanged: true}
+var allChanged = RuleChange{SubsetsChanged: true, TunnelChanged: true, LocalityChanged: true}
 
 // otherNamespaces stands for every namespace that has no rules of its own
 // and that no exportTo names: they all resolve rules alike.
@@ -35,10 +39,10 @@ type ruleChangesMemo struct {
 // changes touch, comparing prev (the snapshot the request's changes were
 // applied to) with this one. Every host that a changed rule was for, in
 // either snapshot, is listed (a wildcard rule lists every service host it
-// matches), with whether its subsets or tunnel settings changed for some
-// proxy; a changed service's hostname counts as all-changed. Without prev or
-// without listed changes (a forced push), every host is all-changed. The
-// result is shared: never mutate it.
+// matches), with whether its subsets, tunnel or locality settings changed
+// for some proxy; a changed service's hostname counts as all-changed.
+// Without prev or without listed changes (a forced push), every host is
+// all-changed. The result is shared: never mutate it.
 func (pc *PushContext) RuleChanges(prev *PushContext, req *model.PushRequest) map[string]RuleChange {
 	if m := pc.ruleChanges.Load(); m != nil && m.prev == prev && m.req == req {
 		return m.changes
@@ -146,14 +150,14 @@ func compareRules(prev, next *PushContext, host string, namespaces []string) Rul
 		if len(a) == len(b) && sameSelectors(a, b) {
 			// The same selectors pick the same proxies: compare pairwise.
 			for i := range a {
-				change = change.or(diffRules(a[i].rule, b[i].rule))
+				change = change.Or(diffRules(a[i].rule, b[i].rule))
 			}
 		} else {
 			// Which proxy gets which rule changed: the only safe answer is
 			// whether every rule a proxy may get is alike.
 			all := append(slices.Clip(a), b...)
 			for i := 1; i < len(all); i++ {
-				change = change.or(diffRules(all[0].rule, all[i].rule))
+				change = change.Or(diffRules(all[0].rule, all[i].rule))
 			}
 		}
 		if change == allChanged {
@@ -202,11 +206,17 @@ func sameSelectors(a, b []seenRule) bool {
 	return slices.EqualFunc(a, b, func(x, y seenRule) bool { return x.selector == y.selector && x.wildcard == y.wildcard })
 }
 
-func (c RuleChange) or(o RuleChange) RuleChange {
-	return RuleChange{SubsetsChanged: c.SubsetsChanged || o.SubsetsChanged, TunnelChanged: c.TunnelChanged || o.TunnelChanged}
+// Or is what changed in either c or o.
+func (c RuleChange) Or(o RuleChange) RuleChange {
+	return RuleChange{
+		SubsetsChanged:  c.SubsetsChanged || o.SubsetsChanged,
+		TunnelChanged:   c.TunnelChanged || o.TunnelChanged,
+		LocalityChanged: c.LocalityChanged || o.LocalityChanged,
+	}
 }
 
-// diffRules compares the subsets and tunnel settings of two resolved rules.
+// diffRules compares the subsets, tunnel and locality settings of two
+// resolved rules.
 func diffRules(a, b *DestinationRule) RuleChange {
 	if a == b {
 		return RuleChange{}
@@ -228,7 +238,41 @@ func diffRules(a, b *DestinationRule) RuleChange {
 		}),
 		TunnelChanged: !sameTunnel(as.GetTrafficPolicy().GetTunnel(), bs.GetTrafficPolicy().GetTunnel()) ||
 			!maps.EqualFunc(subsetTunnels(subsetsA), subsetTunnels(subsetsB), sameTunnel),
+		LocalityChanged: !sameLocality(as.GetTrafficPolicy(), bs.GetTrafficPolicy()) ||
+			!subsetLocalitiesIn(subsetsA, subsetsB) || !subsetLocalitiesIn(subsetsB, subsetsA),
 	}
+}
+
+// sameLocality compares what load assignments read of two traffic policies:
+// localityLbSetting and whether outlier detection is set, top level and per
+// port. Port entries are compared in order, so that any entry added or
+// removed counts: a port entry may unset what the level above sets.
+func sameLocality(a, b *networking.TrafficPolicy) bool {
+	return sameLocalityLevel(a.GetLoadBalancer(), b.GetLoadBalancer(), a.GetOutlierDetection(), b.GetOutlierDetection()) &&
+		slices.EqualFunc(a.GetPortLevelSettings(), b.GetPortLevelSettings(), func(x, y *networking.TrafficPolicy_PortTrafficPolicy) bool {
+			return x.GetPort().GetNumber() == y.GetPort().GetNumber() &&
+				sameLocalityLevel(x.GetLoadBalancer(), y.GetLoadBalancer(), x.GetOutlierDetection(), y.GetOutlierDetection())
+		})
+}
+
+func sameLocalityLevel(lbA, lbB *networking.LoadBalancerSettings, odA, odB *networking.OutlierDetection) bool {
+	return (odA == nil) == (odB == nil) && proto.Equal(lbA.GetLocalityLbSetting(), lbB.GetLocalityLbSetting())
+}
+
+// subsetLocalitiesIn reports whether every subset of a has the same
+// locality inputs as the subset of that name in b (none when b has none).
+// Subsets are few: a scan beats building a map.
+func subsetLocalitiesIn(a, b []*networking.Subset) bool {
+	for _, s := range a {
+		var other *networking.TrafficPolicy
+		if i := slices.IndexFunc(b, func(t *networking.Subset) bool { return t.GetName() == s.GetName() }); i >= 0 {
+			other = b[i].GetTrafficPolicy()
+		}
+		if !sameLocality(s.GetTrafficPolicy(), other) {
+			return false
+		}
+	}
+	return true
 }
 
 func sameTunnel(a, b *networking.TrafficPolicy_TunnelSettings) bool {

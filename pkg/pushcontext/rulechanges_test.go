@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1"
 
 	"github.com/meshpilot/meshpilot/pkg/model"
@@ -12,6 +13,22 @@ import (
 
 func tunnel(host string) *networking.TrafficPolicy {
 	return &networking.TrafficPolicy{Tunnel: &networking.TrafficPolicy_TunnelSettings{Protocol: "CONNECT", TargetHost: host, TargetPort: 8443}}
+}
+
+// withLocality is ratings' base rule with policy changes applied to its
+// traffic policy.
+func withLocality(edit func(*networking.TrafficPolicy)) *networking.DestinationRule {
+	r := plainRule(ratings, networking.LoadBalancerSettings_RANDOM)
+	edit(r.TrafficPolicy)
+	return r
+}
+
+func failover(from, to string) *networking.LocalityLoadBalancerSetting {
+	return &networking.LocalityLoadBalancerSetting{Failover: []*networking.LocalityLoadBalancerSetting_Failover{{From: from, To: to}}}
+}
+
+func outliers(errors uint32) *networking.OutlierDetection {
+	return &networking.OutlierDetection{Consecutive_5XxErrors: wrapperspb.UInt32(errors)}
 }
 
 func TestRuleChanges(t *testing.T) {
@@ -33,7 +50,9 @@ func TestRuleChanges(t *testing.T) {
 	drKey := func(ns, name string) model.ConfigKey { return key(model.KindDestinationRule, ns, name) }
 	none := RuleChange{}
 	tests := []struct {
-		name   string
+		name string
+		// seed, if set, changes base before the first snapshot.
+		seed   func(model.Store)
 		change func(model.Store) *model.PushRequest
 		want   map[string]RuleChange
 	}{
@@ -50,6 +69,69 @@ func TestRuleChanges(t *testing.T) {
 			name: "only the traffic policy changed",
 			change: func(s model.Store) *model.PushRequest {
 				s.UpsertConfig(ruleConfig("bookinfo", "ratings", 1, plainRule(ratings, networking.LoadBalancerSettings_LEAST_REQUEST)))
+				return pushRequest(drKey("bookinfo", "ratings"))
+			},
+			want: map[string]RuleChange{ratings: none},
+		},
+		{
+			name: "locality failover added",
+			change: func(s model.Store) *model.PushRequest {
+				s.UpsertConfig(ruleConfig("bookinfo", "ratings", 1, withLocality(func(tp *networking.TrafficPolicy) {
+					tp.LoadBalancer.LocalityLbSetting = failover("us-east", "us-west")
+				})))
+				return pushRequest(drKey("bookinfo", "ratings"))
+			},
+			want: map[string]RuleChange{ratings: {LocalityChanged: true}},
+		},
+		{
+			// Locality load balancing is on by default: outlier detection
+			// alone turns on failover priorities.
+			name: "outlier detection added",
+			change: func(s model.Store) *model.PushRequest {
+				s.UpsertConfig(ruleConfig("bookinfo", "ratings", 1, withLocality(func(tp *networking.TrafficPolicy) {
+					tp.OutlierDetection = outliers(5)
+				})))
+				return pushRequest(drKey("bookinfo", "ratings"))
+			},
+			want: map[string]RuleChange{ratings: {LocalityChanged: true}},
+		},
+		{
+			name: "a port's locality distribution added",
+			change: func(s model.Store) *model.PushRequest {
+				s.UpsertConfig(ruleConfig("bookinfo", "ratings", 1, withLocality(func(tp *networking.TrafficPolicy) {
+					tp.PortLevelSettings = []*networking.TrafficPolicy_PortTrafficPolicy{{
+						Port: &networking.PortSelector{Number: 9080},
+						LoadBalancer: &networking.LoadBalancerSettings{LocalityLbSetting: &networking.LocalityLoadBalancerSetting{
+							Distribute: []*networking.LocalityLoadBalancerSetting_Distribute{{From: "*", To: map[string]uint32{"us-east/*": 100}}},
+						}},
+					}}
+				})))
+				return pushRequest(drKey("bookinfo", "ratings"))
+			},
+			want: map[string]RuleChange{ratings: {LocalityChanged: true}},
+		},
+		{
+			name: "a subset's outlier detection added",
+			change: func(s model.Store) *model.PushRequest {
+				subsets := twoSubsets()
+				subsets[0].TrafficPolicy = &networking.TrafficPolicy{OutlierDetection: outliers(3)}
+				s.UpsertConfig(ruleConfig("bookinfo", "reviews", 0, &networking.DestinationRule{Host: "reviews", Subsets: subsets}))
+				return pushRequest(drKey("bookinfo", "reviews"))
+			},
+			want: map[string]RuleChange{reviews: {LocalityChanged: true}},
+		},
+		{
+			// Load assignments read only whether outlier detection is set.
+			name: "outlier thresholds tuned",
+			seed: func(s model.Store) {
+				s.UpsertConfig(ruleConfig("bookinfo", "ratings", 1, withLocality(func(tp *networking.TrafficPolicy) {
+					tp.OutlierDetection = outliers(5)
+				})))
+			},
+			change: func(s model.Store) *model.PushRequest {
+				s.UpsertConfig(ruleConfig("bookinfo", "ratings", 1, withLocality(func(tp *networking.TrafficPolicy) {
+					tp.OutlierDetection = outliers(7)
+				})))
 				return pushRequest(drKey("bookinfo", "ratings"))
 			},
 			want: map[string]RuleChange{ratings: none},
@@ -116,8 +198,10 @@ func TestRuleChanges(t *testing.T) {
 				return pushRequest(drKey("bookinfo", "reviews"), drKey("istio-system", "root-private"))
 			},
 			// Proxies in bookinfo and istio-system still see v1 and v2 for
-			// reviews; proxies anywhere else lost them.
-			want: map[string]RuleChange{reviews: {SubsetsChanged: true}, ratings: none, details: {SubsetsChanged: true}},
+			// reviews; proxies anywhere else lost them. Proxies in
+			// istio-system look at its private rules first, so they now
+			// see v1 and v2 for ratings too.
+			want: map[string]RuleChange{reviews: {SubsetsChanged: true}, ratings: {SubsetsChanged: true}, details: {SubsetsChanged: true}},
 		},
 		{
 			name: "a rule in a proxy namespace with the same subsets changes nothing for subsets",
@@ -170,6 +254,9 @@ func TestRuleChanges(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			store := base()
+			if tt.seed != nil {
+				tt.seed(store)
+			}
 			prev := Build(store, testOpts, nil, nil)
 			req := tt.change(store)
 			pc := Build(store, testOpts, prev, req)

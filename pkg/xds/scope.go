@@ -118,7 +118,7 @@ func newPushPlan(id uint64, req *model.PushRequest, prev, cur *pushcontext.PushC
 	if rulesChanged {
 		p.rules = cur.RuleChanges(prev, req)
 		for host, change := range p.rules {
-			if !change.SubsetsChanged {
+			if !change.SubsetsChanged && !change.LocalityChanged {
 				continue
 			}
 			if svc := cur.ServiceForHostname(host); svc != nil {
@@ -160,11 +160,7 @@ func mergePlans(id uint64, older, newer *pushPlan) *pushPlan {
 			m.rules = map[string]pushcontext.RuleChange{}
 		}
 		for host, c := range newer.rules {
-			was := m.rules[host]
-			m.rules[host] = pushcontext.RuleChange{
-				SubsetsChanged: was.SubsetsChanged || c.SubsetsChanged,
-				TunnelChanged:  was.TunnelChanged || c.TunnelChanged,
-			}
+			m.rules[host] = m.rules[host].Or(c)
 		}
 	}
 	return m
@@ -326,7 +322,9 @@ func (p *pushPlan) meshScope(proxy *model.Proxy) pushScope {
 		}
 		sc.clusters = true
 		sc.listeners = sc.listeners || change.TunnelChanged
-		sc.endpoints = sc.endpoints || change.SubsetsChanged
+		// Subsets select endpoints; locality settings set their priorities
+		// and weights.
+		sc.endpoints = sc.endpoints || change.SubsetsChanged || change.LocalityChanged
 		// Consistent hashing is configured on routes (hash_policy), so a
 		// change of it must reach RDS as well as CDS.
 		if !sc.routes && hashPolicyChanged(p.prev.DestinationRuleForProxy(proxy, host), p.cur.DestinationRuleForProxy(proxy, host)) {

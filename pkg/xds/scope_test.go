@@ -110,6 +110,13 @@ func subsetRule(lb networking.LoadBalancerSettings_SimpleLB, v1Labels map[string
 	}
 }
 
+// withOutliers is the subset rule of TestPushScopes with outlier detection.
+func withOutliers(consecutive5xx uint32) *networking.DestinationRule {
+	dr := subsetRule(networking.LoadBalancerSettings_ROUND_ROBIN, map[string]string{"version": "v1"})
+	dr.TrafficPolicy.OutlierDetection = &networking.OutlierDetection{Consecutive_5XxErrors: wrapperspb.UInt32(consecutive5xx)}
+	return dr
+}
+
 // TestPushScopes asserts, for each kind of change, exactly which types each
 // proxy is pushed: "mine" lives in the services' namespace and sees the
 // restricted service "private" (exported to default only); "other" lives in
@@ -244,6 +251,39 @@ func TestPushScopes(t *testing.T) {
 				return []model.ConfigKey{ruleKey("private")}
 			},
 			mine: []string{"cds", "lds"},
+		},
+		{
+			// Failover priorities are in the load assignments.
+			name: "rule's locality failover added",
+			seed: withPrivateRule,
+			change: func(s model.Store) []model.ConfigKey {
+				dr := subsetRule(networking.LoadBalancerSettings_ROUND_ROBIN, v1)
+				dr.TrafficPolicy.LoadBalancer.LocalityLbSetting = &networking.LocalityLoadBalancerSetting{
+					Failover: []*networking.LocalityLoadBalancerSetting_Failover{{From: "us-east", To: "us-west"}}}
+				upsertRule(s, "private", private, dr)
+				return []model.ConfigKey{ruleKey("private")}
+			},
+			mine: []string{"cds", "eds"},
+		},
+		{
+			// Without outlier detection Envoy never fails over, so locality
+			// priorities start with it.
+			name: "rule's outlier detection added",
+			seed: withPrivateRule,
+			change: func(s model.Store) []model.ConfigKey {
+				upsertRule(s, "private", private, withOutliers(5))
+				return []model.ConfigKey{ruleKey("private")}
+			},
+			mine: []string{"cds", "eds"},
+		},
+		{
+			name: "rule's outlier thresholds tuned",
+			seed: func(s model.Store) { upsertRule(s, "private", private, withOutliers(5)) },
+			change: func(s model.Store) []model.ConfigKey {
+				upsertRule(s, "private", private, withOutliers(7))
+				return []model.ConfigKey{ruleKey("private")}
+			},
+			mine: []string{"cds"},
 		},
 		{
 			name: "rule's consistent hash changed",
@@ -471,6 +511,32 @@ func TestMergedPlansCoverEveryChange(t *testing.T) {
 		// The endpoint change reaches every EDS watcher; the generator
 		// leaves out what the proxy cannot see.
 		t.Fatalf("scope of a proxy that cannot see the host = %+v", got)
+	}
+}
+
+// Merging plans keeps every kind of rule change a host had in either.
+func TestMergePlansMergesRuleChanges(t *testing.T) {
+	host := hostname("private")
+	tests := []struct {
+		name         string
+		older, newer pushcontext.RuleChange
+		want         pushcontext.RuleChange
+	}{
+		{"locality then tunnel", pushcontext.RuleChange{LocalityChanged: true}, pushcontext.RuleChange{TunnelChanged: true},
+			pushcontext.RuleChange{LocalityChanged: true, TunnelChanged: true}},
+		{"subsets then locality", pushcontext.RuleChange{SubsetsChanged: true}, pushcontext.RuleChange{LocalityChanged: true},
+			pushcontext.RuleChange{SubsetsChanged: true, LocalityChanged: true}},
+		{"locality then nothing", pushcontext.RuleChange{LocalityChanged: true}, pushcontext.RuleChange{},
+			pushcontext.RuleChange{LocalityChanged: true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			older := &pushPlan{req: &model.PushRequest{Full: true}, rules: map[string]pushcontext.RuleChange{host: tt.older}}
+			newer := &pushPlan{req: &model.PushRequest{Full: true}, rules: map[string]pushcontext.RuleChange{host: tt.newer}}
+			if got := mergePlans(3, older, newer).rules[host]; got != tt.want {
+				t.Errorf("merged change = %+v, want %+v", got, tt.want)
+			}
+		})
 	}
 }
 
