@@ -173,7 +173,7 @@ func (p *pushPlan) scopeFor(proxy *model.Proxy) pushScope {
 		return pushScope{all: true}
 	case !p.req.Full:
 		return pushScope{endpoints: p.eds != nil}
-	case p.workloadsChanged && p.prev.WorkloadForProxy(proxy) != p.cur.WorkloadForProxy(proxy):
+	case p.workloadsChanged && p.ownWorkloadChanged(proxy):
 		// Not memoized: it depends on this proxy's own Pod.
 		return pushScope{all: true}
 	}
@@ -184,6 +184,20 @@ func (p *pushPlan) scopeFor(proxy *model.Proxy) pushScope {
 	sc := p.computeScope(proxy)
 	p.scopes.Store(key, sc)
 	return sc
+}
+
+// ownWorkloadChanged reports whether the proxy's own Pod changed in what
+// its configuration reads of it: whether there is one, its IPs, and the
+// services that select it. A relabel that changes no selection does not.
+func (p *pushPlan) ownWorkloadChanged(proxy *model.Proxy) bool {
+	a, b := p.prev.WorkloadForProxy(proxy), p.cur.WorkloadForProxy(proxy)
+	if a == b {
+		return false
+	}
+	if a == nil || b == nil {
+		return true
+	}
+	return !slices.Equal(a.IPs, b.IPs) || !slices.Equal(p.prev.ServiceTargets(a), p.cur.ServiceTargets(b))
 }
 
 // scopeKey is what computeScope depends on: the namespace, plus the labels

@@ -110,6 +110,10 @@ func subsetRule(lb networking.LoadBalancerSettings_SimpleLB, v1Labels map[string
 	}
 }
 
+func upsertPod(s model.Store, name, ip string, labels map[string]string) {
+	s.UpsertWorkload(&model.Workload{Name: name, Namespace: "default", IPs: []string{ip}, Labels: labels})
+}
+
 // withOutliers is the subset rule of TestPushScopes with outlier detection.
 func withOutliers(consecutive5xx uint32) *networking.DestinationRule {
 	dr := subsetRule(networking.LoadBalancerSettings_ROUND_ROBIN, map[string]string{"version": "v1"})
@@ -204,6 +208,28 @@ func TestPushScopes(t *testing.T) {
 			change: func(s model.Store) []model.ConfigKey {
 				s.UpsertWorkload(&model.Workload{Name: "mine", Namespace: "default", IPs: []string{"10.0.0.1"},
 					Labels: map[string]string{"app": "mine"}})
+				return []model.ConfigKey{{Kind: model.KindWorkload, Namespace: "default", Name: "mine"}}
+			},
+			mine: all,
+		},
+		{
+			name: "the proxy's own pod relabelled, selected by the same services",
+			seed: func(s model.Store) { upsertPod(s, "mine", "10.0.0.1", map[string]string{"app": "mine"}) },
+			change: func(s model.Store) []model.ConfigKey {
+				upsertPod(s, "mine", "10.0.0.1", map[string]string{"app": "mine", "rollout": "b"})
+				return []model.ConfigKey{{Kind: model.KindWorkload, Namespace: "default", Name: "mine"}}
+			},
+		},
+		{
+			name: "the proxy's own pod relabelled into a service's selection",
+			seed: func(s model.Store) {
+				upsertPod(s, "mine", "10.0.0.1", map[string]string{"app": "mine"})
+				s.UpsertService(&model.Service{Name: "selecting", Namespace: "default", Hostname: hostname("selecting"),
+					Selector: map[string]string{"rollout": "b"},
+					Ports:    []*model.Port{{Name: "http", Port: 80, Protocol: model.ProtocolHTTP, TargetPort: 8080}}})
+			},
+			change: func(s model.Store) []model.ConfigKey {
+				upsertPod(s, "mine", "10.0.0.1", map[string]string{"app": "mine", "rollout": "b"})
 				return []model.ConfigKey{{Kind: model.KindWorkload, Namespace: "default", Name: "mine"}}
 			},
 			mine: all,
