@@ -7,6 +7,7 @@ import (
 	"github.com/meshpilot/meshpilot/pkg/xds"
 	"github.com/meshpilot/meshpilot/pkg/xds/envoygen"
 	"github.com/meshpilot/meshpilot/pkg/xds/grpcgen"
+	"github.com/meshpilot/meshpilot/pkg/xds/loadassign"
 )
 
 // generatorSets holds one generator set per kind of client. The sets are
@@ -23,10 +24,11 @@ type generatorSets struct {
 const GeneratorGRPC = "grpc"
 
 func newGeneratorSets(log *slog.Logger, domainSuffix string) *generatorSets {
-	grpcSet := grpcgen.New(grpcgen.Options{Logger: log, DomainSuffix: domainSuffix})
-	// Envoy's EDS reuses the gRPC generator's load assignments, so each is
-	// marshalled once for both kinds of client.
-	envoySet := envoygen.New(envoygen.Options{Logger: log, DomainSuffix: domainSuffix, LoadAssignments: grpcSet.Endpoints})
+	// One load assignment cache for both kinds of client, so each
+	// assignment is marshalled once.
+	assignments := new(loadassign.Cache)
+	grpcSet := grpcgen.New(grpcgen.Options{Logger: log, DomainSuffix: domainSuffix, LoadAssignments: assignments})
+	envoySet := envoygen.New(envoygen.Options{Logger: log, DomainSuffix: domainSuffix, LoadAssignments: assignments})
 	sets := &generatorSets{grpc: map[string]xds.Generator{}, envoy: map[string]xds.Generator{}}
 	for typeURL, g := range grpcSet.ByTypeURL() {
 		sets.grpc[typeURL] = g

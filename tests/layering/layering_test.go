@@ -1,6 +1,7 @@
 // Package layering enforces the pipeline's one-way data flow:
 // controllers → model/store → pushcontext → xds. Only the wiring
-// (pkg/bootstrap, cmd/) may see every stage.
+// (pkg/bootstrap, cmd/) may see every stage. Within the xds stage, the
+// generators for different kinds of client do not import each other.
 package layering
 
 import (
@@ -21,6 +22,11 @@ func TestStagesImportOnlyEarlierStages(t *testing.T) {
 		{"pkg/controllers", []string{"pkg/pushcontext", "pkg/xds", "pkg/bootstrap"}},
 		{"pkg/pushcontext", []string{"pkg/controllers", "pkg/xds", "pkg/bootstrap"}},
 		{"pkg/xds", []string{"pkg/controllers", "pkg/bootstrap"}},
+		// Sibling generators share code only through packages of their own
+		// (loadassign), so that each can change without breaking the other.
+		{"pkg/xds/envoygen", []string{"pkg/xds/grpcgen"}},
+		{"pkg/xds/grpcgen", []string{"pkg/xds/envoygen"}},
+		{"pkg/xds/loadassign", []string{"pkg/xds/envoygen", "pkg/xds/grpcgen"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.stage, func(t *testing.T) {

@@ -8,13 +8,13 @@ import (
 
 	"github.com/meshpilot/meshpilot/pkg/model"
 	"github.com/meshpilot/meshpilot/pkg/pushcontext"
-	"github.com/meshpilot/meshpilot/pkg/xds/grpcgen"
+	"github.com/meshpilot/meshpilot/pkg/xds/loadassign"
 )
 
 // EndpointGenerator serves EDS to sidecars and routers. Load assignments
-// are the ones the proxyless gRPC generator builds (one locality group per
-// locality, unhealthy endpoints marked), taken from its cache, so a cluster's
-// assignment is marshalled once for every proxy and every client kind.
+// come from the shared cache (one locality group per locality, unhealthy
+// endpoints marked) that the proxyless gRPC generator uses too, so a
+// cluster's assignment is marshalled once for every proxy and client kind.
 //
 // When locality load balancing changes what a proxy should prefer (a
 // localityLbSetting distribution, or failover with outlier detection), the
@@ -23,7 +23,7 @@ import (
 // label values, so proxies in the same place still share them.
 type EndpointGenerator struct {
 	opts      Options
-	shared    *grpcgen.EndpointGenerator
+	shared    *loadassign.Cache
 	localized localizedCache
 }
 
@@ -166,7 +166,7 @@ func (r *edsRun) emit(svc *model.Service, p *model.Port, subset *networking.Subs
 		r.out = append(r.out, res)
 		return nil
 	}
-	res, err := r.g.shared.LoadAssignment(r.push, svc.Hostname, p.Port, subset.GetName(), subset.GetLabels())
+	res, err := r.g.shared.Get(r.push, loadassign.Cluster{Host: svc.Hostname, Port: p.Port, Subset: subset.GetName()}, subset.GetLabels())
 	if err != nil {
 		return err
 	}

@@ -11,7 +11,7 @@ import (
 	networking "istio.io/api/networking/v1"
 
 	"github.com/meshpilot/meshpilot/pkg/model"
-	"github.com/meshpilot/meshpilot/pkg/xds/grpcgen"
+	"github.com/meshpilot/meshpilot/pkg/xds/loadassign"
 )
 
 // Topology labels that failoverPriority may name; Istio fills them from the
@@ -97,8 +97,8 @@ func localityMatches(loc model.Locality, pattern string) bool {
 }
 
 // buildLocalized lays out the load assignment for one plan.
-func buildLocalized(name string, eps []*model.Endpoint, plan localityPlan) *grpcgen.AssignmentLayout {
-	l := grpcgen.NewAssignmentLayout(name, eps)
+func buildLocalized(name string, eps []*model.Endpoint, plan localityPlan) *loadassign.Layout {
+	l := loadassign.NewLayout(name, eps)
 	if plan.distribute != nil {
 		l.Groups = applyDistribute(l.Groups, plan.distribute)
 		return l
@@ -118,7 +118,7 @@ func buildLocalized(name string, eps []*model.Endpoint, plan localityPlan) *grpc
 // their size (rounded up, as Istio does); each group counts for the first
 // pattern (in sorted order) that matches it. Groups no pattern matches, or
 // whose weight is 0, receive no traffic and are left out.
-func applyDistribute(groups []grpcgen.EndpointGroup, d *networking.LocalityLoadBalancerSetting_Distribute) []grpcgen.EndpointGroup {
+func applyDistribute(groups []loadassign.Group, d *networking.LocalityLoadBalancerSetting_Distribute) []loadassign.Group {
 	matched := make([]bool, len(groups))
 	patterns := make([]string, 0, len(d.GetTo()))
 	for p := range d.GetTo() {
@@ -157,7 +157,7 @@ func applyDistribute(groups []grpcgen.EndpointGroup, d *networking.LocalityLoadB
 // of them is priority 0, failing at label j of n is priority n-j. Each
 // group's endpoints are reordered in place (stably) so that every priority
 // is a run of them.
-func splitByFailoverPriority(groups []grpcgen.EndpointGroup, plan localityPlan) []grpcgen.EndpointGroup {
+func splitByFailoverPriority(groups []loadassign.Group, plan localityPlan) []loadassign.Group {
 	entries := plan.setting.GetFailoverPriority()
 	want := strings.Split(plan.labelValues, "\x00")
 	keys := make([]string, len(entries))
@@ -176,7 +176,7 @@ func splitByFailoverPriority(groups []grpcgen.EndpointGroup, plan localityPlan) 
 	ends := make([]int, len(keys)+1)
 	var priorities []uint32
 	var original []*model.Endpoint
-	out := make([]grpcgen.EndpointGroup, 0, len(groups))
+	out := make([]loadassign.Group, 0, len(groups))
 	for _, g := range groups {
 		clear(ends)
 		priorities = priorities[:0]
@@ -198,7 +198,7 @@ func splitByFailoverPriority(groups []grpcgen.EndpointGroup, plan localityPlan) 
 		start = 0
 		for p, end := range ends {
 			if end > start {
-				out = append(out, grpcgen.EndpointGroup{
+				out = append(out, loadassign.Group{
 					Locality:  g.Locality,
 					Endpoints: g.Endpoints[start:end:end],
 					Weight:    uint32(end - start),
@@ -217,7 +217,7 @@ func splitByFailoverPriority(groups []grpcgen.EndpointGroup, plan localityPlan) 
 // proxy's locality: all of it 0, region and zone 1, region 2, nothing 3, and
 // 4 for regions a failover entry for the proxy's region does not name.
 // Existing priorities (from failoverPriority) stay more significant.
-func applyLocalityFailover(groups []grpcgen.EndpointGroup, proxy model.Locality, failover []*networking.LocalityLoadBalancerSetting_Failover) {
+func applyLocalityFailover(groups []loadassign.Group, proxy model.Locality, failover []*networking.LocalityLoadBalancerSetting_Failover) {
 	for i := range groups {
 		g := &groups[i]
 		loc := g.Locality
@@ -246,7 +246,7 @@ func applyLocalityFailover(groups []grpcgen.EndpointGroup, proxy model.Locality,
 
 // compactPriorities renumbers priorities 0..N without gaps, keeping their
 // order, as Envoy requires.
-func compactPriorities(groups []grpcgen.EndpointGroup) {
+func compactPriorities(groups []loadassign.Group) {
 	distinct := make([]uint32, 0, len(groups))
 	for _, g := range groups {
 		distinct = append(distinct, g.Priority)
@@ -257,7 +257,7 @@ func compactPriorities(groups []grpcgen.EndpointGroup) {
 		rank, _ := slices.BinarySearch(distinct, groups[i].Priority)
 		groups[i].Priority = uint32(rank)
 	}
-	slices.SortStableFunc(groups, func(a, b grpcgen.EndpointGroup) int { return cmp.Compare(a.Priority, b.Priority) })
+	slices.SortStableFunc(groups, func(a, b loadassign.Group) int { return cmp.Compare(a.Priority, b.Priority) })
 }
 
 // localizedCache holds locality-dependent load assignments for the two most

@@ -17,7 +17,7 @@ import (
 	networking "istio.io/api/networking/v1"
 
 	"github.com/meshpilot/meshpilot/pkg/model"
-	"github.com/meshpilot/meshpilot/pkg/xds/grpcgen"
+	"github.com/meshpilot/meshpilot/pkg/xds/loadassign"
 )
 
 // The reference below is the message-based implementation the layout
@@ -192,7 +192,7 @@ func checkLocalized(t *testing.T, name string, eps []*model.Endpoint, plan local
 	if err != nil {
 		t.Fatal(err)
 	}
-	shared, err := grpcgen.NewAssignmentLayout(name, eps).Marshal()
+	shared, err := loadassign.NewLayout(name, eps).Marshal()
 	if err != nil {
 		t.Fatal(err)
 	}

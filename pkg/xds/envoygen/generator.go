@@ -8,7 +8,7 @@ import (
 
 	"github.com/meshpilot/meshpilot/pkg/model"
 	"github.com/meshpilot/meshpilot/pkg/pushcontext"
-	"github.com/meshpilot/meshpilot/pkg/xds/grpcgen"
+	"github.com/meshpilot/meshpilot/pkg/xds/loadassign"
 )
 
 // Type URLs served by this package.
@@ -33,11 +33,11 @@ type Options struct {
 	Logger *slog.Logger
 	// DomainSuffix is the cluster domain, for short host names in routes.
 	DomainSuffix string
-	// LoadAssignments is the proxyless gRPC EDS generator whose marshalled
-	// load assignments Envoy's EDS reuses. Passing the one the gRPC clients
-	// use makes each assignment marshalled once for both kinds of client;
-	// nil makes a private one.
-	LoadAssignments *grpcgen.EndpointGenerator
+	// LoadAssignments caches the marshalled load assignments EDS serves.
+	// Passing the cache the proxyless gRPC generators use makes each
+	// assignment marshalled once for both kinds of client; nil makes a
+	// private one.
+	LoadAssignments *loadassign.Cache
 }
 
 func (o Options) withDefaults() Options {
@@ -48,7 +48,7 @@ func (o Options) withDefaults() Options {
 		o.DomainSuffix = "cluster.local"
 	}
 	if o.LoadAssignments == nil {
-		o.LoadAssignments = grpcgen.NewEndpointGenerator(grpcgen.Options{Logger: o.Logger, DomainSuffix: o.DomainSuffix})
+		o.LoadAssignments = new(loadassign.Cache)
 	}
 	return o
 }

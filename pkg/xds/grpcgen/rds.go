@@ -70,7 +70,7 @@ func (g *RouteGenerator) routeConfig(proxy *model.Proxy, push *pushcontext.PushC
 		domains = append([]string{name}, domains...)
 	}
 	action := &route.RouteAction{
-		ClusterSpecifier: &route.RouteAction_Cluster{Cluster: ClusterName(svc.Hostname, port.Port, "")},
+		ClusterSpecifier: &route.RouteAction_Cluster{Cluster: clusterKey{host: svc.Hostname, port: port.Port}.name()},
 	}
 	if dr := push.DestinationRuleFor(proxy.Namespace, svc.Hostname); dr != nil {
 		action.HashPolicy = g.hashPolicy(dr, port.Port, name, proxy.Namespace)

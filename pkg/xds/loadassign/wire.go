@@ -1,4 +1,4 @@
-package grpcgen
+package loadassign
 
 import (
 	"fmt"
@@ -18,7 +18,7 @@ import (
 // nested messages per endpoint), and the protobuf library's reflective
 // marshalling of them cost more than the rest of a sidecar's configuration
 // together. The output is byte for byte what deterministic proto.Marshal
-// gives for the equivalent message (cla_wire_test.go checks), so hashes and
+// gives for the equivalent message (wire_test.go checks), so hashes and
 // versions do not depend on which path produced an assignment.
 //
 // The message written is:
@@ -86,7 +86,7 @@ func newCLAWire() *claWire {
 func fieldNumber(d protoreflect.MessageDescriptor, name protoreflect.Name) protowire.Number {
 	f := d.Fields().ByName(name)
 	if f == nil {
-		panic(fmt.Sprintf("grpcgen: %s has no field %s", d.FullName(), name))
+		panic(fmt.Sprintf("loadassign: %s has no field %s", d.FullName(), name))
 	}
 	return f.Number()
 }
@@ -95,7 +95,7 @@ func fieldNumber(d protoreflect.MessageDescriptor, name protoreflect.Name) proto
 // is one allocation of exactly the encoded length, whatever the endpoint
 // count. Like proto.Marshal, it fails on strings that are not UTF-8. It
 // uses l's scratch space, so a layout is not for concurrent use.
-func (l *AssignmentLayout) Marshal() ([]byte, error) {
+func (l *Layout) Marshal() ([]byte, error) {
 	w := claEncoding
 	if !utf8.ValidString(l.Name) {
 		return nil, invalidUTF8(w.claNameField, l.Name)
@@ -137,13 +137,13 @@ func (l *AssignmentLayout) Marshal() ([]byte, error) {
 	}
 	if len(b) != size {
 		// A size and its append disagree: a bug here, never bad input.
-		return nil, fmt.Errorf("grpcgen: load assignment %q encoded to %d bytes, sized %d", l.Name, len(b), size)
+		return nil, fmt.Errorf("loadassign: load assignment %q encoded to %d bytes, sized %d", l.Name, len(b), size)
 	}
 	return b, nil
 }
 
 func invalidUTF8(field protoreflect.FullName, value string) error {
-	return fmt.Errorf("grpcgen: field %s contains invalid UTF-8: %q", field, value)
+	return fmt.Errorf("loadassign: field %s contains invalid UTF-8: %q", field, value)
 }
 
 func sizeLen(num protowire.Number, n int) int {
@@ -191,7 +191,7 @@ func (w *claWire) localitySize(l model.Locality) int {
 
 // groupSize is the encoded size of g without its own field header; it also
 // checks the group's strings, and appends its endpoints' sizes to sizes.
-func (w *claWire) groupSize(g *EndpointGroup, sizes *[]lbEndpointSizes) (int, error) {
+func (w *claWire) groupSize(g *Group, sizes *[]lbEndpointSizes) (int, error) {
 	loc := g.Locality
 	if !utf8.ValidString(loc.Region) || !utf8.ValidString(loc.Zone) || !utf8.ValidString(loc.SubZone) {
 		return 0, invalidUTF8(w.localField, loc.Region+"/"+loc.Zone+"/"+loc.SubZone)
@@ -226,7 +226,7 @@ func (w *claWire) lbEndpointSizes(ep *model.Endpoint) lbEndpointSizes {
 
 // appendGroup appends g as a field of the assignment; size and sizes (its
 // endpoints') are what groupSize found.
-func (w *claWire) appendGroup(b []byte, g *EndpointGroup, size int, sizes []lbEndpointSizes) []byte {
+func (w *claWire) appendGroup(b []byte, g *Group, size int, sizes []lbEndpointSizes) []byte {
 	b = appendLen(b, w.claGroups, size)
 	b = appendLen(b, w.groupLocality, w.localitySize(g.Locality))
 	b = appendString(b, w.region, g.Locality.Region)

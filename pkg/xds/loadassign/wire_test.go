@@ -1,4 +1,4 @@
-package grpcgen
+package loadassign
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -74,7 +75,7 @@ func lbEndpointMessage(ep *model.Endpoint) *endpoint.LbEndpoint {
 }
 
 // layoutMessage is the message a (possibly rearranged) layout stands for.
-func layoutMessage(l *AssignmentLayout) *endpoint.ClusterLoadAssignment {
+func layoutMessage(l *Layout) *endpoint.ClusterLoadAssignment {
 	cla := &endpoint.ClusterLoadAssignment{ClusterName: l.Name}
 	for _, g := range l.Groups {
 		m := &endpoint.LocalityLbEndpoints{
@@ -108,13 +109,13 @@ func checkAssignment(t *testing.T, name string, eps []*model.Endpoint) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Name != name || res.Resource.GetTypeUrl() != EndpointType {
+	if res.Name != name || res.Resource.GetTypeUrl() != resource.EndpointType {
 		t.Errorf("resource %q of type %q", res.Name, res.Resource.GetTypeUrl())
 	}
 	if !bytes.Equal(res.Resource.GetValue(), want) {
 		t.Errorf("shared encoding differs from proto.Marshal:\n got %x\nwant %x", res.Resource.GetValue(), want)
 	}
-	fresh, err := NewAssignmentLayout(name, eps).Marshal()
+	fresh, err := NewLayout(name, eps).Marshal()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,31 +189,31 @@ func TestRearrangedLayoutMatchesProto(t *testing.T) {
 	}
 	tests := []struct {
 		name   string
-		adjust func(l *AssignmentLayout)
+		adjust func(l *Layout)
 	}{
-		{"as laid out", func(*AssignmentLayout) {}},
-		{"zero weight", func(l *AssignmentLayout) { l.Groups[0].Weight = 0 }},
-		{"large weight", func(l *AssignmentLayout) { l.Groups[1].Weight = 1 << 31 }},
-		{"priorities", func(l *AssignmentLayout) {
+		{"as laid out", func(*Layout) {}},
+		{"zero weight", func(l *Layout) { l.Groups[0].Weight = 0 }},
+		{"large weight", func(l *Layout) { l.Groups[1].Weight = 1 << 31 }},
+		{"priorities", func(l *Layout) {
 			for i := range l.Groups {
 				l.Groups[i].Priority = uint32(len(l.Groups) - i)
 			}
 			l.Groups[0].Priority = 300
 		}},
-		{"group dropped", func(l *AssignmentLayout) { l.Groups = l.Groups[1:] }},
-		{"no groups", func(l *AssignmentLayout) { l.Groups = nil }},
-		{"empty group", func(l *AssignmentLayout) { l.Groups[2].Endpoints = nil }},
-		{"group split", func(l *AssignmentLayout) {
+		{"group dropped", func(l *Layout) { l.Groups = l.Groups[1:] }},
+		{"no groups", func(l *Layout) { l.Groups = nil }},
+		{"empty group", func(l *Layout) { l.Groups[2].Endpoints = nil }},
+		{"group split", func(l *Layout) {
 			g := l.Groups[1]
 			first, second := g, g
 			first.Endpoints, first.Weight = g.Endpoints[:1], 1
 			second.Endpoints, second.Weight, second.Priority = g.Endpoints[1:], 1, 1
-			l.Groups = append([]EndpointGroup{first, second}, l.Groups[2:]...)
+			l.Groups = append([]Group{first, second}, l.Groups[2:]...)
 		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			l := NewAssignmentLayout("outbound|80||c", eps)
+			l := NewLayout("outbound|80||c", eps)
 			tt.adjust(l)
 			got, err := l.Marshal()
 			if err != nil {
@@ -255,7 +256,7 @@ func TestRandomLoadAssignmentsMatchProto(t *testing.T) {
 		checkAssignment(t, name, eps)
 
 		// Rearrange the groups the way locality generators may.
-		l := NewAssignmentLayout(name, eps)
+		l := NewLayout(name, eps)
 		r.Shuffle(len(l.Groups), func(a, b int) { l.Groups[a], l.Groups[b] = l.Groups[b], l.Groups[a] })
 		for j := range l.Groups {
 			g := &l.Groups[j]
@@ -313,7 +314,7 @@ func TestLayoutDoesNotAliasInput(t *testing.T) {
 		ep("10.0.0.1", 80, model.Locality{Region: "a"}, model.Healthy),
 	}
 	before := slices.Clone(eps)
-	l := NewAssignmentLayout("c", eps)
+	l := NewLayout("c", eps)
 	for _, g := range l.Groups {
 		g.Endpoints[0] = nil
 	}

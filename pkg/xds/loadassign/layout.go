@@ -1,4 +1,4 @@
-package grpcgen
+package loadassign
 
 import (
 	"slices"
@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/meshpilot/meshpilot/pkg/model"
@@ -15,17 +16,17 @@ import (
 // scanning rather than with a map.
 const linearDedupLimit = 32
 
-// AssignmentLayout is a ClusterLoadAssignment before encoding: the cluster
-// name and its locality groups, each a run of endpoints. It is what grpc-go
-// accepts: one group per distinct locality (sorted), each with a Locality
+// Layout is a ClusterLoadAssignment before encoding: the cluster name and
+// its locality groups, each a run of endpoints. As laid out it is what
+// grpc-go accepts (and Envoy too): one group per distinct locality (sorted), each with a Locality
 // message (grpc-go NACKs a missing one) and a load_balancing_weight equal to
 // its endpoint count (grpc-go silently drops localities of weight 0), and no
 // address listed twice (grpc-go NACKs duplicates across the whole
 // assignment; the first occurrence wins). Generators that weight or
 // prioritise localities (Envoy's) rearrange Groups before Marshal.
-type AssignmentLayout struct {
+type Layout struct {
 	Name   string
-	Groups []EndpointGroup
+	Groups []Group
 	// endpoints backs the groups' Endpoints: every usable endpoint, in
 	// locality order.
 	endpoints []*model.Endpoint
@@ -33,8 +34,8 @@ type AssignmentLayout struct {
 	sizes []lbEndpointSizes
 }
 
-// EndpointGroup is one LocalityLbEndpoints of an assignment.
-type EndpointGroup struct {
+// Group is one LocalityLbEndpoints of an assignment.
+type Group struct {
 	Locality model.Locality
 	// Endpoints is a window of the layout's own endpoint list, which its
 	// owner may reorder or split; it never aliases the caller's slice.
@@ -44,32 +45,32 @@ type EndpointGroup struct {
 	Priority uint32
 }
 
-// NewAssignmentLayout lays out eps as the load assignment of cluster name
-// that Generate serves, in a fresh layout the caller owns.
-func NewAssignmentLayout(name string, eps []*model.Endpoint) *AssignmentLayout {
-	l := &AssignmentLayout{endpoints: make([]*model.Endpoint, 0, len(eps))}
+// NewLayout lays out eps as the load assignment of cluster name that the
+// Cache serves, in a fresh layout the caller owns.
+func NewLayout(name string, eps []*model.Endpoint) *Layout {
+	l := &Layout{endpoints: make([]*model.Endpoint, 0, len(eps))}
 	l.fill(name, eps)
 	return l
 }
 
 // buildLoadAssignment encodes the load assignment of eps as a resource.
 func buildLoadAssignment(name string, eps []*model.Endpoint) (model.Resource, error) {
-	l := layoutPool.Get().(*AssignmentLayout)
+	l := layoutPool.Get().(*Layout)
 	l.fill(name, eps)
 	b, err := l.Marshal()
 	l.release()
 	if err != nil {
 		return model.Resource{}, err
 	}
-	return model.Resource{Name: name, Resource: &anypb.Any{TypeUrl: EndpointType, Value: b}}, nil
+	return model.Resource{Name: name, Resource: &anypb.Any{TypeUrl: resource.EndpointType, Value: b}}, nil
 }
 
 // layoutPool recycles the layouts of shared assignments: only their
 // encoding outlives a build.
-var layoutPool = sync.Pool{New: func() any { return new(AssignmentLayout) }}
+var layoutPool = sync.Pool{New: func() any { return new(Layout) }}
 
 // release returns l to the pool without pinning the endpoints it listed.
-func (l *AssignmentLayout) release() {
+func (l *Layout) release() {
 	clear(l.endpoints)
 	clear(l.Groups)
 	l.Name = ""
@@ -77,7 +78,7 @@ func (l *AssignmentLayout) release() {
 }
 
 // fill lays out eps, reusing l's slices.
-func (l *AssignmentLayout) fill(name string, eps []*model.Endpoint) {
+func (l *Layout) fill(name string, eps []*model.Endpoint) {
 	l.Name = name
 	l.endpoints = usableEndpoints(l.endpoints[:0], eps)
 	kept := l.endpoints
@@ -90,7 +91,7 @@ func (l *AssignmentLayout) fill(name string, eps []*model.Endpoint) {
 		for end < len(kept) && kept[end].Locality == kept[start].Locality {
 			end++
 		}
-		l.Groups = append(l.Groups, EndpointGroup{
+		l.Groups = append(l.Groups, Group{
 			Locality:  kept[start].Locality,
 			Endpoints: kept[start:end:end],
 			Weight:    uint32(end - start),
