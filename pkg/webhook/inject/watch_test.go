@@ -2,65 +2,23 @@ package inject
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/meshpilot/meshpilot/internal/configmapdir"
 )
-
-// configMapDir lays files out as the kubelet mounts a ConfigMap: each
-// version in a timestamped directory, a ..data symlink to the current one,
-// and each key a symlink through ..data. An update swaps ..data atomically.
-type configMapDir struct {
-	t       *testing.T
-	dir     string
-	version int
-}
-
-func newConfigMapDir(t *testing.T, files map[string][]byte) *configMapDir {
-	c := &configMapDir{t: t, dir: t.TempDir()}
-	c.update(files)
-	for name := range files {
-		if err := os.Symlink(filepath.Join("..data", name), filepath.Join(c.dir, name)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return c
-}
-
-func (c *configMapDir) update(files map[string][]byte) {
-	c.t.Helper()
-	c.version++
-	version := fmt.Sprintf("..v%d", c.version)
-	if err := os.Mkdir(filepath.Join(c.dir, version), 0o755); err != nil {
-		c.t.Fatal(err)
-	}
-	for name, data := range files {
-		if err := os.WriteFile(filepath.Join(c.dir, version, name), data, 0o644); err != nil {
-			c.t.Fatal(err)
-		}
-	}
-	tmp := filepath.Join(c.dir, "..data_tmp")
-	if err := os.Symlink(version, tmp); err != nil {
-		c.t.Fatal(err)
-	}
-	if err := os.Rename(tmp, filepath.Join(c.dir, "..data")); err != nil {
-		c.t.Fatal(err)
-	}
-}
 
 func TestRunReloadsConfigMapUpdates(t *testing.T) {
 	values := DefaultValues()
 	withHub := func(hub string) []byte {
 		return []byte(strings.Replace(string(values), `"hub": "docker.io/istio"`, `"hub": "`+hub+`"`, 1))
 	}
-	cm := newConfigMapDir(t, map[string][]byte{ConfigFile: DefaultConfig(), ValuesFile: withHub("registry.one")})
-	h, err := NewHandler(Options{ConfigDir: cm.dir, NamespaceLabels: enabledNamespace})
+	cm := configmapdir.New(t, map[string][]byte{ConfigFile: DefaultConfig(), ValuesFile: withHub("registry.one")})
+	h, err := NewHandler(Options{ConfigDir: cm.Path(), NamespaceLabels: enabledNamespace})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,12 +69,12 @@ func TestRunReloadsConfigMapUpdates(t *testing.T) {
 	if got := injectedImage(); got != "registry.one/proxyv2:1.28.0" {
 		t.Fatalf("initial proxy image %q", got)
 	}
-	cm.update(map[string][]byte{ConfigFile: DefaultConfig(), ValuesFile: withHub("registry.two")})
+	cm.Update(map[string][]byte{ConfigFile: DefaultConfig(), ValuesFile: withHub("registry.two")})
 	waitFor("registry.two/proxyv2:1.28.0")
 
 	// A broken update is refused and the last good configuration serves on.
 	failuresBefore := testutil.ToFloat64(h.opts.Metrics.Reloads.WithLabelValues("error"))
-	cm.update(map[string][]byte{ConfigFile: []byte("policy: [\n"), ValuesFile: withHub("registry.three")})
+	cm.Update(map[string][]byte{ConfigFile: []byte("policy: [\n"), ValuesFile: withHub("registry.three")})
 	deadline := time.Now().Add(20 * time.Second)
 	for testutil.ToFloat64(h.opts.Metrics.Reloads.WithLabelValues("error")) == failuresBefore {
 		if time.Now().After(deadline) {
@@ -128,6 +86,6 @@ func TestRunReloadsConfigMapUpdates(t *testing.T) {
 		t.Fatalf("after a broken update the proxy image is %q, want the previous one", got)
 	}
 
-	cm.update(map[string][]byte{ConfigFile: DefaultConfig(), ValuesFile: withHub("registry.four")})
+	cm.Update(map[string][]byte{ConfigFile: DefaultConfig(), ValuesFile: withHub("registry.four")})
 	waitFor("registry.four/proxyv2:1.28.0")
 }

@@ -1,0 +1,70 @@
+package dirwatch
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/meshpilot/meshpilot/internal/configmapdir"
+)
+
+// A ConfigMap mount is updated by swapping a symlink; every update must be
+// seen, not just the first, and a burst must come as one reload.
+func TestWatchFollowsConfigMapUpdates(t *testing.T) {
+	cm := configmapdir.New(t, map[string][]byte{"mesh": []byte("v1")})
+	var (
+		mu   sync.Mutex
+		seen []string
+	)
+	reload := func() {
+		data, err := os.ReadFile(filepath.Join(cm.Path(), "mesh"))
+		if err != nil {
+			t.Errorf("read: %v", err)
+			return
+		}
+		mu.Lock()
+		seen = append(seen, string(data))
+		mu.Unlock()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Watch(ctx, cm.Path(), reload, func(err error) { t.Errorf("watch error: %v", err) }) }()
+
+	waitFor := func(want ...string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			mu.Lock()
+			got := append([]string(nil), seen...)
+			mu.Unlock()
+			if slices.Equal(got, want) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("reloads saw %q, want %q", got, want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitFor("v1") // the reload once the watch is in place
+	cm.Update(map[string][]byte{"mesh": []byte("v2")})
+	waitFor("v1", "v2")
+	cm.Update(map[string][]byte{"mesh": []byte("v3")})
+	waitFor("v1", "v2", "v3")
+
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Watch: %v", err)
+	}
+}
+
+func TestWatchFailsOnAMissingDirectory(t *testing.T) {
+	err := Watch(context.Background(), filepath.Join(t.TempDir(), "absent"), func() {}, func(error) {})
+	if err == nil {
+		t.Fatal("watching a missing directory succeeded")
+	}
+}
