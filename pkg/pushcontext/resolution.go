@@ -28,25 +28,28 @@ func buildResolutionIndex(services *serviceIndex, rules *ruleIndex, rootNamespac
 }
 
 // DestinationRuleFor resolves the rule a proxy in proxyNamespace uses for
-// host. The lookup order is Istio's: rules in the proxy's namespace (all of
-// them, whatever their exportTo), then rules exported from the service's
-// namespace, then rules exported from the root namespace. A proxy in the root
-// namespace looks in the service's namespace first, so that catch-all rules
-// in the root namespace do not shadow service-specific ones (Istio does the
-// same). The result is shared: never mutate it. nil if no rule applies.
+// host. The lookup order is Istio's: first the rules of the proxy's own
+// namespace (all of them, whatever their exportTo), then the rules exported
+// to it from the service's namespace, then those exported to it from the root
+// namespace. For a proxy in the root namespace the first step looks only at
+// that namespace's private rules: its public rules are often catch-alls
+// meant for the whole mesh, and must not shadow the service's own rules. The
+// result is shared: never mutate it. nil if no rule applies.
 func (pc *PushContext) DestinationRuleFor(proxyNamespace, host string) *DestinationRule {
 	rules, root := pc.rules, pc.opts.RootNamespace
-	if proxyNamespace != root {
-		if entries := rules.local[proxyNamespace].match(host); len(entries) > 0 {
-			return &entries[0].rule
-		}
+	own := rules.local[proxyNamespace]
+	if proxyNamespace == root {
+		own = rules.rootPrivate
+	}
+	if entries := own.match(host); len(entries) > 0 {
+		return &entries[0].rule
 	}
 	var fromService, fromRoot []*ruleEntry
 	if ord, ok := pc.services.byHost[host]; ok {
 		res := &pc.resolution.byService[ord]
-		// A proxy in the service's own namespace has already seen all of
-		// that namespace's rules above.
-		if pc.services.all[ord].Namespace != proxyNamespace || proxyNamespace == root {
+		// A proxy in the service's own namespace has seen that namespace's
+		// rules above; in the root namespace, its public ones come next.
+		if pc.services.all[ord].Namespace != proxyNamespace {
 			fromService = res.serviceNamespace
 		}
 		fromRoot = res.root
@@ -55,12 +58,6 @@ func (pc *PushContext) DestinationRuleFor(proxyNamespace, host string) *Destinat
 	}
 	if e := firstVisible(fromService, proxyNamespace); e != nil {
 		return &e.rule
-	}
-	if proxyNamespace == root {
-		if entries := rules.local[root].match(host); len(entries) > 0 {
-			return &entries[0].rule
-		}
-		return nil
 	}
 	if e := firstVisible(fromRoot, proxyNamespace); e != nil {
 		return &e.rule

@@ -19,6 +19,11 @@ type ruleIndex struct {
 	// exported holds the rules of a namespace that other namespaces may see:
 	// the same entries as local, without the private ones.
 	exported map[string]*hostRules
+	// rootPrivate holds the private rules of the root namespace, merged among
+	// themselves only: the first place Istio looks for proxies in the root
+	// namespace. It is a host index of its own, so a private wildcard there
+	// is not shadowed by a more specific public rule.
+	rootPrivate *hostRules
 	// selected holds, per namespace, the rules with a workloadSelector,
 	// merged per host and selector. Istio keeps them to their own namespace:
 	// they apply only to proxies there whose labels the selector matches,
@@ -152,6 +157,7 @@ func isWildcard(host string) bool { return strings.HasPrefix(host, "*") }
 func buildRuleIndex(configs []*model.Config, opts Options) *ruleIndex {
 	idx := &ruleIndex{local: map[string]*hostRules{}}
 	wildcardPos := map[*hostRules]map[string]int{} // wildcard host -> position, while building
+	rootPrivate := map[string]*hostRules{}
 	hostsOf := func(byNamespace map[string]*hostRules, ns string) *hostRules {
 		h := byNamespace[ns]
 		if h == nil {
@@ -182,8 +188,14 @@ func buildRuleIndex(configs []*model.Config, opts Options) *ruleIndex {
 			h := hostsOf(idx.selected, cfg.Namespace)
 			e = h.addSelected(wildcardPos[h], from, spec, host, newWorkloadSelector(spec.WorkloadSelector.MatchLabels), &idx.problems)
 		} else {
+			exportTo := newExportSet(spec.ExportTo, cfg.Namespace)
 			h := hostsOf(idx.local, cfg.Namespace)
-			e = h.add(wildcardPos[h], from, spec, host, newExportSet(spec.ExportTo, cfg.Namespace), &idx.problems)
+			e = h.add(wildcardPos[h], from, spec, host, exportTo, &idx.problems)
+			if cfg.Namespace == opts.RootNamespace && exportTo.privateTo(cfg.Namespace) {
+				// Its problems are the ones local already reported.
+				h := hostsOf(rootPrivate, cfg.Namespace)
+				h.add(wildcardPos[h], from, spec, host, exportTo, new([]Problem))
+			}
 		}
 		if e != nil {
 			e.namespace = cfg.Namespace
@@ -195,6 +207,7 @@ func buildRuleIndex(configs []*model.Config, opts Options) *ruleIndex {
 			return cmp.Or(cmp.Compare(len(b.host), len(a.host)), cmp.Compare(a.host, b.host))
 		})
 	}
+	idx.rootPrivate = rootPrivate[opts.RootNamespace]
 	idx.exported = make(map[string]*hostRules, len(idx.local))
 	for ns, h := range idx.local {
 		if exported := h.withoutPrivate(ns); exported != nil {

@@ -135,26 +135,53 @@ func TestDestinationRuleFor(t *testing.T) {
 			},
 		},
 		{
-			name: "proxies in the root namespace try the service namespace first",
+			// Istio's order for a root-namespace proxy: the root namespace's
+			// private rules, then the service namespace's exported rules,
+			// then the root namespace's exported rules.
+			name: "proxies in the root namespace: private root rules, then the service namespace, then public root rules",
 			configs: []*model.Config{
 				ruleConfig("istio-system", "root-private", 0, dr(reviews, ".")),
 				ruleConfig("istio-system", "root-catch-all", 1, dr("*")),
 				ruleConfig("bookinfo", "service-ns", 2, dr(reviews)),
+				ruleConfig("bookinfo", "service-ns-ratings", 3, dr(ratings)),
 			},
 			lookups: []lookup{
-				{"istio-system", reviews, []string{"bookinfo/service-ns"}},
-				{"istio-system", ratings, []string{"istio-system/root-catch-all"}},
+				{"istio-system", reviews, []string{"istio-system/root-private"}},
+				{"istio-system", ratings, []string{"bookinfo/service-ns-ratings"}},
+				{"istio-system", "api.example.com", []string{"istio-system/root-catch-all"}},
 				{"frontend", reviews, []string{"bookinfo/service-ns"}},
 			},
 		},
 		{
-			name: "root namespace proxy still sees private root rules last",
+			name: "a private root wildcard beats a more specific public root rule for root-namespace proxies",
+			configs: []*model.Config{
+				ruleConfig("istio-system", "root-private-wildcard", 0, dr("*.bookinfo.svc.cluster.local", "istio-system")),
+				ruleConfig("istio-system", "root-public-reviews", 1, dr(reviews)),
+			},
+			lookups: []lookup{
+				{"istio-system", reviews, []string{"istio-system/root-private-wildcard"}},
+				{"frontend", reviews, []string{"istio-system/root-public-reviews"}},
+			},
+		},
+		{
+			name: "a root rule exported only elsewhere is not for root-namespace proxies",
+			configs: []*model.Config{
+				ruleConfig("istio-system", "root-to-frontend", 0, dr(reviews, "frontend")),
+			},
+			lookups: []lookup{
+				{"istio-system", reviews, nil},
+				{"frontend", reviews, []string{"istio-system/root-to-frontend"}},
+			},
+		},
+		{
+			name: "root private rules merge only with each other",
 			configs: []*model.Config{
 				ruleConfig("istio-system", "root-private", 0, dr(reviews, ".")),
+				ruleConfig("istio-system", "root-and-frontend", 1, dr(reviews, ".", "frontend")),
 			},
 			lookups: []lookup{
 				{"istio-system", reviews, []string{"istio-system/root-private"}},
-				{"frontend", reviews, nil},
+				{"frontend", reviews, []string{"istio-system/root-and-frontend"}},
 			},
 		},
 		{
