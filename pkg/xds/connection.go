@@ -4,8 +4,10 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"time"
@@ -42,6 +44,9 @@ type connection struct {
 	mu      sync.Mutex
 	watches map[string]*watch
 	order   []string // watched type URLs in push order
+
+	// unservedLogged are the unserved type URLs already logged.
+	unservedLogged map[string]struct{}
 
 	// send hands a response to the sender goroutine; sendResult returns its error.
 	sendCh     chan func() error
@@ -140,15 +145,35 @@ func (c *connection) initialize(node *corev3.Node) error {
 	return nil
 }
 
-func (c *connection) generator(typeURL string) (Generator, error) {
+// served reports whether the proxy's generator set serves typeURL. A
+// request without a type is malformed and ends the stream; a type the
+// proxy is not served is not: Istio's agents ask for types such as NDS and
+// ECDS, and would reconnect in a loop (see unservedType).
+func (c *connection) served(typeURL string) (bool, error) {
 	if typeURL == "" {
-		return nil, status.Error(codes.InvalidArgument, "request has no type_url")
+		return false, status.Error(codes.InvalidArgument, "request has no type_url")
 	}
-	g, ok := c.generators[typeURL]
-	if !ok || g == nil {
-		return nil, status.Errorf(codes.InvalidArgument, "type_url %q is not served to this proxy", typeURL)
+	return c.generators[typeURL] != nil, nil
+}
+
+// maxUnservedLogged bounds the unserved types logged per connection, so a
+// client that makes up type URLs cannot flood the log.
+const maxUnservedLogged = 8
+
+// unservedType counts a request for a type the proxy is not served, and
+// logs the first request of each such type. It reports whether to answer:
+// a subscription (no nonce) gets an empty response, so that the client
+// stops waiting; an ACK of that response needs nothing.
+func (c *connection) unservedType(typeURL, nonce string) bool {
+	c.s.metrics.unservedTypes.Inc()
+	if _, seen := c.unservedLogged[typeURL]; !seen && len(c.unservedLogged) < maxUnservedLogged {
+		if c.unservedLogged == nil {
+			c.unservedLogged = map[string]struct{}{}
+		}
+		c.unservedLogged[typeURL] = struct{}{}
+		c.log.Info("answering a type this proxy is not served with no resources", "type_url", typeURL)
 	}
-	return g, nil
+	return nonce == ""
 }
 
 // addWatch starts tracking a type URL.
@@ -227,7 +252,7 @@ func (c *connection) generateOwn(w *watch, req *model.PushRequest, st *pushState
 	wr := w.resource
 	c.s.generationSlots <- struct{}{}
 	defer func() { <-c.s.generationSlots }()
-	res, err := g.Generate(c.proxy, st.push, &wr, req)
+	res, err := c.runGenerator(g, st, &wr, req)
 	if err != nil {
 		c.s.metrics.generateErrors.WithLabelValues(shortType(w.typeURL)).Inc()
 		c.log.Error("generator failed; keeping the previous response", "type", shortType(w.typeURL), "err", err)
@@ -247,6 +272,20 @@ func (c *connection) generateOwn(w *watch, req *model.PushRequest, st *pushState
 		out = append(out, generated{name: r.Name, resource: r.Resource, hash: h, version: hashString(h)})
 	}
 	return out, nil
+}
+
+// runGenerator calls g and turns a panic into an error: a bug that one
+// proxy's inputs trigger fails that proxy's push of that type alone, which
+// keeps its previous response, instead of every stream in the process.
+func (c *connection) runGenerator(g Generator, st *pushState, w *model.WatchedResource, req *model.PushRequest) (res model.Resources, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.s.metrics.generatorPanics.WithLabelValues(shortType(w.TypeURL)).Inc()
+			c.log.Error("generator panicked", "type", shortType(w.TypeURL), "panic", r, "stack", string(debug.Stack()))
+			res, err = nil, fmt.Errorf("generator for %s panicked: %v", shortType(w.TypeURL), r)
+		}
+	}()
+	return g.Generate(c.proxy, st.push, w, req)
 }
 
 // setSubscription replaces what w subscribes to. Callers that edit the names

@@ -34,7 +34,15 @@ func (c *deltaStream) handle(req *discoveryv3.DeltaDiscoveryRequest) error {
 		return err
 	}
 	typeURL := req.GetTypeUrl()
-	if _, err := c.generator(typeURL); err != nil {
+	if ok, err := c.served(typeURL); err != nil || !ok {
+		if err == nil && c.unservedType(typeURL, req.GetResponseNonce()) {
+			// Listing what it asked for as removed tells a delta client that
+			// none of it exists.
+			resp := &discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: c.s.current.Load().version, TypeUrl: typeURL,
+				Nonce: c.s.nextNonce(), RemovedResources: slices.DeleteFunc(slices.Clone(req.GetResourceNamesSubscribe()),
+					func(n string) bool { return n == wildcardName })}
+			return c.send(func() error { return c.stream.Send(resp) })
+		}
 		return err
 	}
 	w := c.watches[typeURL]

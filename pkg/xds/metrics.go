@@ -19,6 +19,8 @@ type Metrics struct {
 	debouncedPushes *prometheus.CounterVec
 	streamErrors    *prometheus.CounterVec
 	generateErrors  *prometheus.CounterVec
+	generatorPanics *prometheus.CounterVec
+	unservedTypes   prometheus.Counter
 	problems        prometheus.GaugeFunc
 
 	// problemCount reads the served push context's translation problems; the
@@ -73,6 +75,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "meshpilot_xds_generate_errors_total",
 			Help: "Generator failures, by resource type; the previous response stays in place.",
 		}, []string{"type"}),
+		generatorPanics: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meshpilot_xds_generator_panics_total",
+			Help: "Generator panics, by resource type; only that proxy's push of that type fails.",
+		}, []string{"type"}),
+		unservedTypes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meshpilot_xds_unserved_type_requests_total",
+			Help: "Requests for a type URL the proxy is not served (such as NDS or ECDS); answered with no resources, the stream kept.",
+		}),
 	}
 	m.problems = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "meshpilot_translation_problems",
@@ -85,7 +95,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	})
 	if reg != nil {
 		reg.MustRegister(m.clients, m.pushes, m.pushTime, m.convergence, m.nacks, m.buildTime,
-			m.triggers, m.debouncedPushes, m.streamErrors, m.generateErrors, m.problems)
+			m.triggers, m.debouncedPushes, m.streamErrors, m.generateErrors, m.generatorPanics, m.unservedTypes, m.problems)
 	}
 	return m
 }

@@ -30,7 +30,11 @@ func (c *sotwStream) handle(req *discoveryv3.DiscoveryRequest) error {
 		return err
 	}
 	typeURL := req.GetTypeUrl()
-	if _, err := c.generator(typeURL); err != nil {
+	if ok, err := c.served(typeURL); err != nil || !ok {
+		if err == nil && c.unservedType(typeURL, req.GetResponseNonce()) {
+			resp := &discoveryv3.DiscoveryResponse{VersionInfo: c.s.current.Load().version, TypeUrl: typeURL, Nonce: c.s.nextNonce()}
+			return c.send(func() error { return c.stream.Send(resp) })
+		}
 		return err
 	}
 	w := c.watches[typeURL]
