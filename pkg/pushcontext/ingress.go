@@ -79,7 +79,7 @@ type IngressVirtualHost struct {
 
 // IngressRoute sends one path to one service port.
 type IngressRoute struct {
-	// PathType is Exact or Prefix; ImplementationSpecific becomes Prefix.
+	// PathType is Exact or Prefix; ImplementationSpecific becomes one of them.
 	PathType model.PathType
 	// Path starts with "/". A Prefix matches by path element: "/foo"
 	// matches "/foo" and "/foo/bar" but not "/foobar". Prefix paths carry no

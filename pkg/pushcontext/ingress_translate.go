@@ -165,24 +165,15 @@ func (t *ingressTranslation) addServiceDep(name model.NamespacedName, svc *model
 	t.services = append(t.services, serviceDep{name: name, svc: svc})
 }
 
-// normalizePath validates an Ingress path and returns how it is matched:
-// ImplementationSpecific becomes Prefix (with Istio's "/foo/*" meaning the
-// prefix "/foo"), and a Prefix loses its trailing "/", which Kubernetes
-// ignores for element-wise matching. The problem is "" for a valid path.
+// normalizePath validates an Ingress path and returns how it is matched. A
+// Prefix loses its trailing "/", which Kubernetes ignores for element-wise
+// matching. ImplementationSpecific is read as Istio reads it (see
+// implementationSpecific). The problem is "" for a valid path.
 func normalizePath(pathType model.PathType, path string) (model.PathType, string, string) {
 	switch pathType {
 	case model.PathTypeExact, model.PathTypePrefix:
 	case model.PathTypeImplementationSpecific, "":
-		if path == "" {
-			path = "/"
-		}
-		if trimmed, ok := strings.CutSuffix(path, "/*"); ok {
-			path = trimmed
-			if path == "" {
-				path = "/"
-			}
-		}
-		pathType = model.PathTypePrefix
+		pathType, path = implementationSpecific(path)
 	default:
 		return "", "", "unknown pathType " + strconv.Quote(string(pathType))
 	}
@@ -200,6 +191,24 @@ func normalizePath(pathType model.PathType, path string) (model.PathType, string
 		}
 	}
 	return pathType, path, ""
+}
+
+// implementationSpecific reads an ImplementationSpecific path as Istio does:
+// "", "*", "/*" and ".*" match every path; a path ending in ".*" or "/*" is
+// a prefix of what comes before that suffix, and Istio matches its Ingress
+// prefixes by path element, so "/foo/*" and "/foo.*" both match "/foo" and
+// "/foo/bar" but not "/foobar"; any other path is exact.
+func implementationSpecific(path string) (model.PathType, string) {
+	switch path {
+	case "", "*", "/*", ".*":
+		return model.PathTypePrefix, "/"
+	}
+	for _, wildcard := range []string{".*", "/*"} {
+		if prefix, ok := strings.CutSuffix(path, wildcard); ok {
+			return model.PathTypePrefix, prefix
+		}
+	}
+	return model.PathTypeExact, path
 }
 
 // notPathChar reports the characters that make a path regex-like, or that
