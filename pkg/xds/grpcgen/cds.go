@@ -10,7 +10,7 @@ import (
 )
 
 // ClusterGenerator serves CDS: EDS clusters named outbound|port|subset|host,
-// with the load balancing policy of the DestinationRule the proxy's namespace
+// with what grpc-go honours of the DestinationRule the proxy's namespace
 // resolves. A cluster depends only on the push context, the proxy namespace
 // and its name, so marshalled clusters are shared by all proxies of a
 // namespace for one push context version.
@@ -94,7 +94,7 @@ func (b *clusterBuild) emit(key clusterKey, dr *pushcontext.DestinationRule) err
 		b.out = append(b.out, *cached.(*model.Resource))
 		return nil
 	}
-	res, err := marshalResource(key.name(), b.g.buildCluster(key, dr, b.ns))
+	res, err := marshalResource(key.name(), b.buildCluster(key, dr))
 	if err != nil {
 		return err
 	}
@@ -103,7 +103,7 @@ func (b *clusterBuild) emit(key clusterKey, dr *pushcontext.DestinationRule) err
 	return nil
 }
 
-func (g *ClusterGenerator) buildCluster(key clusterKey, dr *pushcontext.DestinationRule, ns string) *cluster.Cluster {
+func (b *clusterBuild) buildCluster(key clusterKey, dr *pushcontext.DestinationRule) *cluster.Cluster {
 	name := key.name()
 	c := &cluster.Cluster{
 		Name:                 name,
@@ -116,9 +116,7 @@ func (g *ClusterGenerator) buildCluster(key clusterKey, dr *pushcontext.Destinat
 	if dr == nil {
 		return c
 	}
-	if unsupported := applyLoadBalancer(c, dr.TrafficPolicy(key.port, key.subset).GetLoadBalancer()); unsupported != "" {
-		g.opts.Logger.Warn("load balancer policy not supported by gRPC; using ROUND_ROBIN",
-			"cluster", name, "policy", unsupported, "proxyNamespace", ns, "destinationRule", dr.From)
-	}
+	drop := dropReporter{push: b.push, logger: b.g.opts.Logger, rule: dr, resource: name}
+	applyTrafficPolicy(c, dr.TrafficPolicy(key.port, key.subset), drop)
 	return c
 }

@@ -14,32 +14,29 @@ const maxRingSize = 8 * 1024 * 1024
 // applyLoadBalancer sets the cluster's load balancing policy from a
 // DestinationRule's settings. grpc-go NACKs the whole CDS response for a
 // policy it does not implement, so such a policy is replaced by ROUND_ROBIN
-// and described in the returned string (empty when lb was honoured).
-func applyLoadBalancer(c *cluster.Cluster, lb *networking.LoadBalancerSettings) (unsupported string) {
+// and reported.
+func applyLoadBalancer(c *cluster.Cluster, lb *networking.LoadBalancerSettings, drop dropReporter) {
 	c.LbPolicy = cluster.Cluster_ROUND_ROBIN
 	switch policy := lb.GetLbPolicy().(type) {
 	case nil:
-		return ""
 	case *networking.LoadBalancerSettings_Simple:
 		switch policy.Simple {
 		case networking.LoadBalancerSettings_UNSPECIFIED, networking.LoadBalancerSettings_ROUND_ROBIN:
-			return ""
 		case networking.LoadBalancerSettings_LEAST_REQUEST, networking.LoadBalancerSettings_LEAST_CONN:
 			c.LbPolicy = cluster.Cluster_LEAST_REQUEST
-			return ""
 		default:
-			return "simple: " + policy.Simple.String()
+			drop.field("loadBalancer.simple", "grpc-go does not implement "+policy.Simple.String()+"; ROUND_ROBIN is used")
 		}
 	case *networking.LoadBalancerSettings_ConsistentHash:
-		return applyConsistentHash(c, policy.ConsistentHash)
+		applyConsistentHash(c, policy.ConsistentHash, drop)
 	case *networking.LoadBalancerSettings_BackendUtilization:
-		return "backendUtilization"
+		drop.field("loadBalancer.backendUtilization", "not translated for grpc-go; ROUND_ROBIN is used")
 	default:
-		return fmt.Sprintf("%T", policy)
+		drop.field("loadBalancer", fmt.Sprintf("policy %T not translated for grpc-go; ROUND_ROBIN is used", policy))
 	}
 }
 
-func applyConsistentHash(c *cluster.Cluster, ch *networking.LoadBalancerSettings_ConsistentHashLB) string {
+func applyConsistentHash(c *cluster.Cluster, ch *networking.LoadBalancerSettings_ConsistentHashLB, drop dropReporter) {
 	minRing := ch.GetMinimumRingSize() // deprecated top-level field
 	switch algo := ch.GetHashAlgorithm().(type) {
 	case nil:
@@ -48,9 +45,11 @@ func applyConsistentHash(c *cluster.Cluster, ch *networking.LoadBalancerSettings
 			minRing = m
 		}
 	case *networking.LoadBalancerSettings_ConsistentHashLB_Maglev:
-		return "consistentHash: maglev"
+		drop.field("loadBalancer.consistentHash.maglev", "grpc-go implements only ring hash; ROUND_ROBIN is used")
+		return
 	default:
-		return fmt.Sprintf("consistentHash: %T", algo)
+		drop.field("loadBalancer.consistentHash", fmt.Sprintf("hash algorithm %T not translated for grpc-go; ROUND_ROBIN is used", algo))
+		return
 	}
 	ring := &cluster.Cluster_RingHashLbConfig{HashFunction: cluster.Cluster_RingHashLbConfig_XX_HASH}
 	if minRing != 0 {
@@ -58,5 +57,4 @@ func applyConsistentHash(c *cluster.Cluster, ch *networking.LoadBalancerSettings
 	}
 	c.LbPolicy = cluster.Cluster_RING_HASH
 	c.LbConfig = &cluster.Cluster_RingHashLbConfig_{RingHashLbConfig: ring}
-	return ""
 }

@@ -73,7 +73,7 @@ func (g *RouteGenerator) routeConfig(proxy *model.Proxy, push *pushcontext.PushC
 		ClusterSpecifier: &route.RouteAction_Cluster{Cluster: clusterKey{host: svc.Hostname, port: port.Port}.name()},
 	}
 	if dr := push.DestinationRuleFor(proxy.Namespace, svc.Hostname); dr != nil {
-		action.HashPolicy = g.hashPolicy(dr, port.Port, name, proxy.Namespace)
+		action.HashPolicy = hashPolicy(dr.TrafficPolicy(port.Port, ""), dropReporter{push: push, logger: g.opts.Logger, rule: dr, resource: name})
 	}
 	return marshalResource(name, &route.RouteConfiguration{
 		Name: name,
@@ -90,13 +90,12 @@ func (g *RouteGenerator) routeConfig(proxy *model.Proxy, push *pushcontext.PushC
 
 // hashPolicy gives a ring-hash cluster the request hash gRPC can compute: a
 // header, or the channel ID, gRPC's nearest equivalent of a source address
-// (one client process usually holds one channel per target).
-func (g *RouteGenerator) hashPolicy(dr *pushcontext.DestinationRule, port uint32, name, ns string) []*route.RouteAction_HashPolicy {
-	ch := dr.TrafficPolicy(port, "").GetLoadBalancer().GetConsistentHash()
-	if ch == nil {
-		return nil
-	}
-	switch key := ch.GetHashKey().(type) {
+// (one client process usually holds one channel per target). Other hash
+// keys are reported; without a hash policy grpc-go hashes each request
+// randomly.
+func hashPolicy(policy *networking.TrafficPolicy, drop dropReporter) []*route.RouteAction_HashPolicy {
+	const unhashed = "grpc-go cannot hash requests by it; each request gets a random hash"
+	switch key := policy.GetLoadBalancer().GetConsistentHash().GetHashKey().(type) {
 	case nil:
 		return nil
 	case *networking.LoadBalancerSettings_ConsistentHashLB_HttpHeaderName:
@@ -111,16 +110,11 @@ func (g *RouteGenerator) hashPolicy(dr *pushcontext.DestinationRule, port uint32
 			FilterState: &route.RouteAction_HashPolicy_FilterState{Key: "io.grpc.channel_id"},
 		}}}
 	case *networking.LoadBalancerSettings_ConsistentHashLB_HttpCookie:
-		g.warnHashKey("httpCookie", dr, name, ns)
+		drop.field("loadBalancer.consistentHash.httpCookie", unhashed)
 	case *networking.LoadBalancerSettings_ConsistentHashLB_HttpQueryParameterName:
-		g.warnHashKey("httpQueryParameterName", dr, name, ns)
+		drop.field("loadBalancer.consistentHash.httpQueryParameterName", unhashed)
 	default:
-		g.warnHashKey(fmt.Sprintf("%T", key), dr, name, ns)
+		drop.field("loadBalancer.consistentHash", fmt.Sprintf("hash key %T: %s", key, unhashed))
 	}
 	return nil
-}
-
-func (g *RouteGenerator) warnHashKey(key string, dr *pushcontext.DestinationRule, route, ns string) {
-	g.opts.Logger.Warn("consistent hash key not supported by gRPC; requests are hashed randomly",
-		"route", route, "hashKey", key, "proxyNamespace", ns, "destinationRule", dr.From)
 }
