@@ -26,21 +26,26 @@ func (dr *DestinationRule) Subset(name string) *networking.Subset {
 	return nil
 }
 
-// TrafficPolicy returns the policy for one port and subset, layered as Istio
-// does: the top-level policy, with a portLevelSettings entry for the port
-// replacing its load balancer, connection pool, outlier detection and TLS as
-// a whole (port-level settings do not inherit); then, for a subset, the
-// subset's own policy resolved for the port the same way, overriding field by
-// field. It returns nil when nothing applies. The result is shared with Spec
-// where nothing needed changing and must never be mutated; a result that
-// differs from Spec is a new message whose unchanged fields still point into
-// Spec. Port-level settings never appear in the result: it is already
-// resolved for the port.
+// TrafficPolicy returns the policy for one port and subset, resolved as
+// Istio's MergeSubsetTrafficPolicy does. First the top-level policy, where a
+// portLevelSettings entry for the port replaces the load balancer,
+// connection pool, outlier detection and TLS as a whole: port-level entries
+// do not inherit, so what an entry leaves unset is unset. Then, for a subset
+// with a policy, that policy overrides the fields it sets, except that a
+// portLevelSettings entry of the subset for the port replaces those four
+// fields as a whole, resetting what it leaves unset, whatever the top level
+// or the subset's own policy says. Tunnel, proxy protocol and retry budget
+// are not port-level settings: the subset's, else the top level's, apply.
+// It returns nil when nothing applies. The result is shared with Spec where
+// nothing needed changing and must never be mutated; a result that differs
+// from Spec is a new message whose unchanged fields still point into Spec.
+// Port-level settings never appear in the result: it is already resolved for
+// the port.
 func (dr *DestinationRule) TrafficPolicy(port uint32, subset string) *networking.TrafficPolicy {
 	if dr == nil || dr.Spec == nil {
 		return nil
 	}
-	base := policyForPort(dr.Spec.TrafficPolicy, port)
+	base, _ := policyForPort(dr.Spec.TrafficPolicy, port)
 	if subset == "" {
 		return base
 	}
@@ -48,20 +53,21 @@ func (dr *DestinationRule) TrafficPolicy(port uint32, subset string) *networking
 	if s == nil || s.TrafficPolicy == nil {
 		return base
 	}
-	over := policyForPort(s.TrafficPolicy, port)
+	over, overIsPortLevel := policyForPort(s.TrafficPolicy, port)
 	if base == nil {
 		return over
 	}
-	return overlayPolicy(base, over)
+	return overlayPolicy(base, over, overIsPortLevel)
 }
 
-// policyForPort resolves a policy's portLevelSettings for one port.
-func policyForPort(tp *networking.TrafficPolicy, port uint32) *networking.TrafficPolicy {
+// policyForPort resolves a policy's portLevelSettings for one port, and
+// reports whether an entry for the port was found.
+func policyForPort(tp *networking.TrafficPolicy, port uint32) (*networking.TrafficPolicy, bool) {
 	if tp == nil {
-		return nil
+		return nil, false
 	}
 	if len(tp.PortLevelSettings) == 0 {
-		return tp
+		return tp, false
 	}
 	resolved := &networking.TrafficPolicy{
 		LoadBalancer:     tp.LoadBalancer,
@@ -74,29 +80,36 @@ func policyForPort(tp *networking.TrafficPolicy, port uint32) *networking.Traffi
 	}
 	for _, p := range tp.PortLevelSettings {
 		if p.GetPort() != nil && p.GetPort().GetNumber() == port {
-			// Istio: port-level policies do not inherit; unset fields fall
-			// back to defaults, not to the top-level values.
 			resolved.LoadBalancer = p.LoadBalancer
 			resolved.ConnectionPool = p.ConnectionPool
 			resolved.OutlierDetection = p.OutlierDetection
 			resolved.Tls = p.Tls
-			break
+			return resolved, true
 		}
 	}
-	return resolved
+	return resolved, false
 }
 
-// overlayPolicy returns base with every field that over sets replaced.
-func overlayPolicy(base, over *networking.TrafficPolicy) *networking.TrafficPolicy {
+// overlayPolicy returns base with every field that over sets replaced. When
+// over comes from a port-level entry, its four port-level fields replace
+// base's even when unset.
+func overlayPolicy(base, over *networking.TrafficPolicy, overIsPortLevel bool) *networking.TrafficPolicy {
 	return &networking.TrafficPolicy{
-		LoadBalancer:     pick(over.LoadBalancer, base.LoadBalancer),
-		ConnectionPool:   pick(over.ConnectionPool, base.ConnectionPool),
-		OutlierDetection: pick(over.OutlierDetection, base.OutlierDetection),
-		Tls:              pick(over.Tls, base.Tls),
+		LoadBalancer:     portField(over.LoadBalancer, base.LoadBalancer, overIsPortLevel),
+		ConnectionPool:   portField(over.ConnectionPool, base.ConnectionPool, overIsPortLevel),
+		OutlierDetection: portField(over.OutlierDetection, base.OutlierDetection, overIsPortLevel),
+		Tls:              portField(over.Tls, base.Tls, overIsPortLevel),
 		Tunnel:           pick(over.Tunnel, base.Tunnel),
 		ProxyProtocol:    pick(over.ProxyProtocol, base.ProxyProtocol),
 		RetryBudget:      pick(over.RetryBudget, base.RetryBudget),
 	}
+}
+
+func portField[T any](over, base *T, overIsPortLevel bool) *T {
+	if overIsPortLevel {
+		return over
+	}
+	return pick(over, base)
 }
 
 func pick[T any](preferred, fallback *T) *T {

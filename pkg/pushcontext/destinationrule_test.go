@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1"
 )
 
@@ -27,8 +28,18 @@ func TestTrafficPolicy(t *testing.T) {
 		v1LB       = simpleLB(networking.LoadBalancerSettings_RANDOM)
 		v2Outlier  = &networking.OutlierDetection{MaxEjectionPercent: 50}
 		v2PortPool = maxConnections(7)
+		v4Outlier  = &networking.OutlierDetection{MaxEjectionPercent: 70}
+		v4PortLB   = simpleLB(networking.LoadBalancerSettings_LEAST_REQUEST)
+		v4Budget   = &networking.TrafficPolicy_RetryBudget{Percent: &wrapperspb.DoubleValue{Value: 20}}
 		tunnel     = &networking.TrafficPolicy_TunnelSettings{Protocol: "CONNECT", TargetHost: "x", TargetPort: 1}
 	)
+	v4 := &networking.Subset{Name: "v4", Labels: version("v4"), TrafficPolicy: &networking.TrafficPolicy{
+		OutlierDetection: v4Outlier,
+		RetryBudget:      v4Budget,
+		PortLevelSettings: []*networking.TrafficPolicy_PortTrafficPolicy{
+			{Port: portSelector(8080), LoadBalancer: v4PortLB},
+		},
+	}}
 	full := &networking.DestinationRule{
 		Host: reviews,
 		TrafficPolicy: &networking.TrafficPolicy{
@@ -50,11 +61,15 @@ func TestTrafficPolicy(t *testing.T) {
 				},
 			}},
 			{Name: "v3", Labels: version("v3")},
+			v4,
 		},
 	}
 	subsetOnly := &networking.DestinationRule{
-		Host:    reviews,
-		Subsets: []*networking.Subset{{Name: "v1", TrafficPolicy: &networking.TrafficPolicy{LoadBalancer: v1LB}}},
+		Host: reviews,
+		Subsets: []*networking.Subset{
+			{Name: "v1", TrafficPolicy: &networking.TrafficPolicy{LoadBalancer: v1LB}},
+			v4,
+		},
 	}
 	tests := []struct {
 		name   string
@@ -89,9 +104,27 @@ func TestTrafficPolicy(t *testing.T) {
 			want: &networking.TrafficPolicy{LoadBalancer: topLB, ConnectionPool: topPool, OutlierDetection: v2Outlier, Tls: topTLS, Tunnel: tunnel},
 		},
 		{
-			name: "subset port entry replaces the subset's own fields, then layers over the port-level result",
+			// Istio's MergeSubsetTrafficPolicy: a subset's port entry replaces
+			// the four port-level fields as a whole, so the top level's
+			// port-level load balancer is reset too.
+			name: "subset port entry replaces the top level's port entry as a whole",
 			spec: full, port: 9080, subset: "v2",
-			want: &networking.TrafficPolicy{LoadBalancer: portLB, ConnectionPool: v2PortPool, Tunnel: tunnel},
+			want: &networking.TrafficPolicy{ConnectionPool: v2PortPool, Tunnel: tunnel},
+		},
+		{
+			name: "subset port entry resets the top level's fields it leaves unset",
+			spec: full, port: 8080, subset: "v4",
+			want: &networking.TrafficPolicy{LoadBalancer: v4PortLB, Tunnel: tunnel, RetryBudget: v4Budget},
+		},
+		{
+			name: "subset without an entry for the port layers field by field",
+			spec: full, port: 80, subset: "v4",
+			want: &networking.TrafficPolicy{LoadBalancer: topLB, ConnectionPool: topPool, OutlierDetection: v4Outlier, Tls: topTLS, Tunnel: tunnel, RetryBudget: v4Budget},
+		},
+		{
+			name: "subset port entry without a top level",
+			spec: subsetOnly, port: 8080, subset: "v4",
+			want: &networking.TrafficPolicy{LoadBalancer: v4PortLB, RetryBudget: v4Budget},
 		},
 		{
 			name: "subset without a policy",
