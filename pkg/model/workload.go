@@ -5,7 +5,10 @@ import (
 	"slices"
 )
 
-// Workload is a Pod: where it runs, who it is, and its labels.
+// Workload is a Pod: where it runs, who it is, and its labels. Proxies may
+// read only its name, namespace, IPs and labels through the push context:
+// the store does not announce changes of the rest (see proxyVisible), so
+// the push context may hold an older version of them.
 type Workload struct {
 	Name           string
 	Namespace      string
