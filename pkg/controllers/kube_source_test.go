@@ -252,8 +252,11 @@ func TestKubeHandlerSkipsResync(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := src.handler("Service")
+	// Each resourceVersion carries a different label, so that every new
+	// version is a change the ingester passes on.
 	svc := func(rv string) *corev1.Service {
-		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "reviews", Namespace: "ns", ResourceVersion: rv}}
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "reviews", Namespace: "ns", ResourceVersion: rv,
+			Labels: map[string]string{"version": rv}}}
 	}
 	h.OnAdd(svc("1"), true)
 	h.OnUpdate(svc("1"), svc("1"))
