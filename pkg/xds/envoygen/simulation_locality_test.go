@@ -28,9 +28,9 @@ func TestSimulationLocality(t *testing.T) {
 		return routeWant{xdstest.OutcomeRouted, "0.0.0.0_80", "80", svc + ".app.svc.cluster.local:80",
 			"outbound|80||" + svc + ".app.svc.cluster.local", nil, "", eps}
 	}
-	// Locality load balancing keeps Envoy's locality weighted load
-	// balancing on, and Istio weighs a locality by its endpoint count:
-	// here one each.
+	// Istio turns on Envoy's locality weighted load balancing only for a
+	// failover that can happen (outlier detection set) and for distribute,
+	// and weighs a locality by its endpoint count: here one each.
 	p0 := func(addr string) xdstest.Endpoint { return xdstest.Endpoint{Address: addr, LocalityWeight: 1} }
 	weighted := func(addr string, w uint32) xdstest.Endpoint {
 		return xdstest.Endpoint{Address: addr, LocalityWeight: w}
@@ -48,6 +48,13 @@ func TestSimulationLocality(t *testing.T) {
 			routed("api-east-gone", p0("10.2.0.4:8080"))},
 		{"failover: the rule's from does not cover us-west", "west-client", req("api-east-gone", "10.96.1.3"),
 			routed("api-east-gone", p0("10.2.0.3:8080"))},
+		// Without outlier detection Envoy could never fail over, so Istio
+		// sets no priorities and no locality weights.
+		{"failover without outlier detection: one priority", "east-client", req("api-no-outlier", "10.96.1.7"),
+			routed("api-no-outlier", ep("10.2.0.1:8080"), ep("10.2.0.2:8080"), ep("10.2.0.3:8080"), ep("10.2.0.4:8080"))},
+		// enabled: false leaves neither priorities nor locality weights.
+		{"locality load balancing off", "east-client", req("api-off", "10.96.1.8"),
+			routed("api-off", ep("10.2.0.1:8080"), ep("10.2.0.2:8080"), ep("10.2.0.3:8080"), ep("10.2.0.4:8080"))},
 		{"distribute: weights of the client's entry, eu-west left out", "east-client", req("dist", "10.96.1.4"),
 			routed("dist", weighted("10.2.0.1:8080", 80), weighted("10.2.0.3:8080", 20))},
 		{"failoverPriority: tier and region match", "east-client", req("tiered", "10.96.1.5"),

@@ -149,6 +149,9 @@ func TestSimulationDestinationRules(t *testing.T) {
 		{"root namespace proxy: its private rule wins", "root-client",
 			xdstest.Request{DestinationIP: "10.96.0.20", Port: 80, Host: webFQDN, Path: "/"},
 			routeWant{xdstest.OutcomeRouted, "0.0.0.0_80", "80", webVh, web, []string{"header:x-root"}, "", webEndpoints}},
+		{"another namespace: the service namespace's exported rule", "other-client",
+			xdstest.Request{DestinationIP: "10.96.0.20", Port: 80, Host: "web.app", Path: "/"},
+			routeWant{xdstest.OutcomeRouted, "0.0.0.0_80", "80", webVh, web, []string{"header:x-user"}, "", webEndpoints}},
 		{"short name from another namespace is unknown: passthrough", "root-client",
 			xdstest.Request{DestinationIP: "10.96.0.20", Port: 80, Host: "web", Path: "/"},
 			routeWant{xdstest.OutcomeRouted, "0.0.0.0_80", "80", "allow_any", PassthroughCluster, nil, "", []xdstest.Endpoint{ep("10.96.0.20:80")}}},
@@ -163,6 +166,10 @@ func TestSimulationDestinationRules(t *testing.T) {
 			xdstest.Request{DestinationIP: "10.96.0.23", Port: 8080, Host: "cart:8080", Path: "/"},
 			routeWant{xdstest.OutcomeRouted, "0.0.0.0_8080", "8080", "cart.app.svc.cluster.local:8080", "outbound|8080||cart.app.svc.cluster.local",
 				[]string{"source_ip"}, "", []xdstest.Endpoint{ep("10.1.2.1:9090")}}},
+		{"consistentHash query parameter", "client",
+			xdstest.Request{DestinationIP: "10.96.0.24", Port: 80, Host: "search.app.svc.cluster.local", Path: "/?q=shoes"},
+			routeWant{xdstest.OutcomeRouted, "0.0.0.0_80", "80", "search.app.svc.cluster.local:80", "outbound|80||search.app.svc.cluster.local",
+				[]string{"query_parameter:q"}, "", []xdstest.Endpoint{ep("10.1.3.1:8080")}}},
 		{"loadBalancer PASSTHROUGH: the original destination, not the endpoints", "client",
 			xdstest.Request{DestinationIP: "10.96.0.21", Port: 80, Host: "pass.app.svc.cluster.local", Path: "/"},
 			routeWant{xdstest.OutcomeRouted, "0.0.0.0_80", "80", "pass.app.svc.cluster.local:80", "outbound|80||pass.app.svc.cluster.local",
@@ -189,6 +196,8 @@ func TestSimulationDestinationRules(t *testing.T) {
 		// balancer resets the subset's RANDOM to the default, LEAST_REQUEST.
 		{"client", "outbound|80|v2|web.app.svc.cluster.local",
 			clusterWant{xdstest.OutcomeRouted, "EDS", "LEAST_REQUEST", []xdstest.Endpoint{ep("10.1.0.2:8080")}}},
+		{"other-client", "outbound|80|v1|web.app.svc.cluster.local",
+			clusterWant{xdstest.OutcomeRouted, "EDS", "RING_HASH", []xdstest.Endpoint{ep("10.1.0.1:8080")}}},
 		// The root-namespace proxy's rule defines no subsets.
 		{"root-client", "outbound|80|v1|web.app.svc.cluster.local", clusterWant{Outcome: xdstest.OutcomeNoCluster}},
 	})
