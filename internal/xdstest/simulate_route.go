@@ -69,16 +69,16 @@ func stripPort(host string) string {
 // wildcard never matches an empty string. Matching ignores case.
 func selectVirtualHost(vhosts []*route.VirtualHost, host string) *route.VirtualHost {
 	var (
-		suffix, prefix, any  *route.VirtualHost
-		suffixLen, prefixLen int
+		suffix, prefix, catchAll *route.VirtualHost
+		suffixLen, prefixLen     int
 	)
 	for _, vh := range vhosts {
 		for _, d := range vh.GetDomains() {
 			d = strings.ToLower(d)
 			switch {
 			case d == "*":
-				if any == nil {
-					any = vh
+				if catchAll == nil {
+					catchAll = vh
 				}
 			case strings.HasPrefix(d, "*"):
 				if len(host) > len(d)-1 && strings.HasSuffix(host, d[1:]) && len(d) > suffixLen {
@@ -93,7 +93,7 @@ func selectVirtualHost(vhosts []*route.VirtualHost, host string) *route.VirtualH
 			}
 		}
 	}
-	for _, vh := range []*route.VirtualHost{suffix, prefix, any} {
+	for _, vh := range []*route.VirtualHost{suffix, prefix, catchAll} {
 		if vh != nil {
 			return vh
 		}
@@ -167,14 +167,12 @@ func routeMatches(m *route.RouteMatch, headers map[string]string) (ok bool, why 
 		switch {
 		case qm.GetPresentMatch():
 			ok = present
+		case qm.GetStringMatch() != nil && !present:
+			ok = false
 		case qm.GetStringMatch() != nil:
 			// Envoy compares the first value of a repeated parameter.
 			var why string
-			ok, why = present && len(vs) > 0, ""
-			if ok {
-				ok, why = stringMatches(qm.GetStringMatch(), vs[0])
-			}
-			if why != "" {
+			if ok, why = stringMatches(qm.GetStringMatch(), vs[0]); why != "" {
 				return false, why
 			}
 		default:
