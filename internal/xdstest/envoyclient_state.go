@@ -1,0 +1,644 @@
+package xdstest
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/proto"
+)
+
+// envoyState is the client's model of Envoy's xDS state machine. Every method
+// runs with mu held: the receive loop, the initial_fetch_timeout timers and
+// the accessors all take it.
+//
+// Envoy's gRPC mux sends requests as follows, and this model does the same:
+//
+//   - SotW (grpc_mux_impl.cc): every watch added or removed queues a request
+//     for its type, with the full set of names, the last accepted
+//     version_info and the last received nonce, even when the set of names
+//     is unchanged. A cluster instance has its own EDS watch, so a new or
+//     changed EDS cluster re-requests EDS, and so does the removal of the
+//     old version once the new one is warm. While a response is processed,
+//     requests of its own type are held and merged into its ACK/NACK, and
+//     CDS (LDS) processing holds EDS (RDS) requests too, sending them
+//     before the CDS (LDS) ACK (cds_api_helper.cc, lds_api.cc). "Resource
+//     updates" in https://www.envoyproxy.io/docs/envoy/latest/api-docs/xds_protocol
+//     shows the resulting EDS request at the old version.
+//   - Delta (new_grpc_mux_impl.cc, watch_map.cc): a request is sent only
+//     when the union of watched names changes, as resource_names_subscribe
+//     and resource_names_unsubscribe increments. A changed cluster whose EDS
+//     name is already watched sends nothing: the server must push its
+//     ClusterLoadAssignment unasked ("Incremental xDS" in the same page).
+//     ACKs carry the nonce and the pending increments of their type.
+//
+// A route configuration or secret subscription is shared by every listener
+// or cluster that names it, as Envoy shares RdsRouteConfigSubscription and
+// SDS providers (Init::SharedTargetImpl): only a newly named one is
+// requested, and a consumer created after it arrived is ready at once.
+type envoyState struct {
+	tr      transport
+	mu      *sync.Mutex
+	begun   time.Time
+	stopped bool
+
+	types map[string]*typeState
+	dirty []string // types with a request due, in the order they became due
+
+	clusters  map[string]*warmEntry
+	listeners map[string]*warmEntry
+	subs      map[subKey]*sharedSub
+	ldsSince  time.Time // zero until LDS is subscribed
+
+	requests []SentRequest
+	nacks    []Nack
+	err      error
+	changed  chan struct{} // closed and replaced on every change
+}
+
+type typeState struct {
+	url       string
+	wildcard  bool
+	started   bool // a request was sent
+	responded bool // a response was processed
+	version   string
+	nonce     string
+	sent      []string // delta: the names subscribed so far
+}
+
+// warmEntry is a named cluster or listener: the version serving traffic and
+// the version warming to replace it.
+type warmEntry struct{ active, warming *resourceVersion }
+
+type resourceVersion struct {
+	kind     string // "Cluster" or "Listener"
+	name     string
+	res      proto.Message
+	since    time.Time
+	eds      *edsWatch    // clusters fetching EDS over ADS
+	deps     []*sharedSub // route configurations and secrets
+	clusters []string     // clusters a listener's tcp_proxy or inline routes name
+}
+
+type edsWatch struct {
+	dependency
+	cla   *endpointv3.ClusterLoadAssignment
+	done  bool // received, or given up on by timeout or removal
+	dead  bool
+	timer *time.Timer
+}
+
+type subKey struct{ typeURL, name string }
+
+type sharedSub struct {
+	dependency
+	value proto.Message
+	done  bool
+	dead  bool
+	refs  int
+	timer *time.Timer
+}
+
+func newEnvoyState(tr transport, mu *sync.Mutex) *envoyState {
+	return &envoyState{
+		tr: tr, mu: mu, begun: time.Now(),
+		types:    map[string]*typeState{},
+		clusters: map[string]*warmEntry{}, listeners: map[string]*warmEntry{},
+		subs:    map[subKey]*sharedSub{},
+		changed: make(chan struct{}),
+	}
+}
+
+// start subscribes to CDS, Envoy's first request on an ADS stream.
+func (s *envoyState) start() {
+	s.markDirty(resourcev3.ClusterType).wildcard = true
+	s.flush("", "")
+}
+
+func (s *envoyState) handle(resp *response) {
+	defer s.notify()
+	ts := s.types[resp.typeURL]
+	if ts == nil || !ts.started {
+		// Envoy ignores a type it has not subscribed to (grpc_mux_impl.cc).
+		return
+	}
+	ts.nonce, ts.responded = resp.nonce, true
+	decoded, err := decodeResponse(resp)
+	if err != nil {
+		s.nacks = append(s.nacks, Nack{TypeURL: resp.typeURL, Version: resp.version, Nonce: resp.nonce, Error: err.Error()})
+		s.settle()
+		s.flush(resp.typeURL, err.Error())
+		return
+	}
+	ts.version = resp.version
+	switch resp.typeURL {
+	case resourcev3.ClusterType:
+		s.applyTop(s.clusters, "Cluster", decoded, resp.removed)
+	case resourcev3.ListenerType:
+		s.applyTop(s.listeners, "Listener", decoded, resp.removed)
+	case resourcev3.EndpointType:
+		s.applyEndpoints(decoded, resp.removed)
+	default:
+		s.applyShared(resp.typeURL, decoded)
+	}
+	s.settle()
+	s.flush(resp.typeURL, "")
+}
+
+// applyTop applies a CDS or LDS update. An update identical to the active
+// or the warming version is skipped, as Envoy skips a cluster or listener
+// whose hash is unchanged; any other creates a new warming instance that
+// replaces an older warming one. In SotW, a cluster or listener missing
+// from the response is removed ("Deleting Resources",
+// https://www.envoyproxy.io/docs/envoy/latest/api-docs/xds_protocol).
+func (s *envoyState) applyTop(entries map[string]*warmEntry, kind string, decoded map[string]proto.Message, removed []string) {
+	for name, m := range decoded {
+		e := entries[name]
+		if e == nil {
+			e = &warmEntry{}
+			entries[name] = e
+		}
+		if (e.active != nil && proto.Equal(e.active.res, m)) || (e.warming != nil && proto.Equal(e.warming.res, m)) {
+			continue
+		}
+		s.destroy(e.warming)
+		e.warming = s.create(kind, name, m)
+	}
+	if !s.tr.delta() {
+		for name := range entries {
+			if _, ok := decoded[name]; !ok {
+				removed = append(removed, name)
+			}
+		}
+	}
+	for _, name := range removed {
+		if e := entries[name]; e != nil {
+			s.destroy(e.active)
+			s.destroy(e.warming)
+			delete(entries, name)
+		}
+	}
+}
+
+// applyEndpoints gives every cluster instance watching a name its load
+// assignment. A delta removal of a watched name tells a warming cluster
+// that the assignment does not exist, and Envoy's EDS cluster then
+// initializes with no endpoints (eds.cc; "Knowing When a Requested Resource
+// Does Not Exist", https://www.envoyproxy.io/docs/envoy/latest/api-docs/xds_protocol).
+func (s *envoyState) applyEndpoints(decoded map[string]proto.Message, removed []string) {
+	for _, inst := range s.instances(s.clusters) {
+		w := inst.eds
+		if w == nil {
+			continue
+		}
+		if m, ok := decoded[w.name]; ok {
+			w.cla = m.(*endpointv3.ClusterLoadAssignment)
+			w.finish()
+		} else if slices.Contains(removed, w.name) {
+			w.finish()
+		}
+	}
+}
+
+// applyShared stores route configurations and secrets that are subscribed;
+// "the client will silently ignore any supplied resources that were not
+// explicitly requested" ("How the client specifies what resources to
+// return", https://www.envoyproxy.io/docs/envoy/latest/api-docs/xds_protocol).
+// Delta removals are ignored, as Envoy's RDS does (rds_route_config_subscription.cc).
+func (s *envoyState) applyShared(typeURL string, decoded map[string]proto.Message) {
+	for name, m := range decoded {
+		if sub := s.subs[subKey{typeURL, name}]; sub != nil {
+			sub.value = m
+			sub.finish()
+		}
+	}
+}
+
+func (s *envoyState) create(kind, name string, m proto.Message) *resourceVersion {
+	inst := &resourceVersion{kind: kind, name: name, res: m, since: time.Now()}
+	if c, ok := m.(*clusterv3.Cluster); ok {
+		if d, ok := edsDependency(c); ok {
+			inst.eds = &edsWatch{dependency: d}
+			inst.eds.timer = s.fetchTimer(d, func() bool { return inst.eds.expire() })
+			s.markDirty(resourcev3.EndpointType)
+		}
+	}
+	deps, clusters := referencesOf(m)
+	for _, d := range deps {
+		inst.deps = append(inst.deps, s.acquire(d))
+	}
+	if kind == "Listener" {
+		inst.clusters = clusters
+	}
+	return inst
+}
+
+func (s *envoyState) destroy(inst *resourceVersion) {
+	if inst == nil {
+		return
+	}
+	if w := inst.eds; w != nil {
+		w.dead = true
+		stopTimer(w.timer)
+		s.markDirty(resourcev3.EndpointType)
+	}
+	for _, sub := range inst.deps {
+		if sub.refs--; sub.refs == 0 {
+			sub.dead = true
+			stopTimer(sub.timer)
+			delete(s.subs, subKey{sub.typeURL, sub.name})
+			s.markDirty(sub.typeURL)
+		}
+	}
+}
+
+func (s *envoyState) acquire(d dependency) *sharedSub {
+	k := subKey{d.typeURL, d.name}
+	sub := s.subs[k]
+	if sub == nil {
+		sub = &sharedSub{dependency: d}
+		sub.timer = s.fetchTimer(d, func() bool { return sub.expire() })
+		s.subs[k] = sub
+		s.markDirty(d.typeURL)
+	}
+	sub.refs++
+	return sub
+}
+
+// fetchTimer arms a subscription's initial_fetch_timeout: "The timer is
+// activated when the xDS API subscription starts, and is disarmed on first
+// config update or on error. 0 means no timeout"; on expiry "Envoy will move
+// to the next initialization phase, even if the first config is not
+// delivered yet" (ConfigSource.initial_fetch_timeout,
+// https://www.envoyproxy.io/docs/envoy/latest/api-v3/config/core/v3/config_source.proto).
+// expire reports whether the expiry changed anything.
+func (s *envoyState) fetchTimer(d dependency, expire func() bool) *time.Timer {
+	if d.timeout <= 0 {
+		return nil
+	}
+	return time.AfterFunc(d.timeout, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.stopped || !expire() {
+			return
+		}
+		s.settle()
+		s.flush("", "")
+		s.notify()
+	})
+}
+
+func (w *edsWatch) finish() { w.done = true; stopTimer(w.timer) }
+
+func (w *edsWatch) expire() bool {
+	if w.done || w.dead {
+		return false
+	}
+	w.done = true
+	return true
+}
+
+func (u *sharedSub) finish() { u.done = true; stopTimer(u.timer) }
+
+func (u *sharedSub) expire() bool {
+	if u.done || u.dead {
+		return false
+	}
+	u.done = true
+	return true
+}
+
+func stopTimer(t *time.Timer) {
+	if t != nil {
+		t.Stop()
+	}
+}
+
+func (inst *resourceVersion) ready() bool {
+	if inst.eds != nil && !inst.eds.done {
+		return false
+	}
+	for _, sub := range inst.deps {
+		if !sub.done {
+			return false
+		}
+	}
+	return true
+}
+
+// settle promotes warm instances and starts LDS once the initial clusters
+// are warm. A cluster (listener) becomes active only when its load
+// assignment (route configuration) and its transport sockets' secrets are
+// there ("Resource warming", https://www.envoyproxy.io/docs/envoy/latest/api-docs/xds_protocol;
+// "Cluster warming", https://www.envoyproxy.io/docs/envoy/latest/intro/arch_overview/upstream/cluster_manager;
+// https://www.envoyproxy.io/docs/envoy/latest/configuration/listeners/lds;
+// https://www.envoyproxy.io/docs/envoy/latest/configuration/security/secret);
+// until then the previous version keeps serving.
+func (s *envoyState) settle() {
+	for _, entries := range []map[string]*warmEntry{s.clusters, s.listeners} {
+		for _, e := range entries {
+			if e.warming != nil && e.warming.ready() {
+				s.destroy(e.active)
+				e.active, e.warming = e.warming, nil
+			}
+		}
+	}
+	if s.ldsSince.IsZero() && s.types[resourcev3.ClusterType].responded && !s.anyWarming(s.clusters) {
+		s.ldsSince = time.Now()
+		s.markDirty(resourcev3.ListenerType).wildcard = true
+	}
+}
+
+func (s *envoyState) anyWarming(entries map[string]*warmEntry) bool {
+	for _, e := range entries {
+		if e.warming != nil {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *envoyState) markDirty(typeURL string) *typeState {
+	ts := s.types[typeURL]
+	if ts == nil {
+		ts = &typeState{url: typeURL}
+		s.types[typeURL] = ts
+	}
+	if !slices.Contains(s.dirty, typeURL) {
+		s.dirty = append(s.dirty, typeURL)
+	}
+	return ts
+}
+
+// flush sends the requests that are due, then the ACK (or NACK, when
+// nack is set) of the response of type ackType being processed, if any.
+func (s *envoyState) flush(ackType, nack string) {
+	for _, t := range s.dirty {
+		if t != ackType {
+			s.request(s.types[t], false, "")
+		}
+	}
+	s.dirty = s.dirty[:0]
+	if ackType != "" {
+		s.request(s.types[ackType], true, nack)
+	}
+}
+
+func (s *envoyState) request(ts *typeState, ack bool, nack string) {
+	names := s.wanted(ts)
+	r := SentRequest{At: time.Now(), TypeURL: ts.url, ErrorDetail: nack}
+	if s.tr.delta() {
+		r.Subscribe, r.Unsubscribe = missingFrom(names, ts.sent), missingFrom(ts.sent, names)
+		if !ack && (ts.started || !ts.wildcard) && len(r.Subscribe)+len(r.Unsubscribe) == 0 {
+			return
+		}
+		if ack {
+			r.ResponseNonce = ts.nonce
+		}
+		ts.sent = names
+	} else {
+		if !ts.started && !ts.wildcard && len(names) == 0 {
+			return
+		}
+		r.VersionInfo, r.ResponseNonce, r.ResourceNames = ts.version, ts.nonce, names
+	}
+	ts.started = true
+	s.requests = append(s.requests, r)
+	if err := s.tr.send(r); err != nil {
+		s.fail(err)
+	}
+}
+
+// wanted is the sorted set of names a type is subscribed to (nil for a
+// wildcard).
+func (s *envoyState) wanted(ts *typeState) []string {
+	var names []string
+	switch ts.url {
+	case resourcev3.ClusterType, resourcev3.ListenerType:
+		return nil
+	case resourcev3.EndpointType:
+		for _, inst := range s.instances(s.clusters) {
+			if inst.eds != nil && !slices.Contains(names, inst.eds.name) {
+				names = append(names, inst.eds.name)
+			}
+		}
+	default:
+		for k := range s.subs {
+			if k.typeURL == ts.url {
+				names = append(names, k.name)
+			}
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// missingFrom is the sorted names of a not in b.
+func missingFrom(a, b []string) []string {
+	var out []string
+	for _, n := range a {
+		if !slices.Contains(b, n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// instances lists the active and warming instances of entries.
+func (s *envoyState) instances(entries map[string]*warmEntry) []*resourceVersion {
+	var out []*resourceVersion
+	for _, e := range entries {
+		for _, inst := range []*resourceVersion{e.active, e.warming} {
+			if inst != nil {
+				out = append(out, inst)
+			}
+		}
+	}
+	return out
+}
+
+func (s *envoyState) fail(err error) {
+	if s.err == nil {
+		s.err = err
+	}
+	s.notify()
+}
+
+func (s *envoyState) notify() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+func (s *envoyState) stopTimers() {
+	s.stopped = true
+	for _, inst := range append(s.instances(s.clusters), s.instances(s.listeners)...) {
+		if inst.eds != nil {
+			stopTimer(inst.eds.timer)
+		}
+	}
+	for _, sub := range s.subs {
+		stopTimer(sub.timer)
+	}
+}
+
+func (s *envoyState) snapshot() Snapshot {
+	snap := Snapshot{
+		Clusters: map[string]*clusterv3.Cluster{}, Endpoints: map[string]*endpointv3.ClusterLoadAssignment{},
+		Listeners: map[string]*listenerv3.Listener{}, Routes: map[string]*routev3.RouteConfiguration{},
+		Secrets: map[string]*tlsv3.Secret{},
+	}
+	for name, e := range s.clusters {
+		if e.active == nil {
+			continue
+		}
+		snap.Clusters[name] = e.active.res.(*clusterv3.Cluster)
+		if e.active.eds != nil && e.active.eds.cla != nil {
+			snap.Endpoints[name] = e.active.eds.cla
+		}
+	}
+	for name, e := range s.listeners {
+		if e.active != nil {
+			snap.Listeners[name] = e.active.res.(*listenerv3.Listener)
+		}
+	}
+	for k, sub := range s.subs {
+		switch v := sub.value.(type) {
+		case *routev3.RouteConfiguration:
+			snap.Routes[k.name] = v
+		case *tlsv3.Secret:
+			snap.Secrets[k.name] = v
+		}
+	}
+	return snap
+}
+
+func (s *envoyState) warming() []Warming {
+	var out []Warming
+	for _, t := range []struct {
+		url   string
+		since time.Time
+	}{{resourcev3.ClusterType, s.begun}, {resourcev3.ListenerType, s.ldsSince}} {
+		if ts := s.types[t.url]; ts != nil && !ts.responded {
+			out = append(out, Warming{Type: shortType(t.url), Name: "(initial fetch)", Since: t.since,
+				WaitingFor: []string{"the first " + shortType(t.url) + " response"}})
+		}
+	}
+	for _, inst := range append(s.instances(s.clusters), s.instances(s.listeners)...) {
+		if inst.ready() || s.isActive(inst) {
+			continue
+		}
+		w := Warming{Type: inst.kind, Name: inst.name, Since: inst.since}
+		if inst.eds != nil && !inst.eds.done {
+			w.WaitingFor = append(w.WaitingFor, shortType(inst.eds.typeURL)+" "+inst.eds.name)
+		}
+		for _, sub := range inst.deps {
+			if !sub.done {
+				w.WaitingFor = append(w.WaitingFor, shortType(sub.typeURL)+" "+sub.name)
+			}
+		}
+		out = append(out, w)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		return cmp.Or(out[i].Since.Compare(out[j].Since), cmp.Compare(out[i].Name, out[j].Name)) < 0
+	})
+	return out
+}
+
+func (s *envoyState) isActive(inst *resourceVersion) bool {
+	entries := s.clusters
+	if inst.kind == "Listener" {
+		entries = s.listeners
+	}
+	return entries[inst.name] != nil && entries[inst.name].active == inst
+}
+
+func (s *envoyState) dangling() []string {
+	var out []string
+	missing := func(owner string, sub *sharedSub) {
+		if sub.value == nil {
+			out = append(out, fmt.Sprintf("%s: %s %s was never received", owner, shortType(sub.typeURL), sub.name))
+		}
+	}
+	checkClusters := func(owner string, names []string) {
+		for _, c := range names {
+			if e := s.clusters[c]; e == nil || e.active == nil {
+				out = append(out, fmt.Sprintf("%s: cluster %s is not an active cluster", owner, c))
+			}
+		}
+	}
+	routes := map[string]*routev3.RouteConfiguration{}
+	for name, e := range s.clusters {
+		if inst := e.active; inst != nil {
+			if inst.eds != nil && inst.eds.cla == nil {
+				out = append(out, fmt.Sprintf("Cluster %s: active without ClusterLoadAssignment %s", name, inst.eds.name))
+			}
+			for _, sub := range inst.deps {
+				missing("Cluster "+name, sub)
+			}
+		}
+	}
+	for name, e := range s.listeners {
+		inst := e.active
+		if inst == nil {
+			continue
+		}
+		for _, sub := range inst.deps {
+			missing("Listener "+name, sub)
+			if rc, ok := sub.value.(*routev3.RouteConfiguration); ok {
+				routes[sub.name] = rc
+			}
+		}
+		checkClusters("Listener "+name, inst.clusters)
+	}
+	for name, rc := range routes {
+		_, clusters := referencesOf(rc)
+		checkClusters("RouteConfiguration "+name, clusters)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// settled is nil when the client is fully warm, nothing dangles and cond
+// (if any) holds; otherwise it says what is missing.
+func (s *envoyState) settled(cond func(Snapshot) error) error {
+	var problems []string
+	for _, w := range s.warming() {
+		problems = append(problems, w.String())
+	}
+	problems = append(problems, s.dangling()...)
+	if len(problems) == 0 && cond != nil {
+		if err := cond(s.snapshot()); err != nil {
+			problems = append(problems, err.Error())
+		}
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	return fmt.Errorf("not settled:\n  %s", strings.Join(problems, "\n  "))
+}
+
+func shortType(typeURL string) string {
+	switch typeURL {
+	case resourcev3.ClusterType:
+		return "CDS"
+	case resourcev3.ListenerType:
+		return "LDS"
+	case resourcev3.EndpointType:
+		return "ClusterLoadAssignment"
+	case resourcev3.RouteType:
+		return "RouteConfiguration"
+	case resourcev3.SecretType:
+		return "Secret"
+	}
+	return typeURL
+}
