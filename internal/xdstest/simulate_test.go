@@ -275,3 +275,30 @@ func TestSimulationPriorities(t *testing.T) {
 		})
 	}
 }
+
+// TestSimulationClusterOutcomes: a cluster CDS did not send, and an EDS
+// cluster whose load assignment has not arrived (Envoy keeps it warming).
+func TestSimulationClusterOutcomes(t *testing.T) {
+	sim, err := NewSimulation(
+		&cluster.Cluster{Name: "warming", ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_EDS},
+			EdsClusterConfig: &cluster.Cluster_EdsClusterConfig{ServiceName: "warming-eds"}},
+		// The assignment carries the cluster's own name, not its
+		// service_name, so it does not serve the cluster.
+		&endpoint.ClusterLoadAssignment{ClusterName: "warming"},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		cluster string
+		want    Outcome
+	}{
+		{"missing", OutcomeNoCluster},
+		{"warming", OutcomeDangling},
+	}
+	for _, tc := range cases {
+		if _, got, detail := sim.Cluster(tc.cluster, Request{}); got != tc.want {
+			t.Errorf("%s: %q (%s), want %q", tc.cluster, got, detail, tc.want)
+		}
+	}
+}
