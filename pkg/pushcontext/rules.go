@@ -34,6 +34,8 @@ type ruleIndex struct {
 	entries []*ruleEntry
 	// configs counts the DestinationRules that were indexed.
 	configs int
+	// failoverLabels: see PushContext.FailoverPriorityLabels.
+	failoverLabels []string
 
 	configHosts configHosts
 
@@ -155,7 +157,7 @@ func resolveHost(host, namespace, domainSuffix string) string {
 func isWildcard(host string) bool { return strings.HasPrefix(host, "*") }
 
 func buildRuleIndex(configs []*model.Config, opts Options) *ruleIndex {
-	idx := &ruleIndex{local: map[string]*hostRules{}}
+	idx := &ruleIndex{local: map[string]*hostRules{}, failoverLabels: failoverPriorityLabels(configs)}
 	wildcardPos := map[*hostRules]map[string]int{} // wildcard host -> position, while building
 	rootPrivate := map[string]*hostRules{}
 	hostsOf := func(byNamespace map[string]*hostRules, ns string) *hostRules {

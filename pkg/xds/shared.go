@@ -130,7 +130,8 @@ func hashNames(names []string) uint64 {
 // subscription: kind, namespace, domain, cluster, locality, the services its
 // workload serves (with named target ports resolved), whether it is the
 // ingress gateway, and its labels when a workload-selector rule in its
-// namespace could tell proxies apart. Proxies
+// namespace could tell proxies apart, else those that failoverPriority
+// reads. TestSharingKeyCoversEveryProxyInput keeps this list complete. Proxies
 // with the same identity get the same resources. It is computed once per
 // served state (named ports follow endpoints, which change without a new
 // push context) and connection; only the connection's goroutine calls it.
@@ -172,6 +173,22 @@ func (c *connection) identity(st *pushState) string {
 	if push.HasWorkloadSelectorRules(p.Namespace) {
 		b.WriteString("labels:")
 		b.WriteString(labelsKey(p.Labels))
+	} else if keys := push.FailoverPriorityLabels(); len(keys) > 0 {
+		// failoverPriority orders endpoints by how many of these labels
+		// they share with the proxy, and applies only to a proxy that has
+		// labels or a locality at all.
+		b.WriteString("failover:")
+		if len(p.Labels) > 0 {
+			b.WriteByte('+')
+		}
+		for _, k := range keys {
+			if v, ok := p.Labels[k]; ok {
+				b.WriteString(k)
+				b.WriteByte('=')
+				b.WriteString(v)
+				b.WriteByte(0)
+			}
+		}
 	}
 	c.identityOf, c.identityKey = st, b.String()
 	return c.identityKey
