@@ -41,7 +41,32 @@ const shortSkipReason = "needs a real kube-apiserver and etcd (envtest); -short 
 // suite and must not pass by not running.
 func Start(t testing.TB) *Env {
 	t.Helper()
+	env := start(t, testing.Short())
+	env.InstallCRDs(t)
+	return env
+}
+
+// StartWithoutCRDs is Start without meshpilot's CRDs, for tests of what
+// happens when they are installed later (with InstallCRDs).
+func StartWithoutCRDs(t testing.TB) *Env {
+	t.Helper()
 	return start(t, testing.Short())
+}
+
+// InstallCRDs installs meshpilot's CRDs (manifests/crds) and returns once
+// discovery serves them.
+func (e *Env) InstallCRDs(t testing.TB) {
+	t.Helper()
+	root, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := envtest.InstallCRDs(e.Config, envtest.CRDInstallOptions{
+		Paths:              []string{filepath.Join(root, "manifests", "crds")},
+		ErrorIfPathMissing: true,
+	}); err != nil {
+		t.Fatalf("install CRDs: %v", err)
+	}
 }
 
 func start(t testing.TB, short bool) *Env {
@@ -53,14 +78,7 @@ func start(t testing.TB, short bool) *Env {
 		t.Fatalf("%s is not set: run `make envtest-assets` (the Makefile's test targets set it), "+
 			"or export %s=<dir holding kube-apiserver, etcd and kubectl>", assetsEnv, assetsEnv)
 	}
-	root, err := RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join(root, "manifests", "crds")},
-		ErrorIfCRDPathMissing: true,
-	}
+	env := &envtest.Environment{}
 	if os.Getenv(startTimeoutEnv) == "" {
 		env.ControlPlaneStartTimeout = defaultStartTimeout
 	}

@@ -6,6 +6,7 @@ import (
 
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -52,15 +53,20 @@ func (s *Server) newSources(store model.Store, metrics *controllers.Metrics) ([]
 		if err != nil {
 			return nil, fmt.Errorf("istio client: %w", err)
 		}
+		meta, err := metadata.NewForConfig(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("metadata client: %w", err)
+		}
 		s.kube = kube
 		src, err := controllers.NewKubeSource(controllers.KubeSourceOptions{
-			Client:       kube,
-			IstioClient:  istio,
-			Store:        store,
-			DomainSuffix: s.opts.DomainSuffix,
-			Logger:       s.log,
-			Metrics:      metrics,
-			Ingester:     ingester,
+			Client:         kube,
+			IstioClient:    istio,
+			MetadataClient: meta,
+			Store:          store,
+			DomainSuffix:   s.opts.DomainSuffix,
+			Logger:         s.log,
+			Metrics:        metrics,
+			Ingester:       ingester,
 		})
 		if err != nil {
 			return nil, err

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/meshpilot/meshpilot/pkg/model"
@@ -34,6 +35,8 @@ const KubeSourceName = "kubernetes"
 const (
 	istioNetworkingGroup    = "networking.istio.io"
 	destinationRuleResource = "destinationrules"
+	destinationRuleCRD      = destinationRuleResource + "." + istioNetworkingGroup
+	destinationRuleKind     = "DestinationRule"
 )
 
 // tlsSecretSelector selects the Secrets the source watches.
@@ -56,6 +59,12 @@ type KubeSourceOptions struct {
 	// ResyncPeriod re-delivers every cached object; 0 (the default) never.
 	// Resyncs do not write the store: unchanged resourceVersions are skipped.
 	ResyncPeriod time.Duration
+	// MetadataClient watches for the DestinationRule CRD when it is not
+	// installed at start, so that installing it later takes effect without
+	// a restart (it needs list and watch on that one
+	// customresourcedefinition). Nil leaves a missing CRD ignored until a
+	// restart.
+	MetadataClient metadata.Interface
 }
 
 // KubeSource watches Services, EndpointSlices, Pods, Namespaces,
@@ -139,22 +148,16 @@ func (s *KubeSource) Run(ctx context.Context) error {
 		"IngressClass":  kubeFactory.Networking().V1().IngressClasses().Informer(),
 		"Secret":        secretFactory.Core().V1().Secrets().Informer(),
 	}
-	switch drVersion {
-	case "v1":
-		informersByKind["DestinationRule"] = istioFactory.Networking().V1().DestinationRules().Informer()
-	case "v1beta1":
-		informersByKind["DestinationRule"] = istioFactory.Networking().V1beta1().DestinationRules().Informer()
+	if drVersion != "" {
+		informersByKind[destinationRuleKind] = destinationRuleInformer(istioFactory, drVersion)
 	}
 	var synced []cache.InformerSynced
 	for _, kind := range slices.Sorted(maps.Keys(informersByKind)) {
-		if err := informersByKind[kind].SetWatchErrorHandlerWithContext(s.watchErrorHandler(kind)); err != nil {
-			return fmt.Errorf("kubernetes source: watch %s: %w", kind, err)
-		}
-		reg, err := informersByKind[kind].AddEventHandler(s.handler(kind))
+		hasSynced, err := s.watch(kind, informersByKind[kind])
 		if err != nil {
-			return fmt.Errorf("kubernetes source: watch %s: %w", kind, err)
+			return err
 		}
-		synced = append(synced, reg.HasSynced)
+		synced = append(synced, hasSynced)
 	}
 	kubeFactory.Start(ctx.Done())
 	secretFactory.Start(ctx.Done())
@@ -165,14 +168,57 @@ func (s *KubeSource) Run(ctx context.Context) error {
 	s.failing.Clear()
 	s.synced.Store(true)
 	s.log.Info("kubernetes source synced", "destinationRuleVersion", drVersion)
+	if drVersion == "" && s.opts.MetadataClient != nil {
+		// Readiness never waits for this: the CRD may never come.
+		if err := s.watchDestinationRulesOnceInstalled(ctx, istioFactory); err != nil && ctx.Err() == nil {
+			return err
+		}
+	}
 	<-ctx.Done()
 	return nil
 }
 
+// watch feeds an informer's events to the ingester and reports its list
+// and watch failures; it returns what tells when the initial list is in.
+func (s *KubeSource) watch(kind string, informer cache.SharedIndexInformer) (cache.InformerSynced, error) {
+	if err := informer.SetWatchErrorHandlerWithContext(s.watchErrorHandler(kind)); err != nil {
+		return nil, fmt.Errorf("kubernetes source: watch %s: %w", kind, err)
+	}
+	reg, err := informer.AddEventHandler(s.handler(kind))
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes source: watch %s: %w", kind, err)
+	}
+	return reg.HasSynced, nil
+}
+
+func destinationRuleInformer(factory istioinformers.SharedInformerFactory, version string) cache.SharedIndexInformer {
+	if version == "v1beta1" {
+		return factory.Networking().V1beta1().DestinationRules().Informer()
+	}
+	return factory.Networking().V1().DestinationRules().Informer()
+}
+
 // destinationRuleVersion asks discovery which DestinationRule version to
-// watch: v1, else v1beta1, else "" when the CRD is not installed. Transient
-// discovery failures are retried until ctx ends.
+// watch: v1, else v1beta1, else "" when the CRD is not installed, which it
+// reports. Transient discovery failures are retried until ctx ends.
 func (s *KubeSource) destinationRuleVersion(ctx context.Context) (string, error) {
+	version, err := s.servedDestinationRuleVersion(ctx)
+	if err != nil || version != "" {
+		return version, err
+	}
+	s.metrics.CRDMissing.WithLabelValues(destinationRuleCRD).Inc()
+	until := "meshpilot restarts with it installed"
+	if s.opts.MetadataClient != nil {
+		until = "it is installed; watching for it"
+	}
+	s.log.Warn("the DestinationRule CRD ("+destinationRuleCRD+") is not installed; DestinationRules are ignored until "+until,
+		"servedVersionsTried", "v1,v1beta1")
+	return "", nil
+}
+
+// servedDestinationRuleVersion is the newest DestinationRule version that
+// discovery serves, "" when none is.
+func (s *KubeSource) servedDestinationRuleVersion(ctx context.Context) (string, error) {
 	disco := discovery.ToDiscoveryInterfaceWithContext(s.opts.Client.Discovery())
 	for _, version := range []string{"v1", "v1beta1"} {
 		gv := istioNetworkingGroup + "/" + version
@@ -198,10 +244,6 @@ func (s *KubeSource) destinationRuleVersion(ctx context.Context) (string, error)
 			return version, nil
 		}
 	}
-	s.metrics.CRDMissing.WithLabelValues(destinationRuleResource + "." + istioNetworkingGroup).Inc()
-	s.log.Warn("the DestinationRule CRD (destinationrules.networking.istio.io) is not installed; "+
-		"DestinationRules are ignored until meshpilot restarts with it installed",
-		"servedVersionsTried", "v1,v1beta1")
 	return "", nil
 }
 

@@ -92,6 +92,35 @@ func TestRBACIsSufficientAndNecessary(t *testing.T) {
 		}
 	})
 
+	// The CRD is installed here, so the watch for it never starts; ask the
+	// authorizer directly instead.
+	t.Run("watching for the DestinationRule CRD, and no other", func(t *testing.T) {
+		for _, tc := range []struct {
+			verb, name string
+			allowed    bool
+		}{
+			{"list", "destinationrules.networking.istio.io", true},
+			{"watch", "destinationrules.networking.istio.io", true},
+			{"list", "virtualservices.networking.istio.io", false},
+			{"get", "destinationrules.networking.istio.io", false},
+		} {
+			review, err := env.Kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+				Spec: authorizationv1.SubjectAccessReviewSpec{
+					User: "system:serviceaccount:" + releaseNamespace + ":" + serviceAccount,
+					ResourceAttributes: &authorizationv1.ResourceAttributes{
+						Verb: tc.verb, Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions", Name: tc.name,
+					},
+				},
+			}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if review.Status.Allowed != tc.allowed {
+				t.Errorf("%s customresourcedefinitions/%s: allowed = %v, want %v", tc.verb, tc.name, review.Status.Allowed, tc.allowed)
+			}
+		}
+	})
+
 	t.Run("a missing rule is reported and keeps it unready", func(t *testing.T) {
 		removeClusterRoleRule(ctx, t, env, "discovery.k8s.io", "endpointslices")
 		waitFor(t, 30*time.Second, "RBAC to drop the rule", func() error {
