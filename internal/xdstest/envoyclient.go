@@ -232,6 +232,20 @@ type SentRequest struct {
 	ErrorDetail            string
 }
 
+func (r SentRequest) String() string {
+	s := fmt.Sprintf("%s %s version=%q nonce=%q", r.At.Format("15:04:05.000"), shortType(r.TypeURL), r.VersionInfo, r.ResponseNonce)
+	if r.ResourceNames != nil {
+		s += fmt.Sprintf(" names=%v", r.ResourceNames)
+	}
+	if r.Subscribe != nil || r.Unsubscribe != nil {
+		s += fmt.Sprintf(" subscribe=%v unsubscribe=%v", r.Subscribe, r.Unsubscribe)
+	}
+	if r.ErrorDetail != "" {
+		s += " error=" + r.ErrorDetail
+	}
+	return s
+}
+
 // Requests lists every request sent, in order.
 func (c *EnvoyClient) Requests() []SentRequest {
 	c.mu.Lock()
@@ -273,6 +287,12 @@ func (c *EnvoyClient) WaitFor(timeout time.Duration, cond func(Snapshot) error) 
 		select {
 		case <-changed:
 		case <-deadline.C:
+			c.mu.Lock()
+			err = c.st.settled(cond) // now, so that warming times are current
+			c.mu.Unlock()
+			if err == nil {
+				return nil
+			}
 			return fmt.Errorf("after %v: %w", timeout, err)
 		}
 	}
