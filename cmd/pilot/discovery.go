@@ -65,7 +65,7 @@ cluster), or both. xDS clients connect to --xds-addr.`,
 	f.DurationVar(&opts.DebounceMax, "debounce-max", opts.DebounceMax, "longest a push waits while changes keep arriving")
 	f.DurationVar(&opts.SendTimeout, "send-timeout", opts.SendTimeout, "longest one xDS send may take before the stream is closed")
 	f.DurationVar(&opts.ShutdownGrace, "shutdown-grace", opts.ShutdownGrace, "how long streams and requests may drain on shutdown")
-	f.StringVar(&meshConfig, "mesh-config", "", "Istio mesh config file (the mesh key of the istio ConfigMap), read at start: rootNamespace and the ingress settings; flags given explicitly win")
+	f.StringVar(&meshConfig, "mesh-config", "", "Istio mesh config file (the mesh key of the istio ConfigMap): rootNamespace and the ingress settings; flags given explicitly win. Watched: later changes are logged, and apply after a restart")
 	f.StringVar(&opts.Ingress.Class, "ingress-class", opts.Ingress.Class, "value of the legacy kubernetes.io/ingress.class annotation that selects meshpilot")
 	f.StringVar(&ingressMode, "ingress-controller-mode", string(opts.Ingress.Mode), "which Ingresses without any class are served: OFF (none at all), DEFAULT (taken) or STRICT (ignored)")
 	f.StringVar(&ingressService, "ingress-service", opts.Ingress.Service.String(), "namespace/name of the ingress gateway Service: its target ports are the gateway's listen ports, its addresses go into Ingress status")

@@ -12,13 +12,33 @@ import (
 	"github.com/meshpilot/meshpilot/pkg/model"
 )
 
+// meshConfigFile is where o's mesh settings came from, kept so that a
+// running Server can re-read it and say what changed.
+type meshConfigFile struct {
+	path     string
+	explicit func(flag string) bool
+	// base is o before the file was applied: flags and defaults. A setting
+	// removed from the file falls back to it.
+	base Options
+}
+
 // LoadMeshConfig applies the mesh settings of an Istio mesh config file (the
 // "mesh" key of the istio[-REV] ConfigMap) to o: rootNamespace,
 // ingressClass, ingressControllerMode, ingressService and ingressSelector.
 // A setting whose flag the user gave explicitly (explicit reports it) keeps
 // the flag's value. Fields meshpilot does not use are accepted and ignored,
-// so Istio's mesh configs load unchanged.
+// so Istio's mesh configs load unchanged. A Server built from o watches the
+// file and logs every later change of these settings.
 func (o *Options) LoadMeshConfig(path string, explicit func(flag string) bool) error {
+	base := *o
+	if err := o.applyMeshConfig(path, explicit); err != nil {
+		return err
+	}
+	o.meshConfig = &meshConfigFile{path: path, explicit: explicit, base: base}
+	return nil
+}
+
+func (o *Options) applyMeshConfig(path string, explicit func(flag string) bool) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("mesh config: %w", err)

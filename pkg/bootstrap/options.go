@@ -43,6 +43,9 @@ type Options struct {
 	Webhook        WebhookOptions
 
 	Logger *slog.Logger
+
+	// meshConfig is set by LoadMeshConfig.
+	meshConfig *meshConfigFile
 }
 
 // IngressOptions are the mesh settings for Kubernetes Ingress, named after

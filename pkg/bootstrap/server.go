@@ -215,6 +215,9 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.writeBack != nil {
 		wg.Go(func() { s.writeBack.run(ctx) })
 	}
+	if s.opts.meshConfig != nil {
+		wg.Go(func() { s.watchMeshConfig(ctx) })
+	}
 	if s.webhooks != nil {
 		wg.Go(func() {
 			if err := s.webhooks.run(ctx); err != nil && ctx.Err() == nil {

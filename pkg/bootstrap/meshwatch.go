@@ -1,0 +1,69 @@
+package bootstrap
+
+import (
+	"context"
+	"maps"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/meshpilot/meshpilot/pkg/dirwatch"
+)
+
+// meshSettings are the mesh config settings meshpilot reads, named as in
+// the mesh config, each with its value as Options hold it.
+var meshSettings = []struct {
+	name  string
+	value func(*Options) string
+}{
+	{"rootNamespace", func(o *Options) string { return o.RootNamespace }},
+	{"ingressClass", func(o *Options) string { return o.Ingress.Class }},
+	{"ingressControllerMode", func(o *Options) string { return string(o.Ingress.Mode) }},
+	{"ingressService", func(o *Options) string { return o.Ingress.Service.String() }},
+	{"ingressSelector", func(o *Options) string { return formatLabels(o.Ingress.Selector) }},
+}
+
+// restartReason is why a changed mesh setting waits for a restart: the push
+// loop (pkg/xds) takes its push-context options once, when it is built,
+// and nothing else may change them behind its back.
+const restartReason = "the push loop reads it only at start"
+
+// watchMeshConfig re-reads the mesh config file after each change of its
+// directory (a mounted ConfigMap changes by a symlink swap) and logs every
+// setting that changed, old and new value. None of them takes effect before
+// a restart, and each log line says so rather than pretend otherwise. A
+// file that does not load is logged and changes nothing.
+func (s *Server) watchMeshConfig(ctx context.Context) {
+	file := s.opts.meshConfig
+	log := s.log.With("file", file.path)
+	last := s.opts
+	reload := func() {
+		next := file.base
+		if err := next.applyMeshConfig(file.path, file.explicit); err != nil {
+			log.Error("mesh config not reloaded; the settings in use stay", "err", err)
+			return
+		}
+		for _, setting := range meshSettings {
+			if old, changed := setting.value(&last), setting.value(&next); old != changed {
+				log.Warn("mesh config setting changed; restart meshpilot to apply it",
+					"setting", setting.name, "old", old, "new", changed, "reason", restartReason)
+			}
+		}
+		last = next
+	}
+	err := dirwatch.Watch(ctx, filepath.Dir(file.path), reload, func(err error) {
+		log.Warn("mesh config watch error", "err", err)
+	})
+	if err != nil {
+		// Serving goes on with the settings read at start.
+		log.Error("mesh config not watched; its changes are not noticed", "err", err)
+	}
+}
+
+func formatLabels(labels map[string]string) string {
+	pairs := make([]string, 0, len(labels))
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		pairs = append(pairs, k+"="+labels[k])
+	}
+	return strings.Join(pairs, ",")
+}
