@@ -51,6 +51,9 @@ type Store interface {
 	Ingress(NamespacedName) *Ingress
 	IngressClasses() []*IngressClass
 	Secret(NamespacedName) *Secret
+	// SecretsNamed returns the Secrets called name, in every namespace,
+	// sorted by namespace.
+	SecretsNamed(name string) []*Secret
 
 	// OnChange registers a handler for every change. Handlers run on the
 	// writer's goroutine and must not block.
@@ -402,4 +405,17 @@ func (s *memStore) Secret(n NamespacedName) *Secret {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.secrets[n]
+}
+
+func (s *memStore) SecretsNamed(name string) []*Secret {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []*Secret
+	for key, sec := range s.secrets {
+		if key.Name == name {
+			out = append(out, sec)
+		}
+	}
+	slices.SortFunc(out, func(a, b *Secret) int { return cmp.Compare(a.Namespace, b.Namespace) })
+	return out
 }

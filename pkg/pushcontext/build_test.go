@@ -113,7 +113,7 @@ func incrementalStore() model.Store {
 func TestIncrementalBuild(t *testing.T) {
 	store := incrementalStore()
 	pc := Build(store, testOpts, nil, nil)
-	all := []string{indexServices, indexDestinationRules, indexResolution, indexEndpoints, indexWorkloads, indexServiceTargets, indexIngress}
+	all := []string{indexServices, indexDestinationRules, indexResolution, indexEndpoints, indexWorkloads, indexServiceTargets, indexIngress, indexCredentials}
 
 	steps := []struct {
 		name string
@@ -140,7 +140,7 @@ func TestIncrementalBuild(t *testing.T) {
 				}))
 				return pushRequest(key(model.KindDestinationRule, "ns-3", "svc-3"))
 			},
-			wantRebuilt:    []string{indexDestinationRules, indexResolution, indexEndpoints},
+			wantRebuilt:    []string{indexDestinationRules, indexResolution, indexEndpoints, indexCredentials},
 			wantNewEntries: []string{"svc-3"},
 		},
 		{
@@ -152,7 +152,7 @@ func TestIncrementalBuild(t *testing.T) {
 				}))
 				return pushRequest(key(model.KindDestinationRule, "ns-0", "for-svc-4"))
 			},
-			wantRebuilt: []string{indexDestinationRules, indexResolution, indexEndpoints},
+			wantRebuilt: []string{indexDestinationRules, indexResolution, indexEndpoints, indexCredentials},
 			// Every service but svc-3 (whose rule declares v2 since an
 			// earlier step) gets the new label set.
 			wantNewEntries: []string{"svc-0", "svc-1", "svc-10", "svc-11", "svc-2", "svc-4", "svc-5", "svc-6", "svc-7", "svc-8", "svc-9"},
@@ -194,7 +194,7 @@ func TestIncrementalBuild(t *testing.T) {
 				store.UpsertConfig(ruleConfig("ns-0", "svc-0", 0, &networking.DestinationRule{Host: "svc-0"}))
 				return pushRequest(key(model.KindDestinationRule, "ns-0", "svc-0"))
 			},
-			wantRebuilt:    []string{indexDestinationRules, indexResolution, indexEndpoints},
+			wantRebuilt:    []string{indexDestinationRules, indexResolution, indexEndpoints, indexCredentials},
 			wantNewEntries: []string{"svc-0"},
 		},
 		{
@@ -203,7 +203,7 @@ func TestIncrementalBuild(t *testing.T) {
 				store.DeleteConfig(key(model.KindDestinationRule, "istio-system", "zones"))
 				return pushRequest(key(model.KindDestinationRule, "istio-system", "zones"))
 			},
-			wantRebuilt:    []string{indexDestinationRules, indexResolution, indexEndpoints},
+			wantRebuilt:    []string{indexDestinationRules, indexResolution, indexEndpoints, indexCredentials},
 			wantNewEntries: []string{"svc-1", "svc-5", "svc-9"},
 		},
 		{
@@ -254,6 +254,7 @@ func TestIncrementalBuild(t *testing.T) {
 				indexWorkloads:        pc.workloads == prev.workloads,
 				indexServiceTargets:   pc.targets == prev.targets,
 				indexIngress:          pc.ingress == prev.ingress,
+				indexCredentials:      pc.credentials == prev.credentials,
 			}
 			for _, name := range all {
 				if identity[name] != reused[name] {

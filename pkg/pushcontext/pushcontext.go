@@ -57,6 +57,8 @@ type PushContext struct {
 	workloads  *workloadIndex
 	targets    *targetIndex
 	ingress    *ingressIndex
+	// credentials depends on DestinationRules and Secrets.
+	credentials *credentialIndex
 
 	// versions hands out endpoint entry versions. The whole chain of
 	// snapshots built from one another shares it, so a version never repeats
@@ -198,6 +200,13 @@ func Build(store model.Store, opts Options, prev *PushContext, req *model.PushRe
 	} else {
 		pc.ingress = prev.ingress
 		pc.build.reused(indexIngress)
+	}
+	if plan.full || plan.rules || plan.secrets {
+		pc.credentials = buildCredentialIndex(store, store.Configs(model.KindDestinationRule))
+		pc.build.rebuilt(indexCredentials)
+	} else {
+		pc.credentials = prev.credentials
+		pc.build.reused(indexCredentials)
 	}
 	pc.buildDuration = time.Since(pc.buildTime)
 	return pc

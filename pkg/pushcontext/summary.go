@@ -17,6 +17,7 @@ const (
 	indexWorkloads        = "workloads"
 	indexServiceTargets   = "serviceTargets"
 	indexIngress          = "ingress"
+	indexCredentials      = "credentials"
 )
 
 // BuildInfo records what the Build that made a snapshot recomputed.

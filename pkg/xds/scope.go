@@ -231,7 +231,7 @@ func (p *pushPlan) computeScope(proxy *model.Proxy) pushScope {
 	}
 	sc.listeners = sc.listeners || gw.listeners
 	sc.routes = sc.routes || gw.routes
-	sc.secrets = gw.secrets
+	sc.secrets = sc.secrets || gw.secrets
 	return sc
 }
 
@@ -343,6 +343,12 @@ func (p *pushPlan) meshScope(proxy *model.Proxy) pushScope {
 		// change of it must reach RDS as well as CDS.
 		if !sc.routes && hashPolicyChanged(p.prev.DestinationRuleForProxy(proxy, host), p.cur.DestinationRuleForProxy(proxy, host)) {
 			sc.routes = true
+		}
+	}
+	// A DestinationRule credential is read from the proxy's own namespace.
+	for _, name := range p.secrets {
+		if name.Namespace == ns && (p.cur.CredentialSecret(ns, name.Name) != nil || p.prev.CredentialSecret(ns, name.Name) != nil) {
+			sc.secrets = true
 		}
 	}
 	return sc

@@ -8,6 +8,8 @@ import (
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	networking "istio.io/api/networking/v1"
+
+	"github.com/meshpilot/meshpilot/pkg/pushcontext"
 )
 
 // SDS resource names and sources, as Istio's agent and istiod use them.
@@ -20,9 +22,9 @@ const (
 	workloadCertSecret = "default"
 	workloadRootSecret = "ROOTCA"
 	// credentialPrefix names a Kubernetes Secret served over ADS.
-	credentialPrefix = "kubernetes://"
+	credentialPrefix = pushcontext.CredentialPrefix
 	// caCertSuffix names the CA part of a credential.
-	caCertSuffix = "-cacert"
+	caCertSuffix = pushcontext.CACertSuffix
 	// fileCertPrefix and fileRootPrefix name certificates mounted in the
 	// proxy's pod, which the agent reads and serves (Envoy cannot rotate
 	// files itself).

@@ -15,6 +15,7 @@ import (
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -300,6 +301,8 @@ func checkResources(t *testing.T, w *model.WatchedResource, res model.Resources)
 		case *route.RouteConfiguration:
 			name = m.GetName()
 			checkUniqueDomains(t, m)
+		case *tlsv3.Secret:
+			name = m.GetName()
 		}
 		if name != r.Name {
 			t.Errorf("%s: resource %q carries name %q", w.TypeURL, r.Name, name)

@@ -16,12 +16,14 @@ import (
 )
 
 // SecretGenerator serves SDS over ADS: the certificates of the Kubernetes
-// Secrets that the ingress gateway's TLS filter chains name. A proxy gets a
-// Secret only if it is the ingress gateway and one of its chains uses it:
-// every other name (another namespace's Secret, a Secret no Ingress names,
-// anything asked by a sidecar) is left unanswered, so nothing leaks. A
-// Secret whose certificate and key do not form a usable pair is never sent.
-// Each Secret is marshalled once per push context and shared.
+// Secrets that the ingress gateway's TLS filter chains name, and the
+// DestinationRule credentials (credentialName, caCertCredentialName) that a
+// proxy's clusters use (sds_credentials.go). A proxy gets a Secret only if
+// its own configuration uses it: every other name (another namespace's
+// Secret, a Secret nothing of the proxy names) is left unanswered, so
+// nothing leaks. A Secret whose certificate and key do not form a usable
+// pair is never sent. Each Secret is marshalled once per push context and
+// shared.
 type SecretGenerator struct {
 	opts  Options
 	cache lrCache
@@ -50,36 +52,57 @@ type noSecret struct{}
 
 // Generate implements Generator. The result follows the order of the
 // subscribed names (sorted); a wildcard subscription gets every Secret the
-// gateway uses.
+// proxy uses.
 func (g *SecretGenerator) Generate(proxy *model.Proxy, push *pushcontext.PushContext, w *model.WatchedResource, _ *model.PushRequest) (model.Resources, error) {
 	if push == nil {
 		return nil, fmt.Errorf("envoygen: no push context")
 	}
-	gw := gatewayFor(proxy, push)
-	if gw == nil {
-		return model.Resources{}, nil
-	}
 	gen := g.cache.generation(push.Version())
-	used, err := gen.get(gatewaySecretsKey{}, func() (any, error) {
-		used := gatewaySecrets(gw)
-		g.forgetUnused(used)
-		return used, nil
-	})
-	if err != nil {
-		return nil, err
+	var gateway map[string]model.NamespacedName
+	if gw := gatewayFor(proxy, push); gw != nil {
+		used, err := gen.get(gatewaySecretsKey{}, func() (any, error) {
+			used := gatewaySecrets(gw)
+			g.forgetUnused(used)
+			return used, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		gateway = used.(map[string]model.NamespacedName)
 	}
-	allowed := used.(map[string]model.NamespacedName)
+	var credentials map[string]credentialUse
+	if push.HasCredentials() {
+		key := credentialsKey{namespace: proxy.Namespace, router: proxy.Type == model.Router}
+		if push.HasWorkloadSelectorRules(proxy.Namespace) {
+			key.labels = canonicalLabels(proxy.Labels)
+		}
+		uses, err := gen.get(key, func() (any, error) { return credentialUses(proxy, push), nil })
+		if err != nil {
+			return nil, err
+		}
+		credentials = uses.(map[string]credentialUse)
+	}
 	names := w.ResourceNames
 	if w.Wildcard {
-		names = slices.Sorted(maps.Keys(allowed))
+		names = slices.Sorted(maps.Keys(gateway))
+		for name := range credentials {
+			if _, dup := gateway[name]; !dup {
+				names = append(names, name)
+			}
+		}
+		slices.Sort(names)
 	}
 	out := make(model.Resources, 0, len(names))
 	for _, name := range names {
-		ref, ok := allowed[name]
-		if !ok {
-			continue
+		var v any
+		var err error
+		if ref, ok := gateway[name]; ok {
+			v, err = gen.get(secretKey{name}, func() (any, error) { return g.build(push, name, ref) })
+		} else if use, ok := credentials[name]; ok {
+			v, err = gen.get(credentialSecretKey{proxy.Namespace, name, use}, func() (any, error) {
+				return g.buildCredential(push, proxy.Namespace, name, use)
+			})
 		}
-		v, err := gen.get(secretKey{name}, func() (any, error) { return g.build(push, name, ref) })
 		if err != nil {
 			return nil, err
 		}
@@ -144,9 +167,9 @@ func (g *SecretGenerator) build(push *pushcontext.PushContext, name string, ref 
 // object) because a certificate Envoy cannot load would fail the whole
 // listener, taking every host down with it.
 func (g *SecretGenerator) buildSecret(push *pushcontext.PushContext, name string, ref model.NamespacedName, sec *model.Secret) (any, error) {
-	if _, err := tls.X509KeyPair(sec.Cert, sec.PrivateKey); err != nil {
+	if err := checkKeyPair(sec); err != nil {
 		key := model.ConfigKey{Kind: model.KindSecret, Namespace: ref.Namespace, Name: ref.Name}
-		lrProblems{logger: g.opts.Logger, push: push}.report(key, fmt.Sprintf("not served over SDS: tls.crt and tls.key are not a usable key pair: %v", err))
+		lrProblems{logger: g.opts.Logger, push: push}.report(key, "not served over SDS: "+err.Error())
 		return noSecret{}, nil
 	}
 	secret := &tlsv3.Secret{
@@ -161,4 +184,13 @@ func (g *SecretGenerator) buildSecret(push *pushcontext.PushContext, name string
 		return nil, fmt.Errorf("envoygen: marshal secret %s: %w", name, err)
 	}
 	return model.Resource{Name: name, Resource: &anypb.Any{TypeUrl: SecretType, Value: b}}, nil
+}
+
+// checkKeyPair refuses a certificate and key Envoy could not load: one bad
+// certificate would fail the whole listener or cluster that uses it.
+func checkKeyPair(sec *model.Secret) error {
+	if _, err := tls.X509KeyPair(sec.Cert, sec.PrivateKey); err != nil {
+		return fmt.Errorf("tls.crt and tls.key are not a usable key pair: %v", err)
+	}
+	return nil
 }
