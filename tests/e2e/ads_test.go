@@ -18,6 +18,7 @@ import (
 var (
 	clusterType  = resourcev3.ClusterType
 	endpointType = resourcev3.EndpointType
+	listenerType = resourcev3.ListenerType
 )
 
 // observerNode is a proxyless node in namespace, for looking at exactly what

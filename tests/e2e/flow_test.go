@@ -127,17 +127,35 @@ func runGRPCFlow(t *testing.T, m mesh, ns string) {
 		}
 	})
 
-	t.Run("a client sending an unknown type loses only its own stream", func(t *testing.T) {
+	t.Run("a client sending a malformed request loses only its own stream", func(t *testing.T) {
 		stream := openADS(t, cp)
-		if err := stream.Send(&discoveryv3.DiscoveryRequest{Node: observerNode(ns), TypeUrl: "type.googleapis.com/not.a.Type"}); err != nil {
+		if err := stream.Send(&discoveryv3.DiscoveryRequest{Node: observerNode(ns)}); err != nil {
 			t.Fatal(err)
 		}
 		_, err := stream.Recv()
 		if status.Code(err) != codes.InvalidArgument {
-			t.Fatalf("unknown type URL: got %v, want InvalidArgument", err)
+			t.Fatalf("request without a type URL: got %v, want InvalidArgument", err)
 		}
 		if got, err := c.call(); err != nil || got != "echo-b" {
 			t.Fatalf("RPC after another client's bad stream: %q, %v", got, err)
+		}
+	})
+
+	t.Run("a type the client is not served is answered empty, and its stream kept", func(t *testing.T) {
+		stream := openADS(t, cp)
+		const nameTable = "type.googleapis.com/istio.networking.nds.v1.NameTable"
+		if err := stream.Send(&discoveryv3.DiscoveryRequest{Node: observerNode(ns), TypeUrl: nameTable}); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := stream.Recv()
+		if err != nil || resp.GetTypeUrl() != nameTable || len(resp.GetResources()) != 0 {
+			t.Fatalf("NDS request: got %v (%d resources), %v; want an empty NDS response", resp.GetTypeUrl(), len(resp.GetResources()), err)
+		}
+		if err := stream.Send(&discoveryv3.DiscoveryRequest{TypeUrl: listenerType, ResourceNames: []string{host + ":7070"}}); err != nil {
+			t.Fatal(err)
+		}
+		if resp, err := stream.Recv(); err != nil || len(resp.GetResources()) != 1 {
+			t.Fatalf("LDS on the same stream: %d resources, %v; want the listener", len(resp.GetResources()), err)
 		}
 	})
 
