@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 
@@ -185,4 +186,33 @@ func TestChangedListenerGetsItsRoutesAgain(t *testing.T) {
 		c.expect(ListenerType)
 		checkDelta(t, "RDS after the LDS update", c.expect(RouteType), []string{"80"}, nil)
 	})
+}
+
+// The load assignments re-sent for warming are generated once per served
+// version and shared by identical proxies, not once per proxy.
+func TestWarmingResendIsGeneratedOnce(t *testing.T) {
+	set := warmingGenerators()
+	eds := &countingGenerator{inner: set[EndpointType]}
+	set[EndpointType] = eds
+	h := newHarness(t, harnessConfig{seed: seedWarming, generators: set})
+	const proxies = 5
+	var clients []*deltaClient
+	for i := range proxies {
+		c := h.delta(fmt.Sprintf("twin-%d", i))
+		c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: ClusterType})
+		c.ack(c.expect(ClusterType))
+		c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResourceNamesSubscribe: []string{outboundA}})
+		c.ack(c.expect(EndpointType))
+		clients = append(clients, c)
+	}
+	before := eds.full.Load()
+	upsertRule(h.store, "a", hostname("a"), &networking.DestinationRule{
+		TrafficPolicy: simpleLB(networking.LoadBalancerSettings_ROUND_ROBIN)})
+	for _, c := range clients {
+		c.expect(ClusterType)
+		checkDelta(t, "EDS after the CDS update", c.expect(EndpointType), []string{outboundA}, nil)
+	}
+	if got := eds.full.Load() - before; got != 1 {
+		t.Fatalf("%d identical proxies re-sent their load assignment from %d generations, want 1", proxies, got)
+	}
 }
