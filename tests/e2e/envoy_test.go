@@ -99,8 +99,29 @@ func runEnvoySidecar(t *testing.T, m mesh, ns string) {
 	if n := endpointCount(clas["outbound|8080|v1|"+web]); n != 1 {
 		t.Errorf("subset v1 has %d endpoints, want web-0's only", n)
 	}
-	if n := cp.nacks(t); n != 0 {
-		t.Errorf("%v NACKs", n)
+	// An Envoy accepts all of it (no NACK) and ends fully warm.
+	requireEnvoyWarm(t, cp, node, func(s xdstest.Snapshot) error {
+		for _, name := range []string{"outbound|8080||" + web, "outbound|5432||" + db, "inbound|8080||"} {
+			if s.Clusters[name] == nil {
+				return fmt.Errorf("no active cluster %s", name)
+			}
+		}
+		if s.Listeners["virtualOutbound"] == nil || s.Routes["8080"] == nil {
+			return fmt.Errorf("no active virtualOutbound listener or route 8080")
+		}
+		return nil
+	})
+}
+
+// requireEnvoyWarm follows node's configuration with an Envoy-semantics
+// client of each mode, and fails the test unless each ends fully warm,
+// with nothing dangling, cond holding and no NACK sent.
+func requireEnvoyWarm(t *testing.T, cp *controlPlane, node *corev3.Node, cond func(xdstest.Snapshot) error) {
+	t.Helper()
+	for _, mode := range []xdstest.Mode{xdstest.SotW, xdstest.Delta} {
+		c := xdstest.DialEnvoyClient(t, cp.xdsAddr, node, mode)
+		c.RequireWarm(warmBound, cond)
+		c.Close()
 	}
 }
 
