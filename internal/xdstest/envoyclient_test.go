@@ -358,3 +358,22 @@ func TestEnvoyClientInitialFetchTimeout(t *testing.T) {
 		})
 	}
 }
+
+// In delta, a server that lists a requested assignment in removed_resources
+// says it does not exist; Envoy's EDS cluster then initializes with no
+// endpoints instead of waiting.
+func TestEnvoyClientDeltaRemovedAssignmentEndsWarming(t *testing.T) {
+	s, c := startScripted(t, Delta)
+	s.expect(ecCDS)
+	cn := s.send(ecCDS, "c1", ecMsgs(ecCluster("a", clusterv3.Cluster_ROUND_ROBIN, 0)))
+	s.expect(ecEDS)
+	s.expectAck(ecCDS, "c1", cn, nil)
+	s.send(ecEDS, "e1", nil, "a")
+	s.expect(ecLDS) // cluster initialization is over
+	if c.Cluster("a") == nil || c.Endpoints("a") != nil {
+		t.Errorf("cluster a is %v with endpoints %v, want active with none", c.Cluster("a"), c.Endpoints("a"))
+	}
+	if d := c.Dangling(); !slices.Equal(d, []string{"Cluster a: active without ClusterLoadAssignment a"}) {
+		t.Errorf("Dangling = %v, want the missing assignment", d)
+	}
+}
