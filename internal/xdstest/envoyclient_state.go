@@ -136,6 +136,9 @@ func (s *envoyState) handle(resp *response) {
 	decoded, err := decodeResponse(resp)
 	if err != nil {
 		s.nacks = append(s.nacks, Nack{TypeURL: resp.typeURL, Version: resp.version, Nonce: resp.nonce, Error: err.Error()})
+		// A rejected first CDS response still ends cluster initialization,
+		// which "waits for one response (or failure)"
+		// (https://www.envoyproxy.io/docs/envoy/latest/intro/arch_overview/operations/init).
 		s.settle()
 		s.flush(resp.typeURL, err.Error())
 		return
@@ -534,7 +537,7 @@ func (s *envoyState) warming() []Warming {
 		}
 	}
 	for _, inst := range append(s.instances(s.clusters), s.instances(s.listeners)...) {
-		if inst.ready() || s.isActive(inst) {
+		if inst.ready() { // active instances are always ready
 			continue
 		}
 		w := Warming{Type: inst.kind, Name: inst.name, Since: inst.since}
@@ -552,14 +555,6 @@ func (s *envoyState) warming() []Warming {
 		return cmp.Or(out[i].Since.Compare(out[j].Since), cmp.Compare(out[i].Name, out[j].Name)) < 0
 	})
 	return out
-}
-
-func (s *envoyState) isActive(inst *resourceVersion) bool {
-	entries := s.clusters
-	if inst.kind == "Listener" {
-		entries = s.listeners
-	}
-	return entries[inst.name] != nil && entries[inst.name].active == inst
 }
 
 func (s *envoyState) dangling() []string {
