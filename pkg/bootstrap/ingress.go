@@ -17,8 +17,21 @@ type ingressWriteBack struct {
 	leader   *controllers.LeaderElector
 }
 
-func (s *Server) ingressOwnership() model.IngressOwnership {
-	return model.IngressOwnership{Class: s.opts.Ingress.Class, Mode: s.opts.Ingress.Mode}
+func ingressOwnership(o *Options) model.IngressOwnership {
+	return model.IngressOwnership{Class: o.Ingress.Class, Mode: o.Ingress.Mode}
+}
+
+// pushContextOptions are the push-context options that o's settings make.
+func pushContextOptions(o *Options) pushcontext.Options {
+	return pushcontext.Options{
+		DomainSuffix:  o.DomainSuffix,
+		RootNamespace: o.RootNamespace,
+		Ingress: pushcontext.IngressOptions{
+			Ownership:       ingressOwnership(o),
+			GatewayService:  o.Ingress.Service,
+			GatewaySelector: o.Ingress.Selector,
+		},
+	}
 }
 
 func (s *Server) newIngressWriteBack() (*ingressWriteBack, error) {
@@ -26,7 +39,7 @@ func (s *Server) newIngressWriteBack() (*ingressWriteBack, error) {
 	status, err := controllers.NewIngressStatusWriter(controllers.IngressStatusOptions{
 		Client:         s.kube,
 		Store:          s.store,
-		Ownership:      s.ingressOwnership(),
+		Ownership:      ingressOwnership(&s.opts),
 		GatewayService: s.opts.Ingress.Service,
 		Synced:         s.kubeSynced,
 		Logger:         s.log,

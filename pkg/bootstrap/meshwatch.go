@@ -23,16 +23,12 @@ var meshSettings = []struct {
 	{"ingressSelector", func(o *Options) string { return formatLabels(o.Ingress.Selector) }},
 }
 
-// restartReason is why a changed mesh setting waits for a restart: the push
-// loop (pkg/xds) takes its push-context options once, when it is built,
-// and nothing else may change them behind its back.
-const restartReason = "the push loop reads it only at start"
-
 // watchMeshConfig re-reads the mesh config file after each change of its
-// directory (a mounted ConfigMap changes by a symlink swap) and logs every
-// setting that changed, old and new value. None of them takes effect before
-// a restart, and each log line says so rather than pretend otherwise. A
-// file that does not load is logged and changes nothing.
+// directory (a mounted ConfigMap changes by a symlink swap), logs every
+// setting that changed, old and new value, and applies them: the next push
+// context is built with them (a full push), and the Ingress status writer
+// follows the new ownership and gateway Service. A file that does not load
+// is logged and changes nothing.
 func (s *Server) watchMeshConfig(ctx context.Context) {
 	file := s.opts.meshConfig
 	log := s.log.With("file", file.path)
@@ -43,11 +39,19 @@ func (s *Server) watchMeshConfig(ctx context.Context) {
 			log.Error("mesh config not reloaded; the settings in use stay", "err", err)
 			return
 		}
+		changed := false
 		for _, setting := range meshSettings {
-			if old, changed := setting.value(&last), setting.value(&next); old != changed {
-				log.Warn("mesh config setting changed; restart meshpilot to apply it",
-					"setting", setting.name, "old", old, "new", changed, "reason", restartReason)
+			if old, cur := setting.value(&last), setting.value(&next); old != cur {
+				log.Info("mesh config setting changed", "setting", setting.name, "old", old, "new", cur)
+				changed = true
 			}
+		}
+		if !changed {
+			return
+		}
+		s.xds.SetPushContextOptions(pushContextOptions(&next))
+		if s.writeBack != nil {
+			s.writeBack.status.SetTarget(ingressOwnership(&next), next.Ingress.Service)
 		}
 		last = next
 	}

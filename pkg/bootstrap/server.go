@@ -20,7 +20,6 @@ import (
 
 	"github.com/meshpilot/meshpilot/pkg/controllers"
 	"github.com/meshpilot/meshpilot/pkg/model"
-	"github.com/meshpilot/meshpilot/pkg/pushcontext"
 	"github.com/meshpilot/meshpilot/pkg/xds"
 )
 
@@ -80,15 +79,7 @@ func New(opts Options) (*Server, error) {
 	generators := newGeneratorSets(s.log, opts.DomainSuffix)
 	s.xds = xds.NewServer(xds.Options{
 		Store: s.store,
-		PushContext: pushcontext.Options{
-			DomainSuffix:  opts.DomainSuffix,
-			RootNamespace: opts.RootNamespace,
-			Ingress: pushcontext.IngressOptions{
-				Ownership:       s.ingressOwnership(),
-				GatewayService:  opts.Ingress.Service,
-				GatewaySelector: opts.Ingress.Selector,
-			},
-		},
+		PushContext:   pushContextOptions(&opts),
 		OnBuild:       s.onBuild,
 		Generators:    generators.forProxy,
 		DebounceAfter: opts.DebounceAfter,

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	networkingv1 "k8s.io/api/networking/v1"
@@ -62,11 +63,27 @@ type IngressStatusWriter struct {
 	opts    IngressStatusOptions
 	log     *slog.Logger
 	metrics *IngressStatusMetrics
+	// target is which Ingresses are owned and which Service's addresses
+	// they get: the options' at first, then SetTarget's.
+	target atomic.Pointer[statusTarget]
 
 	mu sync.Mutex
 	// queue is the current term's queue, nil while not running. Store
 	// handlers, registered once for the writer's lifetime, feed it.
 	queue workqueue.TypedRateLimitingInterface[statusKey]
+}
+
+type statusTarget struct {
+	ownership model.IngressOwnership
+	gateway   model.NamespacedName
+}
+
+// SetTarget changes which Ingresses are owned and the gateway Service whose
+// addresses they get (the mesh config may change both while serving), and
+// reconciles every Ingress against the new target.
+func (w *IngressStatusWriter) SetTarget(ownership model.IngressOwnership, gatewayService model.NamespacedName) {
+	w.target.Store(&statusTarget{ownership: ownership, gateway: gatewayService})
+	w.enqueue(statusKey{all: true})
 }
 
 // statusKey is one Ingress to reconcile, or every Ingress (all), which a
@@ -100,6 +117,7 @@ func NewIngressStatusWriter(opts IngressStatusOptions) (*IngressStatusWriter, er
 	if w.metrics == nil {
 		w.metrics = NewIngressStatusMetrics(nil)
 	}
+	w.target.Store(&statusTarget{ownership: opts.Ownership, gateway: opts.GatewayService})
 	opts.Store.OnChange(w.onStoreChange)
 	return w, nil
 }
@@ -111,7 +129,7 @@ func (w *IngressStatusWriter) onStoreChange(key model.ConfigKey) {
 	case model.KindIngressClass:
 		w.enqueue(statusKey{all: true})
 	case model.KindService:
-		if key.Namespace == w.opts.GatewayService.Namespace && key.Name == w.opts.GatewayService.Name {
+		if gw := w.target.Load().gateway; key.Namespace == gw.Namespace && key.Name == gw.Name {
 			w.enqueue(statusKey{all: true})
 		}
 	}
@@ -143,7 +161,7 @@ func (w *IngressStatusWriter) Run(ctx context.Context) {
 	w.mu.Unlock()
 	// Whatever changed before this term started is caught by one full pass.
 	q.Add(statusKey{all: true})
-	w.log.Info("ingress status writer started", "gatewayService", w.opts.GatewayService.String())
+	w.log.Info("ingress status writer started", "gatewayService", w.target.Load().gateway.String())
 
 	var wg sync.WaitGroup
 	for range w.opts.Workers {
@@ -199,8 +217,9 @@ func (w *IngressStatusWriter) reconcile(ctx context.Context, key model.Namespace
 	if ing == nil {
 		return nil // deleted: nothing to write
 	}
-	owned := w.opts.Ownership.Owns(ing, w.opts.Store.IngressClasses())
-	gateway := gatewayAddresses(w.opts.Store.Service(w.opts.GatewayService))
+	target := w.target.Load()
+	owned := target.ownership.Owns(ing, w.opts.Store.IngressClasses())
+	gateway := gatewayAddresses(w.opts.Store.Service(target.gateway))
 	if !statusNeedsUpdate(ing.LoadBalancer, gateway, owned) {
 		w.metrics.StatusWrites.WithLabelValues(StatusUnchanged).Inc()
 		return nil

@@ -320,3 +320,34 @@ func TestIngressStatusWriterFollowsStore(t *testing.T) {
 		return cmp.Equal(f.status(t), []networkingv1.IngressLoadBalancerIngress{apiIP("192.0.2.10")})
 	})
 }
+
+// TestIngressStatusWriterFollowsSetTarget: when the mesh config names
+// another gateway Service, the running writer moves every owned Ingress to
+// its addresses, and from then on follows that Service's changes, not the
+// old one's.
+func TestIngressStatusWriterFollowsSetTarget(t *testing.T) {
+	f := newStatusFixture(t, "istio")
+	f.store.UpsertService(&model.Service{Namespace: "gw", Name: "edge", LoadBalancer: []model.LoadBalancerIngress{lbIP("10.0.0.2")}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		f.writer.Run(ctx)
+		close(done)
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	eventually(t, "the first write, from the configured gateway", func() bool {
+		return cmp.Equal(f.status(t), []networkingv1.IngressLoadBalancerIngress{apiIP("10.0.0.1")})
+	})
+	f.writer.SetTarget(model.IngressOwnership{Class: "istio", Mode: model.IngressModeStrict},
+		model.NamespacedName{Namespace: "gw", Name: "edge"})
+	eventually(t, "the new gateway's address", func() bool {
+		return cmp.Equal(f.status(t), []networkingv1.IngressLoadBalancerIngress{apiIP("10.0.0.2")})
+	})
+	f.store.UpsertService(&model.Service{Namespace: "gw", Name: "edge", LoadBalancer: []model.LoadBalancerIngress{lbIP("10.0.0.3")}})
+	eventually(t, "the new gateway Service's change", func() bool {
+		return cmp.Equal(f.status(t), []networkingv1.IngressLoadBalancerIngress{apiIP("10.0.0.3")})
+	})
+}

@@ -142,7 +142,7 @@ func (s *Server) build(req *model.PushRequest) {
 	if cur := s.current.Load(); cur != nil {
 		prev = cur.push
 	}
-	pc := pushcontext.Build(s.opts.Store, s.opts.PushContext, prev, req)
+	pc := pushcontext.Build(s.opts.Store, *s.pcOpts.Load(), prev, req)
 	s.metrics.buildTime.Observe(time.Since(start).Seconds())
 	s.current.Store(newPushState(pc, pc.Version(), 0))
 	if s.opts.OnBuild != nil {

@@ -67,6 +67,10 @@ type Server struct {
 	stop    chan struct{}
 	stopped sync.Once
 
+	// pcOpts are the options push contexts are built with; the mesh config
+	// may change them while serving (SetPushContextOptions).
+	pcOpts atomic.Pointer[pushcontext.Options]
+
 	// updates collects ConfigUpdate requests until the push loop takes them.
 	updates pushQueue
 
@@ -137,8 +141,18 @@ func NewServer(opts Options) *Server {
 
 		generationSlots: make(chan struct{}, opts.MaxConcurrentGenerations),
 	}
+	s.pcOpts.Store(&opts.PushContext)
 	opts.Metrics.observe(s)
 	return s
+}
+
+// SetPushContextOptions makes the next push contexts use o, as when the mesh
+// config changes the root namespace or the Ingress settings, and asks for a
+// full push: a push context built with other options shares nothing with
+// the previous one.
+func (s *Server) SetPushContextOptions(o pushcontext.Options) {
+	s.pcOpts.Store(&o)
+	s.ConfigUpdate(&model.PushRequest{Full: true, Start: time.Now()})
 }
 
 // Register serves both ADS variants on g.
