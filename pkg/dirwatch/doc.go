@@ -1,0 +1,3 @@
+// Package dirwatch follows the files of a directory, such as a mounted
+// ConfigMap, and calls back after each change.
+package dirwatch
