@@ -168,11 +168,14 @@ func (c *deltaStream) respond(w *watch, req *model.PushRequest, planID uint64, a
 	// A partial result says nothing about the resources it leaves out, and
 	// neither does a warming one.
 	partial := (!req.Full && w.typeURL == EndpointType) || warmOnly
+	changed := changedOrNamed(w, items, w.warming)
+	if warmOnly && len(changed) == 0 {
+		c.dropUnservable(w)
+		return nil
+	}
 	if partial && len(items) == 0 {
 		return nil
 	}
-
-	changed := changedOrNamed(w, items, w.warming)
 	var removed []string
 	if !partial {
 		removed = removedNames(w, items, added)

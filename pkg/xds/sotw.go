@@ -144,6 +144,10 @@ func (c *sotwStream) respond(w *watch, req *model.PushRequest, planID uint64, wa
 	partial := !req.Full && w.typeURL == EndpointType
 	if warmOnly {
 		items, partial = changedOrNamed(w, items, w.warming), true
+		if len(items) == 0 {
+			c.dropUnservable(w)
+			return nil
+		}
 	}
 	if partial && len(items) == 0 {
 		return nil
@@ -171,7 +175,7 @@ func (c *sotwStream) respond(w *watch, req *model.PushRequest, planID uint64, wa
 		return err
 	}
 	now := time.Now()
-	c.markWarming(w, changedItems(w, items), st)
+	c.markWarming(w, items, st)
 
 	c.mu.Lock()
 	if !partial {

@@ -36,7 +36,6 @@ func dependentType(typeURL string) string {
 }
 
 // changedItems are the items that differ from what the client holds in w.
-// Call it before w.sent records the response.
 func changedItems(w *watch, items []generated) []generated {
 	var out []generated
 	for _, it := range items {
@@ -47,19 +46,25 @@ func changedItems(w *watch, items []generated) []generated {
 	return out
 }
 
-// markWarming records, on the watch of the type that parent's changed
-// resources depend on, the names the client now waits for. The next
-// response of that type carries them whether or not they changed: within
-// the same push when the push regenerates that type anyway, else right
-// after it (flushWarming). A client that does not watch the dependent type
-// yet is answered in full on its first request.
-func (c *connection) markWarming(parent *watch, changed []generated, st *pushState) {
+// markWarming records, on the watch of the type that the resources parent
+// is about to send depend on, the names the client will wait for: those of
+// the sent resources that differ from what it holds. Call it before
+// parent.sent records the response. The next response of the dependent
+// type carries them whether or not they changed: within the same push when
+// the push regenerates that type anyway, else right after it
+// (flushWarming). A client that does not watch the dependent type yet is
+// answered in full on its first request.
+func (c *connection) markWarming(parent *watch, sending []generated, st *pushState) {
 	depType := dependentType(parent.typeURL)
-	if depType == "" || len(changed) == 0 {
+	if depType == "" {
 		return
 	}
 	dep := c.watches[depType]
 	if dep == nil || !dep.subscribed() {
+		return
+	}
+	changed := changedItems(parent, sending)
+	if len(changed) == 0 {
 		return
 	}
 	names := slices.Clone(dep.warming)
@@ -83,6 +88,15 @@ func (c *connection) markWarming(parent *watch, changed []generated, st *pushSta
 	}
 	c.mu.Lock()
 	dep.warming = names
+	c.mu.Unlock()
+}
+
+// dropUnservable forgets the names w's client waits for when the generator
+// produced none of them (a name that is no load assignment, say): nothing
+// can be sent for them, and keeping them would regenerate w on every push.
+func (c *connection) dropUnservable(w *watch) {
+	c.mu.Lock()
+	w.warming = nil
 	c.mu.Unlock()
 }
 
