@@ -78,7 +78,7 @@ func New(opts Options) (*Server, error) {
 
 	generators := newGeneratorSets(s.log, opts.DomainSuffix)
 	s.xds = xds.NewServer(xds.Options{
-		Store: s.store,
+		Store:         s.store,
 		PushContext:   pushContextOptions(&opts),
 		OnBuild:       s.onBuild,
 		Generators:    generators.forProxy,
