@@ -1,17 +1,16 @@
 package bootstrap
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/meshpilot/meshpilot/internal/configmapdir"
+	"github.com/meshpilot/meshpilot/internal/testlog"
 	"github.com/meshpilot/meshpilot/pkg/pushcontext"
 )
 
@@ -40,7 +39,7 @@ spec:
 // from the file falls back to its flag's value.
 func TestMeshConfigChangesApplyWhileRunning(t *testing.T) {
 	cm := configmapdir.New(t, map[string][]byte{"mesh": []byte("rootNamespace: one\ningressClass: a\n")})
-	logs := &lockedBuffer{}
+	logs := &testlog.Buffer{}
 	opts := DefaultOptions()
 	opts.ConfigDir = t.TempDir()
 	if err := os.WriteFile(filepath.Join(opts.ConfigDir, "world.yaml"), []byte(ruleInTwo), 0o600); err != nil {
@@ -109,7 +108,7 @@ func TestMeshConfigChangesApplyWhileRunning(t *testing.T) {
 	}
 }
 
-func waitForLog(t *testing.T, logs *lockedBuffer, want string) {
+func waitForLog(t *testing.T, logs *testlog.Buffer, want string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !strings.Contains(logs.String(), want) {
@@ -118,22 +117,4 @@ func waitForLog(t *testing.T, logs *lockedBuffer, want string) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-// lockedBuffer collects the log lines that the server's goroutines write.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -17,6 +17,7 @@ import (
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/meshpilot/meshpilot/internal/testlog"
 	"github.com/meshpilot/meshpilot/pkg/model"
 )
 
@@ -24,7 +25,7 @@ type problemFixture struct {
 	reporter *IngressProblemReporter
 	recorder *record.FakeRecorder
 	metrics  *IngressStatusMetrics
-	logs     *syncBuffer
+	logs     *testlog.Buffer
 }
 
 func newProblemFixture(t *testing.T, ingresses ...string) *problemFixture {
@@ -40,7 +41,7 @@ func newProblemFixture(t *testing.T, ingresses ...string) *problemFixture {
 	f := &problemFixture{
 		recorder: record.NewFakeRecorder(100),
 		metrics:  NewIngressStatusMetrics(prometheus.NewRegistry()),
-		logs:     &syncBuffer{},
+		logs:     &testlog.Buffer{},
 	}
 	r, err := NewIngressProblemReporter(IngressProblemOptions{Client: client, Recorder: f.recorder,
 		Metrics: f.metrics, Logger: slog.New(slog.NewTextHandler(f.logs, nil))})

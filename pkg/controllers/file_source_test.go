@@ -1,7 +1,6 @@
 package controllers
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"os"
@@ -19,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 
+	"github.com/meshpilot/meshpilot/internal/testlog"
 	"github.com/meshpilot/meshpilot/pkg/model"
 )
 
@@ -117,35 +117,17 @@ func writeFile(t *testing.T, dir, name, content string) {
 	}
 }
 
-// syncBuffer is a log sink that tests read while the source writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 type fileHarness struct {
 	t       testing.TB
 	store   model.Store
 	metrics *Metrics
-	logs    *syncBuffer
+	logs    *testlog.Buffer
 	source  *FileSource
 }
 
 func startFileSource(t *testing.T, dir string) *fileHarness {
 	t.Helper()
-	h := &fileHarness{t: t, store: model.NewStore(), metrics: NewMetrics(prometheus.NewRegistry()), logs: &syncBuffer{}}
+	h := &fileHarness{t: t, store: model.NewStore(), metrics: NewMetrics(prometheus.NewRegistry()), logs: &testlog.Buffer{}}
 	src, err := NewFileSource(FileSourceOptions{
 		Dir: dir, Store: h.store, Metrics: h.metrics, Debounce: 20 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(h.logs, nil)),

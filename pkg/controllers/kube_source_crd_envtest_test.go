@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/metadata"
 
 	"github.com/meshpilot/meshpilot/internal/kubetest"
+	"github.com/meshpilot/meshpilot/internal/testlog"
 	"github.com/meshpilot/meshpilot/pkg/model"
 )
 
@@ -29,7 +30,7 @@ func TestKubeSourceWatchesDestinationRulesOnceTheCRDIsInstalled(t *testing.T) {
 	}
 	store := model.NewStore()
 	metrics := NewMetrics(prometheus.NewRegistry())
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	src, err := NewKubeSource(KubeSourceOptions{Client: env.Kube, IstioClient: env.Istio, MetadataClient: meta,
 		Store: store, Metrics: metrics, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {

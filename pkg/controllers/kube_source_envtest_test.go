@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/meshpilot/meshpilot/internal/kubetest"
+	"github.com/meshpilot/meshpilot/internal/testlog"
 	"github.com/meshpilot/meshpilot/pkg/model"
 )
 
@@ -42,7 +43,7 @@ func TestKubeSourceAgainstAPIServer(t *testing.T) {
 
 	store := model.NewStore()
 	metrics := NewMetrics(prometheus.NewRegistry())
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	src, err := NewKubeSource(KubeSourceOptions{Client: kube, IstioClient: istio, Store: store, Metrics: metrics,
 		DomainSuffix: "cluster.local", Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/meshpilot/meshpilot/internal/kubetest"
+	"github.com/meshpilot/meshpilot/internal/testlog"
 	"github.com/meshpilot/meshpilot/pkg/model"
 )
 
@@ -31,7 +32,7 @@ func TestKubeSourceReportsMissingPermissions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs testlog.Buffer
 	reg := prometheus.NewRegistry()
 	metrics := NewMetrics(reg)
 	src, err := NewKubeSource(KubeSourceOptions{

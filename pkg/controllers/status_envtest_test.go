@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/meshpilot/meshpilot/internal/kubetest"
+	"github.com/meshpilot/meshpilot/internal/testlog"
 	"github.com/meshpilot/meshpilot/pkg/model"
 )
 
@@ -99,7 +100,7 @@ func startReplica(t *testing.T, env *kubetest.Env, o replicaOptions) *replica {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &replica{store: model.NewStore(), metrics: NewIngressStatusMetrics(prometheus.NewRegistry())}
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	logger := slog.New(slog.NewTextHandler(logs, nil)).With("replica", o.identity)
 	t.Cleanup(func() {
 		if t.Failed() {

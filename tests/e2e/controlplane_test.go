@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/meshpilot/meshpilot/internal/testlog"
 	"github.com/meshpilot/meshpilot/pkg/bootstrap"
 )
 
@@ -40,7 +40,7 @@ func startControlPlane(t *testing.T, m mesh, options ...func(*bootstrap.Options)
 	opts.Webhook.Addr = "127.0.0.1:0"
 	opts.DebounceAfter = 20 * time.Millisecond
 	opts.ShutdownGrace = 2 * time.Second
-	logs := &lockedBuffer{}
+	logs := &testlog.Buffer{}
 	opts.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	// Short leases, so a handover takes about a second rather than Kubernetes'
 	// default of 15 s or more.
@@ -141,22 +141,3 @@ func waitFor(t *testing.T, timeout time.Duration, what string, check func() erro
 }
 
 var errNotYet = errors.New("not yet")
-
-// lockedBuffer collects the control plane's log, shown only when a test
-// fails; goroutines may still write to it after the test ends.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}

@@ -24,6 +24,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/meshpilot/meshpilot/internal/kubetest"
+	"github.com/meshpilot/meshpilot/internal/testlog"
 	"github.com/meshpilot/meshpilot/pkg/bootstrap"
 )
 
@@ -249,7 +250,7 @@ func removeClusterRoleRule(ctx context.Context, t *testing.T, env *kubetest.Env,
 type pilot struct {
 	xdsAddr string
 	httpURL string
-	logs    *lockedBuffer
+	logs    *testlog.Buffer
 	stop    func()
 }
 
@@ -268,7 +269,7 @@ func startPilot(t *testing.T, kubeconfig, injectConfigDir, identity string) *pil
 	opts.LeaderElection.Identity = identity
 	opts.LeaderElection.LeaseDuration, opts.LeaderElection.RenewDeadline, opts.LeaderElection.RetryPeriod =
 		2*time.Second, time.Second, 200*time.Millisecond
-	logs := &lockedBuffer{}
+	logs := &testlog.Buffer{}
 	opts.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	srv, err := bootstrap.New(opts)
 	if err != nil {
