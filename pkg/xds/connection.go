@@ -197,6 +197,8 @@ func typeRank(typeURL string) int {
 }
 
 func (c *connection) recordNack(w *watch, version, nonce, detail string) {
+	// The message may quote the rejected config, private keys included.
+	detail = redactText(detail)
 	c.mu.Lock()
 	w.nack = &NackRecord{Version: version, Nonce: nonce, Error: detail, Time: time.Now()}
 	w.nackedHash = w.sentHash

@@ -146,17 +146,21 @@ func (c *connection) configDump() ConfigDump {
 	return dump
 }
 
-// renderAny renders a resource as protojson; a type this binary cannot
-// resolve is shown by its type URL and error instead of failing the dump.
+// renderAny renders a resource as protojson with its private keys
+// redacted; a type this binary cannot resolve is shown by its type URL and
+// error instead of failing the dump.
 func renderAny(a *anypb.Any) json.RawMessage {
 	if a == nil {
 		return nil
 	}
-	b, err := protojson.Marshal(a)
+	r, err := redactedCopy(a)
 	if err == nil {
-		return b
+		var b []byte
+		if b, err = protojson.Marshal(r); err == nil {
+			return b
+		}
 	}
-	b, _ = json.Marshal(map[string]string{"@type": a.GetTypeUrl(), "error": err.Error()})
+	b, _ := json.Marshal(map[string]string{"@type": a.GetTypeUrl(), "error": err.Error()})
 	return b
 }
 

@@ -1,0 +1,296 @@
+package xds
+
+import (
+	"bytes"
+	"encoding/base64"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/encoding/prototext"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/meshpilot/meshpilot/internal/testcerts"
+	"github.com/meshpilot/meshpilot/pkg/model"
+	"github.com/meshpilot/meshpilot/pkg/pushcontext"
+)
+
+// Stand-ins for key material other than the PEM key: each must vanish from
+// debug output.
+var (
+	ticketKey     = bytes.Repeat([]byte("TICKETKEY"), 9) // Envoy wants 80 bytes
+	genericSecret = []byte("GENERIC-SECRET-VALUE")
+	keyPassword   = "KEY-PASSWORD-VALUE"
+	pkcs12Archive = []byte("PKCS12-ARCHIVE-VALUE")
+)
+
+func inlineBytes(b []byte) *corev3.DataSource {
+	return &corev3.DataSource{Specifier: &corev3.DataSource_InlineBytes{InlineBytes: b}}
+}
+
+func inlineString(s string) *corev3.DataSource {
+	return &corev3.DataSource{Specifier: &corev3.DataSource_InlineString{InlineString: s}}
+}
+
+func tlsCert(certPEM, keyPEM []byte) *tlsv3.TlsCertificate {
+	return &tlsv3.TlsCertificate{CertificateChain: inlineBytes(certPEM), PrivateKey: inlineBytes(keyPEM),
+		Password: inlineString(keyPassword)}
+}
+
+// keyMaterial is every private-key-bearing field the issue names, in the
+// places a proxy is sent them: SDS Secrets, and inline certificates inside a
+// listener's DownstreamTlsContext and a cluster's UpstreamTlsContext, both
+// packed in an Any.
+func keyMaterial(certPEM, keyPEM []byte) map[string]model.Resources {
+	downstream := &tlsv3.DownstreamTlsContext{
+		CommonTlsContext: &tlsv3.CommonTlsContext{TlsCertificates: []*tlsv3.TlsCertificate{{
+			CertificateChain: inlineBytes(certPEM), PrivateKey: inlineString(string(keyPEM)),
+		}}},
+		SessionTicketKeysType: &tlsv3.DownstreamTlsContext_SessionTicketKeys{
+			SessionTicketKeys: &tlsv3.TlsSessionTicketKeys{Keys: []*corev3.DataSource{inlineBytes(ticketKey)}}},
+	}
+	listener := &listenerv3.Listener{Name: "gateway", FilterChains: []*listenerv3.FilterChain{{
+		TransportSocket: &corev3.TransportSocket{Name: "envoy.transport_sockets.tls",
+			ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: mustAny(downstream)}},
+	}}}
+	upstream := &tlsv3.UpstreamTlsContext{CommonTlsContext: &tlsv3.CommonTlsContext{TlsCertificates: []*tlsv3.TlsCertificate{
+		{CertificateChain: inlineBytes(certPEM), PrivateKey: inlineBytes(keyPEM)},
+		{Pkcs12: inlineBytes(pkcs12Archive)},
+	}}}
+	// A key provider config this binary cannot decode, carrying a key: its
+	// bytes cannot be inspected, so they must not be shown.
+	provider := &tlsv3.UpstreamTlsContext{CommonTlsContext: &tlsv3.CommonTlsContext{TlsCertificates: []*tlsv3.TlsCertificate{{
+		CertificateChain: inlineBytes(certPEM),
+		PrivateKeyProvider: &tlsv3.PrivateKeyProvider{ProviderName: "cryptomb",
+			ConfigType: &tlsv3.PrivateKeyProvider_TypedConfig{TypedConfig: &anypb.Any{
+				TypeUrl: "type.googleapis.com/envoy.extensions.private_key_providers.cryptomb.v3alpha.CryptoMbPrivateKeyMethodConfig",
+				Value:   keyPEM}}}}}}}
+	cluster := func(name string, tls *tlsv3.UpstreamTlsContext) model.Resource {
+		return model.Resource{Name: name, Resource: mustAny(&clusterv3.Cluster{Name: name, TransportSocket: &corev3.TransportSocket{
+			Name: "envoy.transport_sockets.tls", ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: mustAny(tls)}}})}
+	}
+	return map[string]model.Resources{
+		SecretType: {
+			{Name: "kubernetes://gw-cert", Resource: mustAny(&tlsv3.Secret{Name: "kubernetes://gw-cert",
+				Type: &tlsv3.Secret_TlsCertificate{TlsCertificate: tlsCert(certPEM, keyPEM)}})},
+			{Name: "generic", Resource: mustAny(&tlsv3.Secret{Name: "generic",
+				Type: &tlsv3.Secret_GenericSecret{GenericSecret: &tlsv3.GenericSecret{Secret: inlineBytes(genericSecret)}}})},
+			{Name: "tickets", Resource: mustAny(&tlsv3.Secret{Name: "tickets",
+				Type: &tlsv3.Secret_SessionTicketKeys{SessionTicketKeys: &tlsv3.TlsSessionTicketKeys{
+					Keys: []*corev3.DataSource{inlineBytes(ticketKey)}}}})},
+		},
+		ListenerType: {{Name: "gateway", Resource: mustAny(listener)}},
+		ClusterType:  {cluster("upstream", upstream), cluster("provider", provider)},
+	}
+}
+
+func keyMaterialGenerators(resources map[string]model.Resources) map[string]Generator {
+	set := map[string]Generator{probeType: GeneratorFunc(func(p *model.Proxy, pc *pushcontext.PushContext, w *model.WatchedResource, req *model.PushRequest) (model.Resources, error) {
+		return genProbe(p, pc, w, req), nil
+	})}
+	for typeURL, rs := range resources {
+		set[typeURL] = GeneratorFunc(func(*model.Proxy, *pushcontext.PushContext, *model.WatchedResource, *model.PushRequest) (model.Resources, error) {
+			return rs, nil
+		})
+	}
+	return set
+}
+
+// leaks lists which of the secrets appear in body, raw or base64 encoded
+// (protojson renders bytes fields as base64).
+func leaks(body []byte, keyPEM []byte) []string {
+	secrets := map[string][]byte{"private key": keyPEM, "session ticket key": ticketKey, "generic secret": genericSecret,
+		"key password": []byte(keyPassword), "pkcs12": pkcs12Archive}
+	// A key line alone is a leak too: the PEM body between its armour.
+	lines := strings.Split(strings.TrimSpace(string(keyPEM)), "\n")
+	secrets["private key body line"] = []byte(lines[1])
+	var found []string
+	for what, s := range secrets {
+		for _, form := range [][]byte{s, []byte(base64.StdEncoding.EncodeToString(s))} {
+			if bytes.Contains(body, form) {
+				found = append(found, what)
+			}
+		}
+	}
+	return found
+}
+
+// TestConfigDumpRedactsPrivateKeys: a proxy is served Secrets, a listener
+// and a cluster carrying key material; config_dump shows the certificates
+// but no key, for SotW and delta, while the proxy (and a later one sharing
+// the same resources) still receives the keys.
+func TestConfigDumpRedactsPrivateKeys(t *testing.T) {
+	certPEM, keyPEM := testcerts.SelfSigned(t, "gw.example.com")
+	resources := keyMaterial(certPEM, keyPEM)
+	subscriptions := []struct {
+		typeURL string
+		names   []string
+	}{
+		{ClusterType, []string{"upstream", "provider"}},
+		{ListenerType, []string{"gateway"}},
+		{SecretType, []string{"kubernetes://gw-cert", "generic", "tickets"}},
+	}
+	// subscribe returns the marshalled responses a client of that mode got.
+	modes := []struct {
+		name      string
+		subscribe func(h *harness, client string) []byte
+	}{
+		{"sotw", func(h *harness, client string) []byte {
+			c := h.sotw(client)
+			var got []byte
+			for _, s := range subscriptions {
+				r := c.subscribe(s.typeURL, s.names...)
+				c.ack(r, s.names...)
+				got = append(got, marshal(t, r)...)
+			}
+			c.expectQuiet("after subscribing")
+			return got
+		}},
+		{"delta", func(h *harness, client string) []byte {
+			c := h.delta(client)
+			var got []byte
+			for _, s := range subscriptions {
+				c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: s.typeURL, ResourceNamesSubscribe: s.names})
+				r := c.expect(s.typeURL)
+				c.ack(r)
+				got = append(got, marshal(t, r)...)
+			}
+			c.expectQuiet("after subscribing")
+			return got
+		}},
+	}
+	for _, mode := range modes {
+		t.Run(mode.name, func(t *testing.T) {
+			h := newHarness(t, harnessConfig{generators: keyMaterialGenerators(resources)})
+			srv := httptest.NewServer(h.server.DebugHandler())
+			defer srv.Close()
+
+			sent := mode.subscribe(h, "gateway")
+			if !bytes.Contains(sent, keyPEM) {
+				t.Fatal("the proxy did not receive its private key")
+			}
+			body := []byte(getJSON(t, srv, "/debug/config_dump?proxyID="+url.QueryEscape(proxyID("gateway")), http.StatusOK, &ConfigDump{}))
+			if found := leaks(body, keyPEM); len(found) > 0 {
+				t.Errorf("config_dump shows the %v:\n%s", found, body)
+			}
+			if !bytes.Contains(body, []byte(base64.StdEncoding.EncodeToString(certPEM))) || !bytes.Contains(body, []byte(redacted)) {
+				t.Errorf("config_dump lost the certificate or the redaction marker:\n%s", body)
+			}
+			for _, typeURL := range []string{ClusterType, ListenerType, SecretType} {
+				if !bytes.Contains(body, []byte(`"@type": "`+typeURL+`"`)) {
+					t.Errorf("config_dump does not render the %s resources:\n%s", shortType(typeURL), body)
+				}
+			}
+			// Redaction works on copies: the resources being served keep their keys.
+			if again := mode.subscribe(h, "later"); !bytes.Contains(again, keyPEM) {
+				t.Fatal("after a config_dump, a proxy no longer receives its private key")
+			}
+		})
+	}
+}
+
+func marshal(t *testing.T, m proto.Message) []byte {
+	t.Helper()
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestSynczRedactsPrivateKeysInNacks: a NACK message quoting the rejected
+// Secret, as Envoy's validation errors do, is shown in /debug/syncz without
+// the key.
+func TestSynczRedactsPrivateKeysInNacks(t *testing.T) {
+	certPEM, keyPEM := testcerts.SelfSigned(t, "gw.example.com")
+	h := newHarness(t, harnessConfig{generators: keyMaterialGenerators(keyMaterial(certPEM, keyPEM))})
+	srv := httptest.NewServer(h.server.DebugHandler())
+	defer srv.Close()
+
+	c := h.sotw("gateway")
+	sds := c.subscribe(SecretType, "kubernetes://gw-cert")
+	quoted, err := prototext.Marshal(&tlsv3.Secret{Name: "kubernetes://gw-cert",
+		Type: &tlsv3.Secret_TlsCertificate{TlsCertificate: tlsCert(certPEM, keyPEM)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.send(&discoveryv3.DiscoveryRequest{TypeUrl: SecretType, ResponseNonce: sds.GetNonce(),
+		ResourceNames: []string{"kubernetes://gw-cert"},
+		ErrorDetail:   &status.Status{Code: 3, Message: "Proto constraint validation failed: " + string(quoted)}})
+	c.expectQuiet("after a NACK")
+
+	body := []byte(getJSON(t, srv, "/debug/syncz", http.StatusOK, &[]SyncStatus{}))
+	if found := leaks(body, keyPEM); len(found) > 0 {
+		t.Errorf("syncz shows the %v:\n%s", found, body)
+	}
+	if !bytes.Contains(body, []byte("Proto constraint validation failed")) || !bytes.Contains(body, []byte(redacted)) {
+		t.Errorf("syncz lost the NACK's reason or the redaction marker:\n%s", body)
+	}
+}
+
+func TestRedactText(t *testing.T) {
+	_, keyPEM := testcerts.SelfSigned(t, "gw.example.com")
+	key := string(keyPEM)
+	escaped := strings.ReplaceAll(key, "\n", `\n`) // as in a quoted string
+	cases := []struct {
+		name, in, want string
+	}{
+		{"no secret", "cluster a: bad load balancer", "cluster a: bad load balancer"},
+		// The key's own trailing newline stays with the text after it.
+		{"PEM key", "bad key " + key + " rest", "bad key " + redacted + "\n rest"},
+		{"PEM key cut short", "bad key " + key[:60], "bad key " + redacted},
+		{"text private_key", `tls_certificate { private_key { inline_bytes: "` + escaped + `" } }`,
+			`tls_certificate { private_key { ` + redacted + ` } }`},
+		{"text session ticket keys", `session_ticket_keys { keys { inline_bytes: "abc" } keys { inline_bytes: "def" } } name: "x"`,
+			`session_ticket_keys { ` + redacted + ` } name: "x"`},
+		{"JSON generic secret", `{"genericSecret": {"secret": {"inlineBytes": "R0VORVJJQw=="}}}`,
+			`{genericSecret { ` + redacted + ` }}`},
+		{"a certificate stays", "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----",
+			"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := redactText(tc.in)
+			if got != tc.want {
+				t.Fatalf("redactText(%q)\n = %q\nwant %q", tc.in, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestRedactedCopyLeavesTheOriginal: redaction decodes a copy; the shared Any
+// that proxies are served keeps every byte.
+func TestRedactedCopyLeavesTheOriginal(t *testing.T) {
+	certPEM, keyPEM := testcerts.SelfSigned(t, "gw.example.com")
+	for typeURL, rs := range keyMaterial(certPEM, keyPEM) {
+		for _, r := range rs {
+			t.Run(shortType(typeURL)+"/"+r.Name, func(t *testing.T) {
+				before := proto.Clone(r.Resource)
+				red, err := redactedCopy(r.Resource)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !proto.Equal(before, r.Resource) {
+					t.Fatal("redaction modified the served resource")
+				}
+				// Both encodings: a nested Any shows as JSON only after
+				// decoding. JSON fails for a nested type this binary cannot
+				// resolve; its wire bytes are checked all the same.
+				b, _ := protojson.Marshal(red)
+				if found := leaks(append(b, red.GetValue()...), keyPEM); len(found) > 0 {
+					t.Errorf("redacted copy keeps the %v: %s", found, b)
+				}
+			})
+		}
+	}
+}
