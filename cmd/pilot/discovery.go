@@ -59,6 +59,7 @@ cluster), or both. xDS clients connect to --xds-addr.`,
 	f.StringVar(&opts.XDSAddr, "xds-addr", opts.XDSAddr, "address of the plaintext xDS (ADS) server")
 	f.StringVar(&opts.HTTPAddr, "http-addr", opts.HTTPAddr, "address of the debug server (/ready, /healthz, /debug/...); empty disables it")
 	f.StringVar(&opts.MonitoringAddr, "monitoring-addr", opts.MonitoringAddr, "address of the Prometheus /metrics server; empty disables it")
+	f.BoolVar(&opts.EnableProfiling, "enable-profiling", opts.EnableProfiling, "serve pprof under /debug/pprof/ on --http-addr")
 	f.StringVar(&opts.DomainSuffix, "domain", opts.DomainSuffix, "DNS domain suffix of the cluster")
 	f.StringVar(&opts.RootNamespace, "root-namespace", opts.RootNamespace, "namespace whose DestinationRules apply mesh-wide")
 	f.DurationVar(&opts.DebounceAfter, "debounce-after", opts.DebounceAfter, "quiet period after a config change before pushing")

@@ -8,7 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// debugMux serves health, readiness, the xDS debug endpoints and pprof.
+// debugMux serves health, readiness, the xDS debug endpoints and, with
+// EnableProfiling, pprof.
 func (s *Server) debugMux(xdsDebug http.Handler) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -16,6 +17,10 @@ func (s *Server) debugMux(xdsDebug http.Handler) *http.ServeMux {
 	})
 	mux.HandleFunc("/ready", s.serveReady)
 	mux.Handle("/debug/", xdsDebug)
+	if !s.opts.EnableProfiling {
+		// /debug/pprof/ falls to xdsDebug, which answers 404.
+		return mux
+	}
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)

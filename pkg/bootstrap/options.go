@@ -23,6 +23,10 @@ type Options struct {
 	XDSAddr        string
 	HTTPAddr       string
 	MonitoringAddr string
+	// EnableProfiling serves pprof under /debug/pprof/ on HTTPAddr. Off by
+	// default: profiles and the command line are for whoever can reach the
+	// port, which the kubelet's probes need open on the pod IP.
+	EnableProfiling bool
 
 	DomainSuffix  string
 	RootNamespace string
