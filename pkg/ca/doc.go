@@ -1,0 +1,26 @@
+// Package ca is meshpilot's certificate authority: an Istio-compatible
+// istio.v1.auth.IstioCertificateService (istio.io/api security/v1alpha1).
+//
+// It has four parts, each in its own file:
+//
+//   - The root of trust (root.go, keys.go). An Authority holds the signing
+//     key and certificate. LoadOrCreate takes them from the Secret `cacerts`
+//     (a plugged-in CA, in Istio's file layout) when it exists, and otherwise
+//     from the Secret `istio-ca-secret`, which it creates with a self-signed
+//     root if absent. Replicas that race to create it converge on the one
+//     that won the create.
+//   - Signing (sign.go). Authority.Sign turns a CSR into a leaf for exactly
+//     one SPIFFE identity, refusing malformed, oversized, unsigned or
+//     weak-keyed CSRs, CSRs that name another identity, and lifetimes above
+//     the maximum.
+//   - Proving who the caller is (authn.go, impersonation.go). A caller is
+//     authenticated by a Kubernetes ServiceAccount token checked with
+//     TokenReview, or by a client certificate this CA issued. A node proxy
+//     in the trusted node accounts may ask for the identity of a pod on its
+//     own node.
+//   - The gRPC service (server.go) and its metrics (metrics.go), named as
+//     istiod's are (citadel_server_*), so existing dashboards keep working.
+//
+// Identity only ever comes from what the caller proves, never from the CSR
+// or from node metadata. Private keys are never logged.
+package ca

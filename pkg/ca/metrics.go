@@ -1,0 +1,59 @@
+package ca
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the CA's counters, named and labelled as istiod's
+// (security/pkg/server/ca/monitoring.go), so that Istio's dashboards and
+// alerts work unchanged. Create them once with NewMetrics and share them.
+type Metrics struct {
+	// CSRs counts every CreateCertificate call.
+	CSRs prometheus.Counter
+	// Success counts certificates issued.
+	Success prometheus.Counter
+	// AuthnFailures counts callers no authenticator accepted.
+	AuthnFailures prometheus.Counter
+	// CSRParseErrors counts CSRs refused as malformed, oversized, badly
+	// signed, weak-keyed, or naming another identity.
+	CSRParseErrors prometheus.Counter
+	// IDExtractionErrors counts callers whose proof held no usable identity
+	// (a token of a user that is not a ServiceAccount, a certificate
+	// without exactly one SPIFFE URI, a malformed ImpersonatedIdentity).
+	IDExtractionErrors prometheus.Counter
+	// SignErrors counts refusals by Sign, by istiod's error type
+	// (CSR_ERROR, TTL_ERROR, CERT_GEN_ERROR).
+	SignErrors *prometheus.CounterVec
+	// RootExpiry is when the root expires, in Unix seconds.
+	RootExpiry prometheus.Gauge
+	// AuthzFailures counts calls refused with PermissionDenied
+	// (impersonation). istiod has no such counter, so it has our prefix.
+	AuthzFailures prometheus.Counter
+}
+
+// NewMetrics creates the metrics and registers them with reg; a nil reg
+// leaves them unregistered (handy in tests).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	counter := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+	}
+	m := &Metrics{
+		CSRs:               counter("citadel_server_csr_count", "The number of CSRs received by the CA."),
+		Success:            counter("citadel_server_success_cert_issuance_count", "The number of certificates issuances that have succeeded."),
+		AuthnFailures:      counter("citadel_server_authentication_failure_count", "The number of authentication failures."),
+		CSRParseErrors:     counter("citadel_server_csr_parsing_err_count", "The number of errors occurred when parsing the CSR."),
+		IDExtractionErrors: counter("citadel_server_id_extraction_err_count", "The number of errors occurred when extracting the ID from the caller's proof."),
+		SignErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "citadel_server_csr_sign_err_count",
+			Help: "The number of errors occurred when signing the CSR, by error type.",
+		}, []string{"error"}),
+		RootExpiry: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "citadel_server_root_cert_expiry_timestamp",
+			Help: "The unix timestamp, in seconds, when the CA root cert will expire.",
+		}),
+		AuthzFailures: counter("meshpilot_ca_authorization_failure_count", "CreateCertificate calls refused with PermissionDenied (impersonation)."),
+	}
+	if reg != nil {
+		reg.MustRegister(m.CSRs, m.Success, m.AuthnFailures, m.CSRParseErrors, m.IDExtractionErrors,
+			m.SignErrors, m.RootExpiry, m.AuthzFailures)
+	}
+	return m
+}

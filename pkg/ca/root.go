@@ -1,0 +1,362 @@
+package ca
+
+import (
+	"bytes"
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/big"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Secret names and keys, as Istio spells them, so that a cluster moved from
+// istiod to meshpilot (or back) keeps its root.
+const (
+	// SelfSignedSecretName holds the self-signed root: istiod's
+	// istio-ca-secret, of type istio.io/ca-root.
+	SelfSignedSecretName = "istio-ca-secret"
+	// PluggedSecretName holds an operator's CA (Istio's "plug in CA
+	// certificates"); when it exists it wins over SelfSignedSecretName.
+	PluggedSecretName = "cacerts"
+
+	CACertKey    = "ca-cert.pem"    // the signing certificate
+	CAKeyKey     = "ca-key.pem"     // its private key
+	CertChainKey = "cert-chain.pem" // signing certificate, then intermediates (may end with the root)
+	RootCertKey  = "root-cert.pem"  // the root(s) that workloads trust
+	privKeyKey   = "key.pem"        // written empty, as istiod does
+
+	caSecretType corev1.SecretType = "istio.io/ca-root"
+)
+
+// Defaults, as istiod's.
+const (
+	DefaultTrustDomain = "cluster.local"
+	DefaultCertTTL     = 24 * time.Hour            // istiod's DEFAULT_WORKLOAD_CERT_TTL
+	DefaultMaxCertTTL  = 90 * 24 * time.Hour       // istiod's MAX_WORKLOAD_CERT_TTL
+	DefaultRootTTL     = 10 * 365 * 24 * time.Hour // istiod's CITADEL_SELF_SIGNED_CA_CERT_TTL
+	// clockSkew backdates NotBefore, so a peer whose clock is a little
+	// behind ours does not reject a certificate issued a moment ago.
+	clockSkew = time.Minute
+)
+
+// Source says where an Authority's signing key came from.
+type Source string
+
+const (
+	SourceSelfSigned Source = SelfSignedSecretName
+	SourcePlugged    Source = PluggedSecretName
+	SourceMemory     Source = "memory" // NewSelfSigned: tests and benchmarks
+)
+
+// Options configure an Authority. Zero fields take the defaults above.
+type Options struct {
+	// Namespace holds the CA Secrets (istio-system, usually). Required by
+	// LoadOrCreate.
+	Namespace      string
+	TrustDomain    string
+	DefaultCertTTL time.Duration
+	MaxCertTTL     time.Duration
+	// RootTTL is the lifetime of a self-signed root this CA creates.
+	RootTTL time.Duration
+	Logger  *slog.Logger
+}
+
+func (o Options) withDefaults() Options {
+	if o.TrustDomain == "" {
+		o.TrustDomain = DefaultTrustDomain
+	}
+	if o.DefaultCertTTL <= 0 {
+		o.DefaultCertTTL = DefaultCertTTL
+	}
+	if o.MaxCertTTL <= 0 {
+		o.MaxCertTTL = DefaultMaxCertTTL
+	}
+	if o.RootTTL <= 0 {
+		o.RootTTL = DefaultRootTTL
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}
+
+// Authority is a signing key with its certificate, the chain up to the root,
+// and the root. It is immutable, so it is safe for concurrent use.
+type Authority struct {
+	opts   Options
+	source Source
+	signer crypto.Signer
+	cert   *x509.Certificate
+	// chain is what sits between a leaf and the root, leaf side first: the
+	// signing certificate when it is not itself a root, then intermediates.
+	chain    []*x509.Certificate
+	chainPEM []string
+	roots    []*x509.Certificate
+	rootPEM  []byte
+	rootPool *x509.CertPool
+}
+
+// Source is where the signing key came from.
+func (a *Authority) Source() Source { return a.source }
+
+// TrustDomain is the trust domain of every identity this CA signs.
+func (a *Authority) TrustDomain() string { return a.opts.TrustDomain }
+
+// RootPEM is the root certificate(s) to publish (istio-ca-root-cert,
+// root-cert.pem) and to return as the last element of a cert_chain.
+func (a *Authority) RootPEM() []byte { return bytes.Clone(a.rootPEM) }
+
+// RootPool holds the roots, for verifying certificates this CA issued.
+func (a *Authority) RootPool() *x509.CertPool { return a.rootPool }
+
+// RootExpiry is when the first root expires.
+func (a *Authority) RootExpiry() time.Time {
+	t := a.roots[0].NotAfter
+	for _, r := range a.roots[1:] {
+		if r.NotAfter.Before(t) {
+			t = r.NotAfter
+		}
+	}
+	return t
+}
+
+// NewSelfSigned creates an Authority with a fresh self-signed root that
+// lives only in memory: for tests, benchmarks and tools. Use LoadOrCreate in
+// a control plane, so that replicas and restarts share one root.
+func NewSelfSigned(opts Options) (*Authority, error) {
+	opts = opts.withDefaults()
+	certPEM, keyPEM, err := generateRoot(opts)
+	if err != nil {
+		return nil, err
+	}
+	return newAuthority(opts, SourceMemory, certPEM, keyPEM, nil, nil)
+}
+
+// NewFromPEM builds an Authority from Istio's four files (the contents of
+// the cacerts Secret). certChain and root may be empty when caCert is a
+// self-signed root.
+func NewFromPEM(opts Options, caCert, caKey, certChain, root []byte) (*Authority, error) {
+	return newAuthority(opts.withDefaults(), SourcePlugged, caCert, caKey, certChain, root)
+}
+
+// generateRoot makes a self-signed root with an ECDSA P-256 key. We pick
+// P-256 over istiod's RSA 2048: signing is an order of magnitude cheaper
+// (see BenchmarkSign), certificates and handshakes are smaller, and every
+// peer of the mesh (Envoy, ztunnel, grpc-go) verifies it. A root migrated
+// from istiod stays RSA: loading accepts either.
+func generateRoot(opts Options) (certPEM, keyPEM []byte, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	serial, err := randomSerial()
+	if err != nil {
+		return nil, nil, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial,
+		Subject:               pkix.Name{Organization: []string{opts.TrustDomain}, CommonName: "meshpilot root CA"},
+		NotBefore:             now.Add(-clockSkew),
+		NotAfter:              now.Add(opts.RootTTL),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		return nil, nil, err
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, nil, err
+	}
+	keyPEM, err = encodePrivateKey(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	return encodeCertificate(cert), keyPEM, nil
+}
+
+// randomSerial is a 128-bit random serial number, as RFC 5280 and the CA/B
+// baseline ask (at least 64 bits of entropy).
+func randomSerial() (*big.Int, error) {
+	return rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 128))
+}
+
+func newAuthority(opts Options, source Source, caCertPEM, caKeyPEM, chainPEM, rootPEM []byte) (*Authority, error) {
+	if len(caCertPEM) == 0 || len(caKeyPEM) == 0 {
+		return nil, fmt.Errorf("%s and %s are both required", CACertKey, CAKeyKey)
+	}
+	certs, err := parseCertificates(caCertPEM)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", CACertKey, err)
+	}
+	cert := certs[0]
+	key, err := parsePrivateKey(caKeyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", CAKeyKey, err)
+	}
+	if !publicKeysEqual(cert, key) {
+		return nil, fmt.Errorf("%s does not hold the private key of %s", CAKeyKey, CACertKey)
+	}
+	if !cert.IsCA || (cert.KeyUsage != 0 && cert.KeyUsage&x509.KeyUsageCertSign == 0) {
+		return nil, fmt.Errorf("%s (%s) may not sign certificates: it is not a CA certificate with the certSign key usage", CACertKey, cert.Subject)
+	}
+	now := time.Now()
+	if now.After(cert.NotAfter) {
+		return nil, fmt.Errorf("%s (%s) expired at %s", CACertKey, cert.Subject, cert.NotAfter.Format(time.RFC3339))
+	}
+
+	// Without root-cert.pem the signing certificate must be the root itself.
+	if len(bytes.TrimSpace(rootPEM)) == 0 {
+		rootPEM = encodeCertificate(cert)
+	}
+	roots, err := parseCertificates(rootPEM)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", RootCertKey, err)
+	}
+	pool := x509.NewCertPool()
+	for _, r := range roots {
+		pool.AddCert(r)
+	}
+	isRoot := func(c *x509.Certificate) bool {
+		for _, r := range roots {
+			if r.Equal(c) {
+				return true
+			}
+		}
+		return false
+	}
+
+	// The chain handed out with each leaf: the signing certificate unless it
+	// is a root, then cert-chain.pem's intermediates. Istio's cert-chain.pem
+	// usually starts with ca-cert.pem and ends with the root; both are
+	// dropped here so that no certificate appears twice in a response.
+	var chain []*x509.Certificate
+	if !isRoot(cert) {
+		chain = append(chain, cert)
+	}
+	if len(bytes.TrimSpace(chainPEM)) > 0 {
+		extra, err := parseCertificates(chainPEM)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", CertChainKey, err)
+		}
+		for _, c := range extra {
+			if !c.Equal(cert) && !isRoot(c) {
+				chain = append(chain, c)
+			}
+		}
+	}
+	inter := x509.NewCertPool()
+	for _, c := range chain {
+		inter.AddCert(c)
+	}
+	if _, err := cert.Verify(x509.VerifyOptions{
+		Roots: pool, Intermediates: inter, CurrentTime: now,
+		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny},
+	}); err != nil {
+		return nil, fmt.Errorf("%s does not chain up to %s: %w", CACertKey, RootCertKey, err)
+	}
+
+	a := &Authority{
+		opts: opts, source: source, signer: key, cert: cert,
+		chain: chain, roots: roots, rootPEM: rootPEM, rootPool: pool,
+	}
+	for _, c := range chain {
+		a.chainPEM = append(a.chainPEM, string(encodeCertificate(c)))
+	}
+	return a, nil
+}
+
+// LoadOrCreate returns the Authority of the CA namespace:
+//   - from the Secret cacerts when it exists (a plugged-in CA; an invalid
+//     one is an error, never a silent fall-back to a self-signed root);
+//   - else from istio-ca-secret;
+//   - else it creates istio-ca-secret with a new self-signed root. When
+//     replicas race, the API server lets exactly one Create succeed; the
+//     others get AlreadyExists and load the winner's root, so all end up
+//     with the same one.
+func LoadOrCreate(ctx context.Context, kube kubernetes.Interface, opts Options) (*Authority, error) {
+	opts = opts.withDefaults()
+	if opts.Namespace == "" {
+		return nil, errors.New("ca: Options.Namespace is required")
+	}
+	secrets := kube.CoreV1().Secrets(opts.Namespace)
+
+	plugged, err := secrets.Get(ctx, PluggedSecretName, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		a, err := newAuthority(opts, SourcePlugged, plugged.Data[CACertKey], plugged.Data[CAKeyKey],
+			plugged.Data[CertChainKey], plugged.Data[RootCertKey])
+		if err != nil {
+			return nil, fmt.Errorf("plugged-in CA Secret %s/%s: %w", opts.Namespace, PluggedSecretName, err)
+		}
+		opts.Logger.Info("CA uses the plugged-in CA", "secret", opts.Namespace+"/"+PluggedSecretName,
+			"signer", a.cert.Subject.String(), "rootExpiry", a.RootExpiry())
+		return a, nil
+	case !apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("get Secret %s/%s: %w", opts.Namespace, PluggedSecretName, err)
+	}
+
+	if a, err := loadSelfSigned(ctx, kube, opts); err == nil || !apierrors.IsNotFound(err) {
+		return a, err
+	}
+
+	certPEM, keyPEM, err := generateRoot(opts)
+	if err != nil {
+		return nil, err
+	}
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: SelfSignedSecretName, Namespace: opts.Namespace},
+		Type:       caSecretType,
+		// The same five keys istiod writes; the empty ones keep tools that
+		// read them from tripping over a missing key.
+		Data: map[string][]byte{
+			CACertKey: certPEM, CAKeyKey: keyPEM,
+			CertChainKey: {}, privKeyKey: {}, RootCertKey: {},
+		},
+	}
+	if _, err := secrets.Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+		if !apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("create Secret %s/%s: %w", opts.Namespace, SelfSignedSecretName, err)
+		}
+		opts.Logger.Info("another replica created the CA root first; using it", "secret", opts.Namespace+"/"+SelfSignedSecretName)
+		return loadSelfSigned(ctx, kube, opts)
+	}
+	a, err := newAuthority(opts, SourceSelfSigned, certPEM, keyPEM, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	opts.Logger.Info("CA created a self-signed root", "secret", opts.Namespace+"/"+SelfSignedSecretName, "rootExpiry", a.RootExpiry())
+	return a, nil
+}
+
+// loadSelfSigned reads istio-ca-secret; a NotFound error is returned as is.
+func loadSelfSigned(ctx context.Context, kube kubernetes.Interface, opts Options) (*Authority, error) {
+	s, err := kube.CoreV1().Secrets(opts.Namespace).Get(ctx, SelfSignedSecretName, metav1.GetOptions{})
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("get Secret %s/%s: %w", opts.Namespace, SelfSignedSecretName, err)
+	}
+	a, err := newAuthority(opts, SourceSelfSigned, s.Data[CACertKey], s.Data[CAKeyKey], s.Data[CertChainKey], s.Data[RootCertKey])
+	if err != nil {
+		return nil, fmt.Errorf("CA Secret %s/%s: %w", opts.Namespace, SelfSignedSecretName, err)
+	}
+	opts.Logger.Info("CA loaded its root", "secret", opts.Namespace+"/"+SelfSignedSecretName, "rootExpiry", a.RootExpiry())
+	return a, nil
+}

@@ -1,0 +1,187 @@
+package ca
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+	pb "istio.io/api/security/v1alpha1"
+)
+
+// ServerOptions assemble a Server.
+type ServerOptions struct {
+	Authority *Authority
+	// Authenticators are tried in order; the first that accepts wins.
+	// Usually a TokenAuthenticator, then a CertAuthenticator.
+	Authenticators []Authenticator
+	// NodeAuthorizer allows impersonation; nil refuses every
+	// ImpersonatedIdentity request.
+	NodeAuthorizer *NodeAuthorizer
+	// Metrics default to unregistered ones.
+	Metrics *Metrics
+	Logger  *slog.Logger
+}
+
+// Server is the IstioCertificateService. Register it on a gRPC server whose
+// listener uses TLS with client certificates requested (not required: the
+// first certificate is obtained with a token), e.g.
+// tls.Config{ClientAuth: tls.VerifyClientCertIfGiven, ClientCAs: a.RootPool()}.
+type Server struct {
+	pb.UnimplementedIstioCertificateServiceServer
+	ca      *Authority
+	authn   []Authenticator
+	nodes   *NodeAuthorizer
+	metrics *Metrics
+	log     *slog.Logger
+}
+
+func NewServer(opts ServerOptions) (*Server, error) {
+	if opts.Authority == nil {
+		return nil, errors.New("ca: ServerOptions.Authority is required")
+	}
+	if len(opts.Authenticators) == 0 {
+		return nil, errors.New("ca: ServerOptions.Authenticators is empty: no caller could ever be proven")
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = NewMetrics(nil)
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	opts.Metrics.RootExpiry.Set(float64(opts.Authority.RootExpiry().Unix()))
+	return &Server{ca: opts.Authority, authn: opts.Authenticators, nodes: opts.NodeAuthorizer,
+		metrics: opts.Metrics, log: opts.Logger}, nil
+}
+
+// Register adds the service to g.
+func (s *Server) Register(g *grpc.Server) { pb.RegisterIstioCertificateServiceServer(g, s) }
+
+// CreateCertificate authenticates the caller, checks an impersonation
+// request, signs the CSR for the proven (or allowed impersonated) identity
+// and answers cert_chain = [leaf, intermediates..., root], the order istiod
+// uses: clients take the last element as the root.
+func (s *Server) CreateCertificate(ctx context.Context, req *pb.IstioCertificateRequest) (*pb.IstioCertificateResponse, error) {
+	s.metrics.CSRs.Inc()
+	log := s.log.With("peer", peerAddr(ctx))
+
+	caller, err := s.authenticate(ctx)
+	if err != nil {
+		s.metrics.AuthnFailures.Inc()
+		if errors.Is(err, ErrNoIdentity) {
+			s.metrics.IDExtractionErrors.Inc()
+		}
+		log.Warn("CA refused an unauthenticated caller", "reason", err.Error())
+		if errors.Is(err, ErrUnavailable) {
+			return nil, status.Error(codes.Unavailable, "the CA cannot check credentials now; retry")
+		}
+		return nil, status.Error(codes.Unauthenticated, "authentication failed: "+err.Error())
+	}
+	log = log.With("caller", caller.Identity.String(), "via", caller.Method)
+
+	id := caller.Identity
+	if v, ok := req.GetMetadata().GetFields()[ImpersonatedIdentityKey]; ok {
+		target, err := s.impersonate(ctx, caller, v)
+		if err != nil {
+			log.Warn("CA refused impersonation", "reason", err.Error())
+			switch {
+			case errors.Is(err, ErrUnavailable):
+				return nil, status.Error(codes.Unavailable, "the CA cannot check the impersonation now; retry")
+			case errors.Is(err, ErrNoIdentity):
+				s.metrics.IDExtractionErrors.Inc()
+				return nil, status.Error(codes.InvalidArgument, err.Error())
+			}
+			s.metrics.AuthzFailures.Inc()
+			return nil, status.Error(codes.PermissionDenied, err.Error())
+		}
+		id = target
+		log = log.With("impersonated", id.String())
+	}
+
+	cert, err := s.ca.Sign([]byte(req.GetCsr()), id, time.Duration(req.GetValidityDuration())*time.Second)
+	if err != nil {
+		var se *SignError
+		label := ErrCertGen.Label
+		if errors.As(err, &se) {
+			label = se.Kind.Label
+		}
+		s.metrics.SignErrors.WithLabelValues(label).Inc()
+		if errors.Is(err, ErrCSR) {
+			s.metrics.CSRParseErrors.Inc()
+		}
+		log.Warn("CA refused to sign", "identity", id.String(), "reason", err.Error())
+		if errors.Is(err, ErrCertGen) {
+			return nil, status.Error(codes.Internal, "the CA failed to sign")
+		}
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+
+	chain := append(cert.ChainPEM, string(s.ca.rootPEM))
+	s.metrics.Success.Inc()
+	log.Info("CA issued a certificate", "identity", id.String(), "serial", cert.Leaf.SerialNumber.Text(16),
+		"notAfter", cert.Leaf.NotAfter.Format(time.RFC3339))
+	return &pb.IstioCertificateResponse{CertChain: chain}, nil
+}
+
+// authenticate tries each authenticator in order. When all fail, the error
+// says what each one found, so that the caller can tell a missing token
+// from a refused one.
+func (s *Server) authenticate(ctx context.Context) (*Caller, error) {
+	var reasons []string
+	var errs []error
+	for _, a := range s.authn {
+		c, err := a.Authenticate(ctx)
+		if err == nil {
+			return c, nil
+		}
+		errs = append(errs, err)
+		if errors.Is(err, ErrNoCredential) {
+			reasons = append(reasons, a.Name()+": none presented")
+		} else {
+			reasons = append(reasons, a.Name()+": "+err.Error())
+		}
+	}
+	joined := errors.Join(errs...)
+	return nil, fmt.Errorf("%s%w", strings.Join(reasons, "; "), wrapOnly{joined})
+}
+
+// wrapOnly lets errors.Is see the causes without repeating their text.
+type wrapOnly struct{ err error }
+
+func (w wrapOnly) Error() string { return "" }
+func (w wrapOnly) Unwrap() error { return w.err }
+
+// impersonate checks an ImpersonatedIdentity request.
+func (s *Server) impersonate(ctx context.Context, caller *Caller, v *structpb.Value) (Identity, error) {
+	if s.nodes == nil {
+		return Identity{}, fmt.Errorf("%w: impersonation is not enabled on this CA", ErrPermissionDenied)
+	}
+	if !s.nodes.trusted[caller.SA()] {
+		// Decided before looking at the value, so an untrusted caller learns
+		// nothing about how the CA parses it.
+		return Identity{}, fmt.Errorf("%w: %s is not a trusted node account and may not impersonate", ErrPermissionDenied, caller.Identity)
+	}
+	str, ok := v.GetKind().(*structpb.Value_StringValue)
+	if !ok {
+		return Identity{}, fmt.Errorf("%w: metadata %s must be a string", ErrNoIdentity, ImpersonatedIdentityKey)
+	}
+	target, err := ParseIdentity(str.StringValue)
+	if err != nil {
+		return Identity{}, fmt.Errorf("%w: metadata %s: %v", ErrNoIdentity, ImpersonatedIdentityKey, err)
+	}
+	return target, s.nodes.Authorize(ctx, caller, target)
+}
+
+func peerAddr(ctx context.Context) string {
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		return p.Addr.String()
+	}
+	return "unknown"
+}
