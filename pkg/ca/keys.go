@@ -62,7 +62,8 @@ func parsePrivateKey(data []byte) (crypto.Signer, error) {
 		return nil, fmt.Errorf("PEM block of type %q is not a private key", block.Type)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("parse %s: %w", block.Type, err)
+		// The parser's detail is dropped: it could echo bytes of the key.
+		return nil, fmt.Errorf("the %s block is not a valid key", block.Type)
 	}
 	signer, ok := key.(crypto.Signer)
 	if !ok {

@@ -222,6 +222,9 @@ func newAuthority(opts Options, source Source, caCertPEM, caKeyPEM, chainPEM, ro
 
 	// Without root-cert.pem the signing certificate must be the root itself.
 	if len(bytes.TrimSpace(rootPEM)) == 0 {
+		if !bytes.Equal(cert.RawIssuer, cert.RawSubject) || cert.CheckSignatureFrom(cert) != nil {
+			return nil, fmt.Errorf("%s (%s) is not self-signed, so %s is required", CACertKey, cert.Subject, RootCertKey)
+		}
 		rootPEM = encodeCertificate(cert)
 	}
 	roots, err := parseCertificates(rootPEM)
