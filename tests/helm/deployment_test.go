@@ -1,11 +1,15 @@
 package helm
 
 import (
+	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -34,14 +38,56 @@ func TestDeploymentArgsParse(t *testing.T) {
 	}
 }
 
+// TestDebugPortAsIstio: the debug server (8080: /debug/syncz,
+// /debug/config_dump, pprof when enabled) is bound as istiod's chart binds
+// it: on all interfaces, because the kubelet probes /ready on the pod IP,
+// and never exposed by the Service. pprof follows pilot.enableProfiling.
+func TestDebugPortAsIstio(t *testing.T) {
+	tl := newTools(t)
+	for _, c := range loadCases(t) {
+		t.Run(c.name, func(t *testing.T) {
+			rendered := tl.render(t, c, "pilot", false)
+			for _, p := range renderedKind[corev1.Service](t, rendered, "Service").Spec.Ports {
+				if p.Port == 8080 || p.TargetPort.IntValue() == 8080 || p.Name == "http-debug" {
+					t.Errorf("the Service exposes the debug port: %+v", p)
+				}
+			}
+			container := renderedDeployment(t, rendered).Spec.Template.Spec.Containers[0]
+			pilotValues, _ := c.values["pilot"]["pilot"].(map[string]any)
+			profiling, _ := pilotValues["enableProfiling"].(bool) // the chart's default is false
+			for _, want := range []string{"--http-addr=:8080", fmt.Sprintf("--enable-profiling=%t", profiling)} {
+				if !slices.Contains(container.Args, want) {
+					t.Errorf("args %v lack %s", container.Args, want)
+				}
+			}
+			for name, probe := range map[string]*corev1.Probe{"readiness": container.ReadinessProbe, "liveness": container.LivenessProbe} {
+				if probe == nil || probe.HTTPGet == nil || probe.HTTPGet.Port.IntValue() != 8080 {
+					t.Errorf("the %s probe does not use the debug port 8080: %+v", name, probe)
+				}
+			}
+		})
+	}
+}
+
 func renderedDeployment(t *testing.T, rendered string) *appsv1.Deployment {
 	t.Helper()
+	return renderedKind[appsv1.Deployment](t, rendered, "Deployment")
+}
+
+// renderedKind decodes the first rendered object of kind.
+func renderedKind[T any](t *testing.T, rendered, kind string) *T {
+	t.Helper()
 	for _, doc := range strings.Split(rendered, "\n---\n") {
-		var d appsv1.Deployment
-		if err := yaml.Unmarshal([]byte(doc), &d); err == nil && d.Kind == "Deployment" {
-			return &d
+		var meta metav1.TypeMeta
+		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil || meta.Kind != kind {
+			continue
 		}
+		var obj T
+		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+			t.Fatalf("%s: %v", kind, err)
+		}
+		return &obj
 	}
-	t.Fatal("no Deployment rendered")
+	t.Fatalf("no %s rendered", kind)
 	return nil
 }
