@@ -1,0 +1,60 @@
+package ca
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ServingCertificate issues a TLS server certificate for the control plane's
+// own listeners (15012, the webhooks) from this CA, with a fresh ECDSA P-256
+// key, so that clients trusting the mesh root (istio-ca-root-cert) trust it.
+// ttl ≤ 0 means DefaultCertTTL; the caller re-issues before NotAfter.
+func (a *Authority) ServingCertificate(dnsNames []string, ttl time.Duration) (*tls.Certificate, error) {
+	if len(dnsNames) == 0 {
+		return nil, errors.New("ca: a serving certificate needs at least one DNS name")
+	}
+	if ttl <= 0 {
+		ttl = a.opts.DefaultCertTTL
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	serial, err := randomSerial()
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	notAfter := now.Add(ttl)
+	if notAfter.After(a.cert.NotAfter) {
+		notAfter = a.cert.NotAfter
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial,
+		NotBefore:             now.Add(-clockSkew),
+		NotAfter:              notAfter,
+		DNSNames:              dnsNames,
+		KeyUsage:              x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, a.cert, key.Public(), a.signer)
+	if err != nil {
+		return nil, fmt.Errorf("ca: sign serving certificate: %w", err)
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	chain := [][]byte{der}
+	for _, c := range a.chain {
+		chain = append(chain, c.Raw)
+	}
+	return &tls.Certificate{Certificate: chain, PrivateKey: key, Leaf: leaf}, nil
+}
