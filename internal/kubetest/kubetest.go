@@ -30,6 +30,10 @@ type Env struct {
 	Config *rest.Config
 	Kube   kubernetes.Interface
 	Istio  istioclient.Interface
+	// ServiceAccountSigningKeyFile is the PEM private key the API server
+	// signs ServiceAccount tokens with, for tests that must mint a token the
+	// API server would sign but cannot be asked for (an expired one).
+	ServiceAccountSigningKeyFile string
 }
 
 // shortSkipReason is why an integration test skips under -short.
@@ -99,7 +103,9 @@ func start(t testing.TB, short bool) *Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Env{Config: cfg, Kube: kube, Istio: istio}
+	return &Env{Config: cfg, Kube: kube, Istio: istio,
+		// envtest's own file name in the API server's cert dir.
+		ServiceAccountSigningKeyFile: filepath.Join(env.ControlPlane.GetAPIServer().CertDir, "sa-signer.key")}
 }
 
 // Namespace creates a namespace with a generated name starting with prefix
