@@ -1,0 +1,107 @@
+package ca
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/metadata"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/meshpilot/meshpilot/internal/kubetest"
+)
+
+func TestTokenAuthenticator(t *testing.T) {
+	env := kubetest.StartWithoutCRDs(t)
+	ns := env.Namespace(t, "authn")
+	createSA(t, env, ns, "app")
+	createSA(t, env, ns, "gone")
+	goneToken := token(t, env, ns, "gone", []string{"istio-ca"}, nil)
+	if err := env.Kube.CoreV1().ServiceAccounts(ns).Delete(context.Background(), "gone", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	valid := token(t, env, ns, "app", []string{"istio-ca"}, nil)
+	apiKey := apiServerSigningKey(t, env)
+	past := time.Now().Add(-2 * time.Hour).Unix()
+
+	strict := NewTokenAuthenticator(env.Kube, TokenOptions{})
+	firstParty := NewTokenAuthenticator(env.Kube, TokenOptions{AllowAPIServerAudience: true})
+	want := Identity{TrustDomain: "cluster.local", Namespace: ns, ServiceAccount: "app"}
+
+	tests := []struct {
+		name   string
+		ctx    context.Context
+		authn  *TokenAuthenticator
+		ok     bool
+		noCred bool
+	}{
+		{"token for istio-ca", withBearer(valid), strict, true, false},
+		{"re-signed by the API server's key, unchanged (control)", withBearer(resign(t, valid, apiKey, nil)), strict, true, false},
+		{"token for another audience", withBearer(token(t, env, ns, "app", []string{"other"}, nil)), strict, false, false},
+		{"token for the API server's audience", withBearer(token(t, env, ns, "app", nil, nil)), strict, false, false},
+		{"token for the API server's audience, first-party-jwt allowed", withBearer(token(t, env, ns, "app", nil, nil)), firstParty, true, false},
+		{"token for another audience, first-party-jwt allowed", withBearer(token(t, env, ns, "app", []string{"other"}, nil)), firstParty, false, false},
+		// The API server's minimum expirationSeconds is 600, so a token
+		// cannot be asked for already expired; this one carries the API
+		// server's own signature over claims that expired two hours ago.
+		{"expired", withBearer(resign(t, valid, apiKey, func(c map[string]any) {
+			c["iat"], c["nbf"], c["exp"] = past-600, past-600, past
+		})), strict, false, false},
+		{"forged: signed by another key", withBearer(resign(t, valid, sameKindOfKey(t, apiKey), nil)), strict, false, false},
+		{"forged: claims another ServiceAccount", withBearer(resign(t, valid, sameKindOfKey(t, apiKey), func(c map[string]any) {
+			c["sub"] = "system:serviceaccount:kube-system:admin"
+		})), strict, false, false},
+		{"ServiceAccount deleted", withBearer(goneToken), strict, false, false},
+		{"not a JWT", withBearer("not-a-jwt"), strict, false, false},
+		{"no authorization header", context.Background(), strict, false, true},
+		{"Basic, not Bearer", metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", "Basic "+valid)), strict, false, false},
+		{"empty bearer", metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", "Bearer ")), strict, false, false},
+		{"two authorization headers", metadata.NewIncomingContext(context.Background(),
+			metadata.Pairs("authorization", "Bearer "+valid, "authorization", "Bearer "+valid)), strict, false, false},
+		{"oversized token", withBearer(strings.Repeat("a", maxTokenBytes+1)), strict, false, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := tc.authn.Authenticate(tc.ctx)
+			if !tc.ok {
+				if err == nil {
+					t.Fatalf("accepted as %s", c.Identity)
+				}
+				if errors.Is(err, ErrNoCredential) != tc.noCred {
+					t.Errorf("error %v: ErrNoCredential is %v, want %v", err, !tc.noCred, tc.noCred)
+				}
+				if errors.Is(err, ErrUnavailable) {
+					t.Errorf("a refused token reported as unavailable: %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Identity != want {
+				t.Errorf("identity %s, want exactly %s", c.Identity, want)
+			}
+		})
+	}
+}
+
+func TestIdentityFromUsername(t *testing.T) {
+	for _, tc := range []struct {
+		user string
+		ok   bool
+	}{
+		{"system:serviceaccount:ns:sa", true},
+		{"system:serviceaccount:ns", false},
+		{"system:serviceaccount::sa", false},
+		{"system:serviceaccount:ns:sa:x", false},
+		{"admin", false},
+		{"system:node:n1", false},
+	} {
+		if _, err := identityFromUsername("td", tc.user); (err == nil) != tc.ok {
+			t.Errorf("%q: err %v, want ok %v", tc.user, err, tc.ok)
+		}
+	}
+}
