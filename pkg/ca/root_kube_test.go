@@ -3,6 +3,8 @@ package ca
 import (
 	"bytes"
 	"context"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/meshpilot/meshpilot/internal/kubetest"
+	"github.com/meshpilot/meshpilot/internal/testlog"
 )
 
 func TestLoadOrCreate(t *testing.T) {
@@ -21,13 +24,15 @@ func TestLoadOrCreate(t *testing.T) {
 
 	t.Run("replicas racing to create the root end with one", func(t *testing.T) {
 		ns := env.Namespace(t, "ca-race")
+		var logs testlog.Buffer
+		logger := slog.New(slog.NewTextHandler(&logs, nil))
 		const replicas = 4
 		var wg sync.WaitGroup
 		roots := make([][]byte, replicas)
 		errs := make([]error, replicas)
 		for i := range replicas {
 			wg.Go(func() {
-				a, err := LoadOrCreate(ctx, env.Kube, Options{Namespace: ns})
+				a, err := LoadOrCreate(ctx, env.Kube, Options{Namespace: ns, Logger: logger})
 				if err == nil {
 					roots[i] = a.RootPEM()
 				}
@@ -52,6 +57,9 @@ func TestLoadOrCreate(t *testing.T) {
 		}
 		if !bytes.Equal(s.Data[CACertKey], roots[0]) {
 			t.Error("ca-cert.pem of the Secret is not the root the replicas use")
+		}
+		if body := keyBody(s.Data[CAKeyKey]); body == "" || strings.Contains(logs.String(), body) || strings.Contains(logs.String(), "PRIVATE KEY") {
+			t.Errorf("the log holds the private key, or the key is empty:\n%s", logs.String())
 		}
 		for _, k := range []string{CACertKey, CAKeyKey, CertChainKey, RootCertKey, privKeyKey} {
 			if _, ok := s.Data[k]; !ok {

@@ -260,3 +260,23 @@ func keyBody(pemKey []byte) string {
 	}
 	return lines[1]
 }
+
+func TestParseNodeAccounts(t *testing.T) {
+	for _, tc := range []struct {
+		in   []string
+		want int
+		ok   bool
+	}{
+		{[]string{"istio-system/ztunnel"}, 1, true},
+		{[]string{" istio-system/ztunnel ", "", "kube-system/node"}, 2, true},
+		{[]string{"ztunnel"}, 0, false},
+		{[]string{"/ztunnel"}, 0, false},
+		{[]string{"istio-system/"}, 0, false},
+		{[]string{"a/b/c"}, 0, false},
+	} {
+		got, err := ParseNodeAccounts(tc.in)
+		if (err == nil) != tc.ok || len(got) != tc.want {
+			t.Errorf("ParseNodeAccounts(%q) = %v, %v", tc.in, got, err)
+		}
+	}
+}
