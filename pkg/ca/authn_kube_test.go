@@ -24,6 +24,14 @@ func TestTokenAuthenticator(t *testing.T) {
 	}
 
 	valid := token(t, env, ns, "app", []string{"istio-ca"}, nil)
+	podGone := createPod(t, env, ns, "short-lived", "app", "node-a")
+	podGoneToken := token(t, env, ns, "app", []string{"istio-ca"}, podGone)
+	// Without a kubelet a graceful delete never ends (the Pod would stay,
+	// terminating, and its token valid for the grace period), so delete it
+	// at once, as a finished deletion looks.
+	if err := env.Kube.CoreV1().Pods(ns).Delete(context.Background(), podGone.Name, *metav1.NewDeleteOptions(0)); err != nil {
+		t.Fatal(err)
+	}
 	apiKey := apiServerSigningKey(t, env)
 	past := time.Now().Add(-2 * time.Hour).Unix()
 
@@ -55,6 +63,7 @@ func TestTokenAuthenticator(t *testing.T) {
 			c["sub"] = "system:serviceaccount:kube-system:admin"
 		})), strict, false, false},
 		{"ServiceAccount deleted", withBearer(goneToken), strict, false, false},
+		{"bound to a Pod that was deleted", withBearer(podGoneToken), strict, false, false},
 		{"not a JWT", withBearer("not-a-jwt"), strict, false, false},
 		{"no authorization header", context.Background(), strict, false, true},
 		{"Basic, not Bearer", metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", "Basic "+valid)), strict, false, false},

@@ -58,6 +58,11 @@ func TestLoadOrCreate(t *testing.T) {
 		if !bytes.Equal(s.Data[CACertKey], roots[0]) {
 			t.Error("ca-cert.pem of the Secret is not the root the replicas use")
 		}
+		// The API server lets exactly one Create win; every other replica
+		// loads the winner's root.
+		if n := strings.Count(logs.String(), "CA created a self-signed root"); n != 1 {
+			t.Errorf("%d replicas created a root, want exactly 1:\n%s", n, logs.String())
+		}
 		if body := keyBody(s.Data[CAKeyKey]); body == "" || strings.Contains(logs.String(), body) || strings.Contains(logs.String(), "PRIVATE KEY") {
 			t.Errorf("the log holds the private key, or the key is empty:\n%s", logs.String())
 		}
