@@ -18,6 +18,8 @@
 //     TokenReview, or by a client certificate this CA issued. A node proxy
 //     in the trusted node accounts may ask for the identity of a pod on its
 //     own node.
+//   - Serving certificates (serving.go) for the control plane's own TLS
+//     listeners, from the same root, so one root covers the whole mesh.
 //   - The gRPC service (server.go) and its metrics (metrics.go), named as
 //     istiod's are (citadel_server_*), so existing dashboards keep working.
 //
