@@ -192,19 +192,6 @@ func (c *sotwStream) respond(w *watch, req *model.PushRequest, planID uint64, wa
 	return nil
 }
 
-// changedOrNamed keeps the items that differ from what the client holds in
-// w or whose names are in names (sorted).
-func changedOrNamed(w *watch, items []generated, names []string) []generated {
-	out := items[:0:0]
-	for _, it := range items {
-		_, named := slices.BinarySearch(names, it.name)
-		if prev, ok := w.sent[it.name]; named || !ok || prev.version != it.version {
-			out = append(out, it)
-		}
-	}
-	return out
-}
-
 // unchanged reports whether sending items would leave the client as it is.
 func unchanged(w *watch, items []generated, partial bool) bool {
 	if !partial && len(items) != len(w.sent) {

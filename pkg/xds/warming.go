@@ -35,11 +35,13 @@ func dependentType(typeURL string) string {
 	return ""
 }
 
-// changedItems are the items that differ from what the client holds in w.
-func changedItems(w *watch, items []generated) []generated {
-	var out []generated
+// changedOrNamed keeps the items that differ from what the client holds in
+// w or whose names are in names (sorted; nil keeps only the changed ones).
+func changedOrNamed(w *watch, items []generated, names []string) []generated {
+	out := items[:0:0]
 	for _, it := range items {
-		if prev, ok := w.sent[it.name]; !ok || prev.version != it.version {
+		_, named := slices.BinarySearch(names, it.name)
+		if prev, ok := w.sent[it.name]; named || !ok || prev.version != it.version {
 			out = append(out, it)
 		}
 	}
@@ -63,7 +65,7 @@ func (c *connection) markWarming(parent *watch, sending []generated, st *pushSta
 	if dep == nil || !dep.subscribed() {
 		return
 	}
-	changed := changedItems(parent, sending)
+	changed := changedOrNamed(parent, sending, nil)
 	if len(changed) == 0 {
 		return
 	}
