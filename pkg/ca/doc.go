@@ -1,7 +1,7 @@
 // Package ca is meshpilot's certificate authority: an Istio-compatible
 // istio.v1.auth.IstioCertificateService (istio.io/api security/v1alpha1).
 //
-// It has four parts, each in its own file:
+// It has these parts, each in its own file:
 //
 //   - The root of trust (root.go, keys.go). An Authority holds the signing
 //     key and certificate. LoadOrCreate takes them from the Secret `cacerts`
@@ -22,6 +22,9 @@
 //     listeners, from the same root, so one root covers the whole mesh.
 //   - The gRPC service (server.go) and its metrics (metrics.go), named as
 //     istiod's are (citadel_server_*), so existing dashboards keep working.
+//   - Publishing the root (rootcert.go): the ConfigMap istio-ca-root-cert
+//     in every namespace, repaired when edited or deleted, so workloads can
+//     trust the CA before they hold a certificate.
 //
 // Identity only ever comes from what the caller proves, never from the CSR
 // or from node metadata. Private keys are never logged.
