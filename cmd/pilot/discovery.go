@@ -23,7 +23,9 @@ func newDiscoveryCommand() *cobra.Command {
 		Short: "Run the control plane: watch config and serve xDS",
 		Long: `Run the control plane. Config comes from a YAML directory (--config-dir),
 from Kubernetes (--kubeconfig, or the pod's service account when running in a
-cluster), or both. xDS clients connect to --xds-addr.`,
+cluster), or both. xDS clients connect to --xds-addr (plaintext). With a
+Kubernetes source, --secure-xds-addr serves the same xDS over TLS together
+with the CA (istio.v1.auth.IstioCertificateService).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger, err := newLogger(logLevel, logFormat, os.Stderr)
@@ -57,6 +59,12 @@ cluster), or both. xDS clients connect to --xds-addr.`,
 	f.StringVar(&opts.ConfigDir, "config-dir", opts.ConfigDir, "directory of Kubernetes YAML to serve; watched and reloaded on change")
 	f.StringVar(&opts.Kubeconfig, "kubeconfig", opts.Kubeconfig, "kubeconfig of the cluster to watch (in a pod, the service account is used when neither this nor --config-dir is set)")
 	f.StringVar(&opts.XDSAddr, "xds-addr", opts.XDSAddr, "address of the plaintext xDS (ADS) server")
+	f.StringVar(&opts.SecureXDSAddr, "secure-xds-addr", opts.SecureXDSAddr, "address of the TLS xDS (ADS) and CA server; needs a Kubernetes source; empty disables it")
+	f.StringVar(&opts.TrustDomain, "trust-domain", opts.TrustDomain, "SPIFFE trust domain of workload identities (default: the mesh config's trustDomain, else cluster.local)")
+	f.StringSliceVar(&opts.CA.TrustedNodeAccounts, "trusted-node-accounts", opts.CA.TrustedNodeAccounts, "namespace/serviceaccount of node proxies that may ask the CA for the identities of pods on their own node (Istio's CA_TRUSTED_NODE_ACCOUNTS)")
+	f.DurationVar(&opts.CA.WorkloadCertTTL, "workload-cert-ttl", opts.CA.WorkloadCertTTL, "lifetime of a workload certificate whose request asks for none (Istio's DEFAULT_WORKLOAD_CERT_TTL)")
+	f.DurationVar(&opts.CA.MaxWorkloadCertTTL, "max-workload-cert-ttl", opts.CA.MaxWorkloadCertTTL, "longest workload certificate lifetime a request may ask for (Istio's MAX_WORKLOAD_CERT_TTL)")
+	f.DurationVar(&opts.CA.ServingCertTTL, "serving-cert-ttl", opts.CA.ServingCertTTL, "lifetime of the --secure-xds-addr serving certificate; renewed at 80% of it, without a restart")
 	f.StringVar(&opts.HTTPAddr, "http-addr", opts.HTTPAddr, "address of the debug server (/ready, /healthz, /debug/...); empty disables it")
 	f.StringVar(&opts.MonitoringAddr, "monitoring-addr", opts.MonitoringAddr, "address of the Prometheus /metrics server; empty disables it")
 	f.BoolVar(&opts.EnableProfiling, "enable-profiling", opts.EnableProfiling, "serve pprof under /debug/pprof/ on --http-addr")
@@ -66,7 +74,7 @@ cluster), or both. xDS clients connect to --xds-addr.`,
 	f.DurationVar(&opts.DebounceMax, "debounce-max", opts.DebounceMax, "longest a push waits while changes keep arriving")
 	f.DurationVar(&opts.SendTimeout, "send-timeout", opts.SendTimeout, "longest one xDS send may take before the stream is closed")
 	f.DurationVar(&opts.ShutdownGrace, "shutdown-grace", opts.ShutdownGrace, "how long streams and requests may drain on shutdown")
-	f.StringVar(&meshConfig, "mesh-config", "", "Istio mesh config file (the mesh key of the istio ConfigMap): rootNamespace and the ingress settings; flags given explicitly win. Watched: later changes are logged, and apply after a restart")
+	f.StringVar(&meshConfig, "mesh-config", "", "Istio mesh config file (the mesh key of the istio ConfigMap): rootNamespace, trustDomain and the ingress settings; flags given explicitly win. Watched: later changes are logged, and apply after a restart")
 	f.StringVar(&opts.Ingress.Class, "ingress-class", opts.Ingress.Class, "value of the legacy kubernetes.io/ingress.class annotation that selects meshpilot")
 	f.StringVar(&ingressMode, "ingress-controller-mode", string(opts.Ingress.Mode), "which Ingresses without any class are served: OFF (none at all), DEFAULT (taken) or STRICT (ignored)")
 	f.StringVar(&ingressService, "ingress-service", opts.Ingress.Service.String(), "namespace/name of the ingress gateway Service: its target ports are the gateway's listen ports, its addresses go into Ingress status")
@@ -74,7 +82,7 @@ cluster), or both. xDS clients connect to --xds-addr.`,
 	f.StringVar(&opts.Revision, "revision", opts.Revision, "revision of this control plane (istio.io/rev); empty is the default revision")
 	f.StringVar(&opts.Webhook.Addr, "webhook-addr", opts.Webhook.Addr, "address of the TLS admission webhooks (/inject, /validate); empty disables them")
 	f.StringVar(&opts.Webhook.Service, "webhook-service", opts.Webhook.Service, "Service the API server calls the webhooks through, named in their certificate (default istiod or istiod-<revision>)")
-	f.StringVar(&opts.Webhook.Namespace, "webhook-namespace", opts.Webhook.Namespace, "namespace of that Service and of the webhook CA Secret ($POD_NAMESPACE in a pod)")
+	f.StringVar(&opts.Webhook.Namespace, "webhook-namespace", opts.Webhook.Namespace, "the control plane's namespace: of that Service, of the webhook CA Secret and of the CA Secrets istio-ca-secret and cacerts ($POD_NAMESPACE in a pod)")
 	f.StringSliceVar(&opts.Webhook.ExtraCertNames, "webhook-cert-extra-names", opts.Webhook.ExtraCertNames, "more DNS names or IPs for the webhook certificate, for an API server that calls the webhooks by address")
 	f.StringVar(&opts.Webhook.InjectConfigDir, "inject-config-dir", opts.Webhook.InjectConfigDir, "directory holding the injection template and values (files config and values of the injector ConfigMap)")
 	le := &opts.LeaderElection

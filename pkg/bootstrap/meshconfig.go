@@ -24,7 +24,7 @@ type meshConfigFile struct {
 
 // LoadMeshConfig applies the mesh settings of an Istio mesh config file (the
 // "mesh" key of the istio[-REV] ConfigMap) to o: rootNamespace,
-// ingressClass, ingressControllerMode, ingressService and ingressSelector.
+// trustDomain, ingressClass, ingressControllerMode, ingressService and ingressSelector.
 // A setting whose flag the user gave explicitly (explicit reports it) keeps
 // the flag's value. Fields meshpilot does not use are accepted and ignored,
 // so Istio's mesh configs load unchanged. A Server built from o watches the
@@ -57,6 +57,7 @@ func (o *Options) applyMeshConfig(path string, explicit func(flag string) bool) 
 		}
 	}
 	set("root-namespace", mesh.GetRootNamespace(), func(v string) { o.RootNamespace = v })
+	set("trust-domain", mesh.GetTrustDomain(), func(v string) { o.TrustDomain = v })
 	set("ingress-class", mesh.GetIngressClass(), func(v string) { o.Ingress.Class = v })
 	if m := mesh.GetIngressControllerMode(); m != meshv1alpha1.MeshConfig_UNSPECIFIED {
 		set("ingress-controller-mode", m.String(), func(v string) { o.Ingress.Mode = model.IngressMode(v) })

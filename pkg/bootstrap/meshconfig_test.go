@@ -34,6 +34,9 @@ someFieldFromANewerIstio: true
 			if o.RootNamespace != "mesh-root" || o.Ingress.Class != "mesh-ingress" || o.Ingress.Mode != model.IngressModeDefault {
 				t.Errorf("root %q class %q mode %q", o.RootNamespace, o.Ingress.Class, o.Ingress.Mode)
 			}
+			if o.TrustDomain != "example.org" {
+				t.Errorf("trust domain %q, want the file's example.org", o.TrustDomain)
+			}
 			if want := (model.NamespacedName{Namespace: "istio-system", Name: "gateway"}); o.Ingress.Service != want {
 				t.Errorf("ingress service %v, want %v", o.Ingress.Service, want)
 			}
@@ -41,9 +44,9 @@ someFieldFromANewerIstio: true
 				t.Errorf("ingress selector %v", o.Ingress.Selector)
 			}
 		}},
-		{"explicit flags win", map[string]bool{"root-namespace": true, "ingress-controller-mode": true}, func(t *testing.T, o Options) {
-			if o.RootNamespace != "istio-system" || o.Ingress.Mode != model.IngressModeStrict {
-				t.Errorf("flags lost to the file: root %q mode %q", o.RootNamespace, o.Ingress.Mode)
+		{"explicit flags win", map[string]bool{"root-namespace": true, "ingress-controller-mode": true, "trust-domain": true}, func(t *testing.T, o Options) {
+			if o.RootNamespace != "istio-system" || o.Ingress.Mode != model.IngressModeStrict || o.TrustDomain != "cluster.local" {
+				t.Errorf("flags lost to the file: root %q mode %q trust domain %q", o.RootNamespace, o.Ingress.Mode, o.TrustDomain)
 			}
 			if o.Ingress.Class != "mesh-ingress" {
 				t.Errorf("settings without flags still come from the file; class %q", o.Ingress.Class)

@@ -17,6 +17,7 @@ var meshSettings = []struct {
 	value func(*Options) string
 }{
 	{"rootNamespace", func(o *Options) string { return o.RootNamespace }},
+	{"trustDomain", func(o *Options) string { return o.TrustDomain }},
 	{"ingressClass", func(o *Options) string { return o.Ingress.Class }},
 	{"ingressControllerMode", func(o *Options) string { return string(o.Ingress.Mode) }},
 	{"ingressService", func(o *Options) string { return o.Ingress.Service.String() }},

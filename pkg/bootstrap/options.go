@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/meshpilot/meshpilot/pkg/ca"
 	"github.com/meshpilot/meshpilot/pkg/model"
 )
 
@@ -20,7 +21,11 @@ type Options struct {
 	Kubeconfig string
 	InCluster  bool
 
-	XDSAddr        string
+	XDSAddr string
+	// SecureXDSAddr is the TLS listener (Istio's 15012) that serves the
+	// same ADS as XDSAddr and the CA. Empty disables it; it needs the
+	// Kubernetes source, whose TokenReview proves callers' identities.
+	SecureXDSAddr  string
 	HTTPAddr       string
 	MonitoringAddr string
 	// EnableProfiling serves pprof under /debug/pprof/ on HTTPAddr. Off by
@@ -30,6 +35,9 @@ type Options struct {
 
 	DomainSuffix  string
 	RootNamespace string
+	// TrustDomain is the SPIFFE trust domain of workload identities
+	// (spiffe://<td>/ns/<ns>/sa/<sa>), the mesh config's trustDomain.
+	TrustDomain string
 
 	DebounceAfter time.Duration
 	DebounceMax   time.Duration
@@ -45,6 +53,7 @@ type Options struct {
 	Ingress        IngressOptions
 	LeaderElection LeaderElectionOptions
 	Webhook        WebhookOptions
+	CA             CAOptions
 
 	Logger *slog.Logger
 
@@ -83,6 +92,23 @@ type WebhookOptions struct {
 	ExtraCertNames []string
 }
 
+// CAOptions configure the certificate authority served on SecureXDSAddr.
+// Its Secrets live in Webhook.Namespace, the control plane's namespace.
+type CAOptions struct {
+	// TrustedNodeAccounts ("ns/sa") may ask for the identity of a pod on
+	// their own node: the node proxy's account, as istiod's
+	// CA_TRUSTED_NODE_ACCOUNTS.
+	TrustedNodeAccounts []string
+	// WorkloadCertTTL is the lifetime of a workload certificate whose CSR
+	// asks for none, MaxWorkloadCertTTL the most a CSR may ask for
+	// (istiod's DEFAULT_WORKLOAD_CERT_TTL and MAX_WORKLOAD_CERT_TTL).
+	WorkloadCertTTL    time.Duration
+	MaxWorkloadCertTTL time.Duration
+	// ServingCertTTL is the lifetime of the 15012 serving certificate,
+	// renewed at 80% of it.
+	ServingCertTTL time.Duration
+}
+
 // LeaderElectionOptions control the Lease that decides which replica writes
 // Ingress status and events.
 type LeaderElectionOptions struct {
@@ -101,10 +127,12 @@ type LeaderElectionOptions struct {
 func DefaultOptions() Options {
 	return Options{
 		XDSAddr:        ":15010",
+		SecureXDSAddr:  ":15012",
 		HTTPAddr:       ":8080",
 		MonitoringAddr: ":15014",
 		DomainSuffix:   "cluster.local",
 		RootNamespace:  "istio-system",
+		TrustDomain:    "cluster.local",
 		DebounceAfter:  100 * time.Millisecond,
 		DebounceMax:    10 * time.Second,
 		SendTimeout:    10 * time.Second,
@@ -119,6 +147,12 @@ func DefaultOptions() Options {
 			Addr:            ":15017",
 			Namespace:       envOr("POD_NAMESPACE", "istio-system"),
 			InjectConfigDir: "/var/lib/istio/inject",
+		},
+		CA: CAOptions{
+			TrustedNodeAccounts: []string{"istio-system/ztunnel"},
+			WorkloadCertTTL:     24 * time.Hour,
+			MaxWorkloadCertTTL:  90 * 24 * time.Hour,
+			ServingCertTTL:      24 * time.Hour,
 		},
 		LeaderElection: LeaderElectionOptions{
 			Enabled:       true,
@@ -162,6 +196,18 @@ func (o *Options) validate() error {
 	}
 	if o.XDSAddr == "" {
 		errs = append(errs, errors.New("--xds-addr is required"))
+	}
+	if o.TrustDomain == "" {
+		errs = append(errs, errors.New("--trust-domain must not be empty"))
+	}
+	if _, err := ca.ParseNodeAccounts(o.CA.TrustedNodeAccounts); err != nil {
+		errs = append(errs, fmt.Errorf("--trusted-node-accounts: %w", err))
+	}
+	if o.CA.WorkloadCertTTL <= 0 || o.CA.MaxWorkloadCertTTL < o.CA.WorkloadCertTTL {
+		errs = append(errs, errors.New("--workload-cert-ttl must be positive and not above --max-workload-cert-ttl"))
+	}
+	if o.CA.ServingCertTTL < time.Minute {
+		errs = append(errs, errors.New("--serving-cert-ttl must be at least a minute"))
 	}
 	if o.DomainSuffix == "" {
 		errs = append(errs, errors.New("--domain must not be empty"))

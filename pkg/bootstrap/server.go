@@ -37,6 +37,7 @@ type Server struct {
 	kubeSynced func() bool
 	writeBack  *ingressWriteBack
 	webhooks   *webhooks
+	secure     *secureXDS
 	xds        *xds.Server
 	grpc       *grpc.Server
 
@@ -99,6 +100,9 @@ func New(opts Options) (*Server, error) {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 15 * time.Second, PermitWithoutStream: true}),
 	)
 	s.xds.Register(s.grpc)
+	if s.secure, err = s.newSecureXDS(); err != nil {
+		return nil, err
+	}
 
 	if err := s.listen(); err != nil {
 		s.closeListeners()
@@ -134,6 +138,9 @@ func (s *Server) listen() error {
 }
 
 func (s *Server) closeListeners() {
+	if s.secure != nil {
+		_ = s.secure.listener.Close()
+	}
 	if s.xdsListener != nil {
 		_ = s.xdsListener.Close()
 	}
@@ -144,6 +151,15 @@ func (s *Server) closeListeners() {
 
 // XDSAddr is the address the xDS server listens on.
 func (s *Server) XDSAddr() net.Addr { return s.xdsListener.Addr() }
+
+// SecureXDSAddr is the TLS xDS and CA listener's address, nil when
+// disabled (always without a Kubernetes source).
+func (s *Server) SecureXDSAddr() net.Addr {
+	if s.secure == nil {
+		return nil
+	}
+	return s.secure.listener.Addr()
+}
 
 // HTTPAddr is the debug server's address, nil when disabled.
 func (s *Server) HTTPAddr() net.Addr { return s.listenerAddr(s.opts.HTTPAddr, 0) }
@@ -182,7 +198,7 @@ func (s *Server) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errs := make(chan error, len(s.sources)+len(s.httpServers)+2)
+	errs := make(chan error, len(s.sources)+len(s.httpServers)+3)
 
 	for i, srv := range s.httpServers {
 		wg.Go(func() {
@@ -203,6 +219,13 @@ func (s *Server) Run(ctx context.Context) error {
 			errs <- fmt.Errorf("xds: %w", err)
 		}
 	})
+	if s.secure != nil {
+		wg.Go(func() {
+			if err := s.secure.run(ctx); err != nil && ctx.Err() == nil {
+				errs <- err
+			}
+		})
+	}
 	if s.writeBack != nil {
 		wg.Go(func() { s.writeBack.run(ctx) })
 	}
@@ -223,7 +246,7 @@ func (s *Server) Run(ctx context.Context) error {
 		s.log.Info("all config sources synced; building the first push context")
 		s.xds.Start(ctx)
 	})
-	s.log.Info("meshpilot serving", "xds", s.XDSAddr().String(), "http", addrString(s.HTTPAddr()),
+	s.log.Info("meshpilot serving", "xds", s.XDSAddr().String(), "secureXDS", addrString(s.SecureXDSAddr()), "http", addrString(s.HTTPAddr()),
 		"monitoring", addrString(s.MonitoringAddr()), "webhooks", s.WebhookAddr())
 
 	var runErr error
@@ -293,16 +316,30 @@ func (s *Server) shutdown() {
 	defer cancel()
 
 	s.xds.Stop()
-	stopped := make(chan struct{})
-	go func() {
-		s.grpc.GracefulStop()
-		close(stopped)
-	}()
-	select {
-	case <-stopped:
-	case <-ctx.Done():
-		s.grpc.Stop()
+	servers := []*grpc.Server{s.grpc}
+	if s.secure != nil {
+		servers = append(servers, s.secure.grpc)
+		// GracefulStop closes only listeners it serves; the CA may not
+		// have been loaded yet, so close this one in any case.
+		defer s.secure.listener.Close()
 	}
+	// Both drain at once, within the one grace period.
+	var drained sync.WaitGroup
+	for _, g := range servers {
+		drained.Go(func() {
+			stopped := make(chan struct{})
+			go func() {
+				g.GracefulStop()
+				close(stopped)
+			}()
+			select {
+			case <-stopped:
+			case <-ctx.Done():
+				g.Stop()
+			}
+		})
+	}
+	drained.Wait()
 	for _, srv := range s.httpServers {
 		_ = srv.Shutdown(ctx)
 	}

@@ -24,6 +24,10 @@ func TestOptionsValidation(t *testing.T) {
 		{"no xds address", func(o *Options) { o.XDSAddr = "" }, "--xds-addr"},
 		{"empty domain", func(o *Options) { o.DomainSuffix = "" }, "--domain"},
 		{"debounce above max", func(o *Options) { o.DebounceAfter, o.DebounceMax = time.Second, time.Millisecond }, "--debounce-after"},
+		{"empty trust domain", func(o *Options) { o.TrustDomain = "" }, "--trust-domain"},
+		{"node account without a namespace", func(o *Options) { o.CA.TrustedNodeAccounts = []string{"ztunnel"} }, "--trusted-node-accounts"},
+		{"default cert TTL above the maximum", func(o *Options) { o.CA.WorkloadCertTTL = 91 * 24 * time.Hour }, "--workload-cert-ttl"},
+		{"serving cert TTL too short", func(o *Options) { o.CA.ServingCertTTL = time.Second }, "--serving-cert-ttl"},
 		{"valid", func(*Options) {}, ""},
 	}
 	for _, tc := range cases {
@@ -67,6 +71,12 @@ func TestRunServesThenShutsDownGracefully(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
+
+	// Directory-only: no TokenReview, so no CA and no 15012, though the
+	// default asks for it.
+	if opts.SecureXDSAddr == "" || srv.SecureXDSAddr() != nil {
+		t.Errorf("secure xDS %v with --secure-xds-addr %q and no Kubernetes source; want none", srv.SecureXDSAddr(), opts.SecureXDSAddr)
+	}
 
 	httpURL := "http://" + srv.HTTPAddr().String()
 	metricsURL := "http://" + srv.MonitoringAddr().String()

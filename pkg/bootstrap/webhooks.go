@@ -28,10 +28,7 @@ type webhooks struct {
 // this revision's webhook configurations; without it the CA is in memory.
 func (s *Server) newWebhooks() (*webhooks, error) {
 	metrics := webhook.NewMetrics(s.registry)
-	service := s.opts.Webhook.Service
-	if service == "" {
-		service = webhook.ServiceNameFor(s.opts.Revision)
-	}
+	service := s.istiodService()
 	certOpts := webhook.CertOptions{
 		Client:      s.kube,
 		Namespace:   s.opts.Webhook.Namespace,

@@ -23,8 +23,11 @@ type controlPlaneOptions = bootstrap.Options
 type controlPlane struct {
 	srv     *bootstrap.Server
 	xdsAddr string
-	httpURL string
-	stop    func(t *testing.T)
+	// secureXDSAddr is the TLS xDS and CA listener (15012), "" without a
+	// Kubernetes source.
+	secureXDSAddr string
+	httpURL       string
+	stop          func(t *testing.T)
 }
 
 // withIdentity names the replica in leader election, so two control planes
@@ -37,7 +40,7 @@ func startControlPlane(t *testing.T, m mesh, options ...func(*bootstrap.Options)
 	t.Helper()
 	opts := bootstrap.DefaultOptions()
 	opts.XDSAddr, opts.HTTPAddr, opts.MonitoringAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
-	opts.Webhook.Addr = "127.0.0.1:0"
+	opts.SecureXDSAddr, opts.Webhook.Addr = "127.0.0.1:0", "127.0.0.1:0"
 	opts.DebounceAfter = 20 * time.Millisecond
 	opts.ShutdownGrace = 2 * time.Second
 	logs := &testlog.Buffer{}
@@ -73,6 +76,9 @@ func startControlPlane(t *testing.T, m mesh, options ...func(*bootstrap.Options)
 		}
 	})
 	cp := &controlPlane{srv: srv, xdsAddr: srv.XDSAddr().String(), httpURL: "http://" + srv.HTTPAddr().String(), stop: stop}
+	if a := srv.SecureXDSAddr(); a != nil {
+		cp.secureXDSAddr = a.String()
+	}
 	waitFor(t, 60*time.Second, "control plane ready", func() error {
 		code, body := cp.get(t, "/ready")
 		if code != http.StatusOK {

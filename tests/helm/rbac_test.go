@@ -32,8 +32,8 @@ const serviceAccount = "istiod"
 
 // TestRBACIsSufficientAndNecessary installs both charts, then runs the
 // control plane with nothing but the chart's ServiceAccount token: it must
-// sync every source, serve xDS and write Ingress status without a single
-// "forbidden". Then one rule goes, and the control plane must say so plainly
+// sync every source, serve xDS, write Ingress status and issue certificates
+// without a single "forbidden". Then one rule goes, and the control plane must say so plainly
 // and stay unready rather than serve a partial view.
 func TestRBACIsSufficientAndNecessary(t *testing.T) {
 	tl := newTools(t)
@@ -87,6 +87,9 @@ func TestRBACIsSufficientAndNecessary(t *testing.T) {
 		waitFor(t, time.Minute, "caBundle in the chart's webhook configurations", func() error {
 			return caBundlesPatched(ctx, env)
 		})
+		// The CA: its Secret, TokenReview, the Pod check of impersonation,
+		// and istio-ca-root-cert published and repaired in every namespace.
+		checkCAWorks(ctx, t, env, cp)
 		cp.stop()
 		if log := cp.logs.String(); strings.Contains(strings.ToLower(log), "forbidden") {
 			t.Errorf("the control plane was refused something:\n%s", log)
@@ -248,10 +251,11 @@ func removeClusterRoleRule(ctx context.Context, t *testing.T, env *kubetest.Env,
 // pilot is `pilot discovery` in this process, reading the cluster through
 // a kubeconfig, on ephemeral ports.
 type pilot struct {
-	xdsAddr string
-	httpURL string
-	logs    *testlog.Buffer
-	stop    func()
+	xdsAddr       string
+	secureXDSAddr string
+	httpURL       string
+	logs          *testlog.Buffer
+	stop          func()
 }
 
 func startPilot(t *testing.T, kubeconfig, injectConfigDir, identity string) *pilot {
@@ -259,6 +263,8 @@ func startPilot(t *testing.T, kubeconfig, injectConfigDir, identity string) *pil
 	opts := bootstrap.DefaultOptions()
 	opts.Kubeconfig = kubeconfig
 	opts.XDSAddr, opts.HTTPAddr, opts.MonitoringAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	// The CA keeps its root in the release namespace, as in the pod.
+	opts.SecureXDSAddr = "127.0.0.1:0"
 	opts.DebounceAfter = 20 * time.Millisecond
 	opts.ShutdownGrace = time.Second
 	opts.LeaderElection.Namespace = releaseNamespace
@@ -279,7 +285,8 @@ func startPilot(t *testing.T, kubeconfig, injectConfigDir, identity string) *pil
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
 	var once sync.Once
-	p := &pilot{xdsAddr: srv.XDSAddr().String(), httpURL: "http://" + srv.HTTPAddr().String(), logs: logs}
+	p := &pilot{xdsAddr: srv.XDSAddr().String(), secureXDSAddr: srv.SecureXDSAddr().String(),
+		httpURL: "http://" + srv.HTTPAddr().String(), logs: logs}
 	p.stop = func() {
 		once.Do(func() {
 			cancel()
@@ -395,6 +402,30 @@ ports: [{name: http, port: 8080}]
 endpoints:
 - addresses: ["10.244.1.5"]
   conditions: {ready: true}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: web, namespace: shop}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: web-0, namespace: shop}
+spec:
+  serviceAccountName: web
+  nodeName: node-1
+  containers: [{name: web, image: example.invalid/web}]
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: ztunnel, namespace: istio-system}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: ztunnel-node-1, namespace: istio-system}
+spec:
+  serviceAccountName: ztunnel
+  nodeName: node-1
+  containers: [{name: ztunnel, image: example.invalid/ztunnel}]
 ---
 apiVersion: networking.k8s.io/v1
 kind: Ingress
