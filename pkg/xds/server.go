@@ -246,6 +246,14 @@ func (s *Server) connections() []*connection {
 // waitReady blocks until the first push context exists, the stream ends or
 // the server stops; it reports whether serving can go on.
 func (s *Server) waitReady(ctx context.Context) bool {
+	// Once ready, a stream that has already ended (say, gRPC refused a
+	// request that does not unmarshal) still goes on to see its error, and
+	// count it: select would pick between ready and done at random.
+	select {
+	case <-s.ready:
+		return true
+	default:
+	}
 	select {
 	case <-s.ready:
 		return true
