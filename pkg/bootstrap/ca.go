@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 	pb "istio.io/api/security/v1alpha1"
 	"k8s.io/client-go/kubernetes"
@@ -85,13 +84,7 @@ func (s *Server) newSecureXDS() (*secureXDS, error) {
 			return nil, errors.New("the CA is not loaded yet")
 		},
 	})
-	x.grpc = grpc.NewServer(
-		grpc.Creds(creds),
-		grpc.MaxConcurrentStreams(100_000),
-		grpc.MaxRecvMsgSize(4<<20),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 15 * time.Second, PermitWithoutStream: true}),
-	)
+	x.grpc = newXDSGRPCServer(grpc.Creds(creds))
 	// The same ADS server as 15010. It does not look at the client
 	// certificate yet: identity-checked xDS is the next step of issue 11.
 	s.xds.Register(x.grpc)

@@ -93,12 +93,7 @@ func New(opts Options) (*Server, error) {
 		s.xds.ConfigUpdate(model.NewPushRequest(key, time.Now()))
 	})
 
-	s.grpc = grpc.NewServer(
-		grpc.MaxConcurrentStreams(100_000),
-		grpc.MaxRecvMsgSize(4<<20),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 15 * time.Second, PermitWithoutStream: true}),
-	)
+	s.grpc = newXDSGRPCServer()
 	s.xds.Register(s.grpc)
 	if s.secure, err = s.newSecureXDS(); err != nil {
 		return nil, err
@@ -350,4 +345,16 @@ func addrString(a net.Addr) string {
 		return "disabled"
 	}
 	return a.String()
+}
+
+// newXDSGRPCServer is a gRPC server for xDS streams: many long-lived streams
+// per connection, requests of a few MiB at most, and keepalives that notice
+// a vanished proxy within a minute without letting clients ping too often.
+func newXDSGRPCServer(opts ...grpc.ServerOption) *grpc.Server {
+	return grpc.NewServer(append([]grpc.ServerOption{
+		grpc.MaxConcurrentStreams(100_000),
+		grpc.MaxRecvMsgSize(4 << 20),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 15 * time.Second, PermitWithoutStream: true}),
+	}, opts...)...)
 }
