@@ -14,11 +14,13 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	pb "istio.io/api/security/v1alpha1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/meshpilot/meshpilot/pkg/ca"
+	"github.com/meshpilot/meshpilot/pkg/model"
 	"github.com/meshpilot/meshpilot/pkg/webhook"
 )
 
@@ -48,6 +50,9 @@ type secureXDS struct {
 	tlsConfig atomic.Pointer[tls.Config]
 	caServer  atomic.Pointer[ca.Server]
 	cert      atomic.Pointer[tls.Certificate]
+	// authenticators prove who an xDS client on 15012 is, once the CA is
+	// loaded: the certificate it issued, else a ServiceAccount token.
+	authenticators atomic.Pointer[[]ca.Authenticator]
 }
 
 // newSecureXDS opens the 15012 listener and registers s.xds and the CA on
@@ -85,8 +90,8 @@ func (s *Server) newSecureXDS() (*secureXDS, error) {
 		},
 	})
 	x.grpc = newXDSGRPCServer(grpc.Creds(creds))
-	// The same ADS server as 15010. It does not look at the client
-	// certificate yet: identity-checked xDS is the next step of issue 11.
+	// The same ADS server as 15010; on this listener it requires a proven
+	// identity (authenticateXDS).
 	s.xds.Register(x.grpc)
 	pb.RegisterIstioCertificateServiceServer(x.grpc, &lazyCA{x: x})
 	return x, nil
@@ -131,14 +136,14 @@ func (x *secureXDS) run(ctx context.Context) error {
 	if err != nil {
 		return err // validate checked it already
 	}
+	// A token for the first certificate, the certificate itself for
+	// renewals and for xDS, as Istio's agents do.
+	tokens := ca.NewTokenAuthenticator(x.kube, ca.TokenOptions{TrustDomain: authority.TrustDomain(), Logger: x.log})
+	certs := ca.NewCertAuthenticator(authority)
+	x.authenticators.Store(&[]ca.Authenticator{certs, tokens})
 	server, err := ca.NewServer(ca.ServerOptions{
-		Authority: authority,
-		// A token for the first certificate, the certificate itself for
-		// renewals, as Istio's agents do.
-		Authenticators: []ca.Authenticator{
-			ca.NewTokenAuthenticator(x.kube, ca.TokenOptions{TrustDomain: authority.TrustDomain(), Logger: x.log}),
-			ca.NewCertAuthenticator(authority),
-		},
+		Authority:      authority,
+		Authenticators: []ca.Authenticator{tokens, certs},
 		NodeAuthorizer: ca.NewNodeAuthorizer(x.kube, trusted),
 		Metrics:        x.metrics,
 		Logger:         x.log,
@@ -212,6 +217,37 @@ func (x *secureXDS) keepRenewing(ctx context.Context, authority *ca.Authority, r
 		}
 		renewAt = next
 	}
+}
+
+// authenticateXDS proves who an xDS client is. A plaintext stream (15010)
+// proves nothing and gets no identity. A TLS stream (15012) must prove one,
+// with a certificate from the mesh CA or a ServiceAccount token (Istio's
+// agents send either), and is refused otherwise.
+func (s *Server) authenticateXDS(ctx context.Context) (*model.Identity, error) {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return nil, nil
+	}
+	if _, tlsPeer := p.AuthInfo.(credentials.TLSInfo); !tlsPeer || s.secure == nil {
+		return nil, nil
+	}
+	authenticators := s.secure.authenticators.Load()
+	if authenticators == nil {
+		return nil, status.Error(codes.Unavailable, "the CA is not loaded yet")
+	}
+	for _, a := range *authenticators {
+		caller, err := a.Authenticate(ctx)
+		switch {
+		case errors.Is(err, ca.ErrNoCredential):
+			continue
+		case err != nil:
+			return nil, status.Errorf(codes.Unauthenticated, "%s: %v", a.Name(), err)
+		}
+		id := caller.Identity
+		return &model.Identity{TrustDomain: id.TrustDomain, Namespace: id.Namespace, ServiceAccount: id.ServiceAccount}, nil
+	}
+	return nil, status.Error(codes.Unauthenticated,
+		"xDS over TLS needs a client certificate from the mesh CA or a ServiceAccount token (authorization: Bearer)")
 }
 
 // lazyCA answers for the CA server once it is loaded. The listener serves

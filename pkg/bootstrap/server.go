@@ -81,6 +81,7 @@ func New(opts Options) (*Server, error) {
 	s.xds = xds.NewServer(xds.Options{
 		Store:         s.store,
 		PushContext:   pushContextOptions(&opts),
+		Authenticate:  s.authenticateXDS,
 		OnBuild:       s.onBuild,
 		Generators:    generators.forProxy,
 		DebounceAfter: opts.DebounceAfter,

@@ -23,6 +23,22 @@ type Proxy struct {
 	// Generator names the generator set the client asked for in its
 	// metadata (Istio's GENERATOR, "grpc" for proxyless gRPC).
 	Generator string
+	// VerifiedIdentity is who the client proved to be (a certificate from
+	// the mesh CA, or a ServiceAccount token), nil on a plaintext stream.
+	// Unlike the fields above, it does not come from what the node claims.
+	VerifiedIdentity *Identity
+}
+
+// Identity is a workload's SPIFFE identity,
+// spiffe://<trust domain>/ns/<namespace>/sa/<service account>.
+type Identity struct {
+	TrustDomain    string
+	Namespace      string
+	ServiceAccount string
+}
+
+func (id Identity) String() string {
+	return "spiffe://" + id.TrustDomain + "/ns/" + id.Namespace + "/sa/" + id.ServiceAccount
 }
 
 // WatchedResource is what a client subscribes to for one type URL.

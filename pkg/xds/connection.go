@@ -27,6 +27,8 @@ type connection struct {
 	s     *Server
 	delta bool
 	log   *slog.Logger
+	// ctx is the stream's: its peer and metadata prove who the client is.
+	ctx context.Context
 
 	id          string
 	connectedAt time.Time
@@ -136,12 +138,42 @@ func (c *connection) initialize(node *corev3.Node) error {
 	if err != nil {
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
+	if err := c.authenticate(proxy); err != nil {
+		return err
+	}
 	c.proxy = proxy
 	c.generators = c.s.opts.Generators(proxy)
 	c.id = proxy.ID + "-" + formatUint(c.s.connIDs.Add(1))
 	c.log = c.s.log.With("proxy", proxy.ID, "conn", c.id, "mode", c.mode())
 	c.s.addConnection(c)
 	c.log.Info("xDS client connected", "namespace", proxy.Namespace, "generator", proxy.Generator)
+	return nil
+}
+
+// authenticate sets the proxy's verified identity, if the stream proves
+// one. A proxy may not claim a namespace other than the one it proved:
+// the namespace decides which services, rules and Secrets it is served.
+func (c *connection) authenticate(proxy *model.Proxy) error {
+	if c.s.opts.Authenticate == nil {
+		return nil
+	}
+	id, err := c.s.opts.Authenticate(c.ctx)
+	if err != nil {
+		c.s.metrics.streamErrors.WithLabelValues(reasonUnauthenticated).Inc()
+		c.log.Warn("xDS client not authenticated; closing the stream", "node", proxy.ID, "err", err)
+		if _, isStatus := status.FromError(err); isStatus {
+			return err
+		}
+		return status.Error(codes.Unauthenticated, err.Error())
+	}
+	if id != nil && id.Namespace != proxy.Namespace {
+		c.s.metrics.streamErrors.WithLabelValues(reasonUnauthenticated).Inc()
+		c.log.Warn("xDS client claims another namespace than it proved; closing the stream",
+			"node", proxy.ID, "identity", id.String(), "claimed", proxy.Namespace)
+		return status.Errorf(codes.PermissionDenied, "node metadata claims namespace %q, but the client proved %s",
+			proxy.Namespace, id)
+	}
+	proxy.VerifiedIdentity = id
 	return nil
 }
 
@@ -395,6 +427,7 @@ func serveStream[Req any](ctx context.Context, c *connection, recv func() (Req, 
 	handle func(Req) error, push func(*pushPlan) error,
 ) error {
 	s := c.s
+	c.ctx = ctx
 	defer func() {
 		close(c.done)
 		s.removeConnection(c)

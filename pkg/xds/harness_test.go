@@ -54,6 +54,8 @@ type harnessConfig struct {
 	// generators, when set, is the generator set of every proxy instead of
 	// the recording fakes.
 	generators map[string]Generator
+	// authenticate is Options.Authenticate.
+	authenticate func(context.Context) (*model.Identity, error)
 }
 
 type harness struct {
@@ -93,6 +95,7 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 		DebounceAfter: cfg.debounceAfter,
 		DebounceMax:   cfg.debounceMax,
 		SendTimeout:   cfg.sendTimeout,
+		Authenticate:  cfg.authenticate,
 		Metrics:       NewMetrics(h.reg),
 	})
 	if !cfg.noStoreHandler {

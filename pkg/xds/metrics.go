@@ -114,6 +114,7 @@ func (m *Metrics) observe(s *Server) {
 // Stream error reasons.
 const (
 	reasonInvalidArgument = "invalid_argument"
+	reasonUnauthenticated = "unauthenticated"
 	reasonSendTimeout     = "send_timeout"
 	reasonSendError       = "send_error"
 	reasonRecvError       = "recv_error"

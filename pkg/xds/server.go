@@ -39,6 +39,13 @@ type Options struct {
 	// not hold thousands of half-built responses in memory. Sends are not
 	// bounded: a slow client must not hold a slot.
 	MaxConcurrentGenerations int
+	// Authenticate, when set, proves who the client of a stream is, from
+	// the stream's context (its TLS peer, its metadata). It returns a nil
+	// identity for a stream that carries no proof and needs none (the
+	// plaintext port), and an error, which ends the stream, for one whose
+	// proof fails or is missing where one is required. A proven identity
+	// must agree with the namespace the node claims.
+	Authenticate func(context.Context) (*model.Identity, error)
 	// OnBuild, when set, is called on the push loop after each push context
 	// build, before connections are pushed; it must not block.
 	OnBuild func(*pushcontext.PushContext)

@@ -76,6 +76,8 @@ func proxyVariants(t *testing.T, base model.Proxy) map[string][]model.Proxy {
 			variants = []any{model.Router}
 		case "Namespace":
 			variants = []any{"selective", "istio-system", "other"}
+		case "VerifiedIdentity":
+			variants = []any{(*model.Identity)(nil), &model.Identity{TrustDomain: "cluster.local", Namespace: "default", ServiceAccount: "client"}}
 		default:
 			switch field.Type.Kind() {
 			case reflect.String:

@@ -154,32 +154,32 @@ spec:
 		}
 	})
 
-	t.Run("ADS over mTLS with the issued certificate", func(t *testing.T) {
-		if chain == nil {
-			t.Fatal("no certificate was issued (see the issuance subtest)")
-		}
+	// secureADS opens an ADS stream on 15012, with the issued certificate
+	// as the client certificate when withCert is set.
+	secureADS := func(t *testing.T, withCert bool) discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesClient {
+		t.Helper()
 		clientTLS := serverTLS.Clone()
-		clientTLS.Certificates = []tls.Certificate{{Certificate: chain, PrivateKey: key}}
-		// The server requests a client certificate but does not require
-		// one; check that ours was actually sent and accepted.
-		var sent bool
-		clientTLS.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-			sent = true
-			return &clientTLS.Certificates[0], nil
+		if withCert {
+			if chain == nil {
+				t.Fatal("no certificate was issued (see the issuance subtest)")
+			}
+			clientTLS.Certificates = []tls.Certificate{{Certificate: chain, PrivateKey: key}}
 		}
 		conn, err := grpc.NewClient(cp.secureXDSAddr, grpc.WithTransportCredentials(credentials.NewTLS(clientTLS)))
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer conn.Close()
+		t.Cleanup(func() { conn.Close() })
 		stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		// The control plane does not check this identity against the
-		// node's metadata yet: identity-checked xDS on 15012 is the next
-		// step of issue 11. This proves the transport: the same ADS as
-		// 15010, over mTLS with a certificate from this CA.
+		return stream
+	}
+
+	t.Run("ADS over mTLS with the issued certificate", func(t *testing.T) {
+		// The node claims the namespace the certificate proves.
+		stream := secureADS(t, true)
 		if err := stream.Send(&discoveryv3.DiscoveryRequest{Node: sidecarNode(ns), TypeUrl: clusterType}); err != nil {
 			t.Fatal(err)
 		}
@@ -191,8 +191,25 @@ spec:
 		if _, ok := clusters["outbound|8080||web."+ns+".svc.cluster.local"]; !ok {
 			t.Errorf("CDS over 15012 lacks the web cluster; got %v", keys(clusters))
 		}
-		if !sent {
-			t.Error("the server never asked for the client certificate")
+	})
+
+	t.Run("a proxy claiming another namespace than its certificate's is refused", func(t *testing.T) {
+		stream := secureADS(t, true)
+		if err := stream.Send(&discoveryv3.DiscoveryRequest{Node: sidecarNode("istio-system"), TypeUrl: clusterType}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := stream.Recv(); status.Code(err) != codes.PermissionDenied {
+			t.Fatalf("CDS claiming istio-system with a certificate for %s: %v, want PermissionDenied", ns, err)
+		}
+	})
+
+	t.Run("xDS on 15012 without a certificate or token is refused", func(t *testing.T) {
+		stream := secureADS(t, false)
+		if err := stream.Send(&discoveryv3.DiscoveryRequest{Node: sidecarNode(ns), TypeUrl: clusterType}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := stream.Recv(); status.Code(err) != codes.Unauthenticated {
+			t.Fatalf("CDS without proof: %v, want Unauthenticated", err)
 		}
 	})
 
