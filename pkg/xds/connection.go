@@ -210,6 +210,10 @@ func (c *connection) unservedType(typeURL, nonce string) bool {
 
 // addWatch starts tracking a type URL.
 func (c *connection) addWatch(typeURL string) *watch {
+	if typeURL == SecretType && c.proxy.VerifiedIdentity == nil {
+		c.log.Warn("SDS asked on a stream that proved no identity: no Secret is served on it; " +
+			"connect over TLS (15012) with a certificate from the mesh CA or a ServiceAccount token")
+	}
 	w := &watch{typeURL: typeURL, resource: model.WatchedResource{TypeURL: typeURL}, sent: map[string]sentResource{}}
 	c.mu.Lock()
 	c.watches[typeURL] = w

@@ -163,6 +163,13 @@ func (c *connection) identity(st *pushState) string {
 			b.WriteByte(0)
 		}
 	}
+	if id := p.VerifiedIdentity; id != nil {
+		// What a proxy proved decides which Secrets it may have: one that
+		// proved nothing must never share another's.
+		b.WriteString("verified:")
+		b.WriteString(id.String())
+		b.WriteByte(0)
+	}
 	if push.IsIngressGateway(p) {
 		// Only the ingress gateway's routers get the Ingresses' listeners,
 		// routes and certificates; another router in its namespace must

@@ -42,6 +42,13 @@ func seedProxyInputs(s model.Store) {
 			WorkloadSelector: &typev1beta1.WorkloadSelector{MatchLabels: map[string]string{"app": "picky"}},
 			TrafficPolicy:    simpleLB(networking.LoadBalancerSettings_RANDOM)}})
 	upsertService(s, "client", nil, map[string]string{"app": "client"})
+	// A credential only proxies that proved an identity may have.
+	s.UpsertConfig(&model.Config{Kind: model.KindDestinationRule, Namespace: "default", Name: "client-tls",
+		CreationTime: ruleCreated, Spec: &networking.DestinationRule{Host: hostname("client"),
+			WorkloadSelector: &typev1beta1.WorkloadSelector{MatchLabels: map[string]string{"app": "client"}},
+			TrafficPolicy: &networking.TrafficPolicy{Tls: &networking.ClientTLSSettings{
+				Mode: networking.ClientTLSSettings_SIMPLE, CredentialName: "client-ca"}}}})
+	s.UpsertSecret(&model.Secret{Name: "client-ca-cacert", Namespace: "default", CACert: []byte("-----BEGIN CERTIFICATE-----\n")})
 	s.UpsertWorkload(&model.Workload{Name: "client-0", Namespace: "default", IPs: []string{"10.0.0.1"},
 		Labels: map[string]string{"app": "client"}})
 }
@@ -151,11 +158,11 @@ func fieldValue(p model.Proxy, field string) string {
 }
 
 // generateAll generates typeURL for p, subscribed to everything: the wildcard
-// for CDS and LDS, every cluster's load assignment, and every route its
-// listeners use. (The fixture has no Secrets.)
+// for CDS, LDS and SDS, every cluster's load assignment, and every route its
+// listeners use.
 func generateAll(t *testing.T, p *model.Proxy, g Generator, typeURL string, pc *pushcontext.PushContext, st *pushState) map[string][]byte {
 	t.Helper()
-	w := &model.WatchedResource{TypeURL: typeURL, Wildcard: typeURL == ClusterType || typeURL == ListenerType}
+	w := &model.WatchedResource{TypeURL: typeURL, Wildcard: typeURL == ClusterType || typeURL == ListenerType || typeURL == SecretType}
 	parents := func(parent string) model.Resources {
 		return mustGenerate(t, p, generatorsFor(p)[parent], &model.WatchedResource{TypeURL: parent, Wildcard: true}, pc)
 	}

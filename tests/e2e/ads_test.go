@@ -54,7 +54,14 @@ func fetch(t *testing.T, cp *controlPlane, namespace, typeURL string, names ...s
 // fetchAs subscribes as node on a new stream and returns the first response.
 func fetchAs(t *testing.T, cp *controlPlane, node *corev3.Node, typeURL string, names ...string) *discoveryv3.DiscoveryResponse {
 	t.Helper()
-	stream := openADS(t, cp)
+	return fetchOn(t, openADS(t, cp), node, typeURL, names...)
+}
+
+// fetchOn sends one request on stream and returns its response.
+func fetchOn(t *testing.T, stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesClient, node *corev3.Node,
+	typeURL string, names ...string,
+) *discoveryv3.DiscoveryResponse {
+	t.Helper()
 	if err := stream.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: typeURL, ResourceNames: names}); err != nil {
 		t.Fatalf("send %s: %v", typeURL, err)
 	}

@@ -57,11 +57,14 @@ func TestEnvoyFollowsEachChange(t *testing.T) {
 	// The sidecar runs in r1/z1, where echo-a is; echo-b is in r2/z2.
 	sidecar := sidecarNode(fx.NS)
 	sidecar.Locality = &corev3.Locality{Region: "r1", Zone: "z1"}
+	// The gateway proves its identity on 15012, where alone it is served
+	// its certificate.
+	gatewayConn := identityConn(t, m, cp, "istio-system", "istio-ingressgateway")
 	var clients []*changeClient
 	for _, mode := range []xdstest.Mode{xdstest.SotW, xdstest.Delta} {
 		clients = append(clients,
 			&changeClient{proxy: "sidecar", mode: mode, EnvoyClient: xdstest.DialEnvoyClient(t, cp.xdsAddr, sidecar, mode)},
-			&changeClient{proxy: "gateway", mode: mode, EnvoyClient: xdstest.DialEnvoyClient(t, cp.xdsAddr, gatewayNode(), mode)})
+			&changeClient{proxy: "gateway", mode: mode, EnvoyClient: xdstest.NewEnvoyClient(t, gatewayConn, gatewayNode(), mode)})
 	}
 	for _, c := range clients {
 		c.RequireWarm(warmBound, func(s xdstest.Snapshot) error {

@@ -14,6 +14,7 @@ import (
 	tcpproxyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -120,6 +121,17 @@ func requireEnvoyWarm(t *testing.T, cp *controlPlane, node *corev3.Node, cond fu
 	t.Helper()
 	for _, mode := range []xdstest.Mode{xdstest.SotW, xdstest.Delta} {
 		c := xdstest.DialEnvoyClient(t, cp.xdsAddr, node, mode)
+		c.RequireWarm(warmBound, cond)
+		c.Close()
+	}
+}
+
+// requireEnvoyWarmOn is requireEnvoyWarm over conn, for a proxy that must
+// prove its identity (15012) to be served its Secrets.
+func requireEnvoyWarmOn(t *testing.T, conn grpc.ClientConnInterface, node *corev3.Node, cond func(xdstest.Snapshot) error) {
+	t.Helper()
+	for _, mode := range []xdstest.Mode{xdstest.SotW, xdstest.Delta} {
+		c := xdstest.NewEnvoyClient(t, conn, node, mode)
 		c.RequireWarm(warmBound, cond)
 		c.Close()
 	}

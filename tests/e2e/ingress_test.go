@@ -13,6 +13,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -92,8 +93,23 @@ func TestIngressGateway(t *testing.T) {
 		}
 	})
 
-	t.Run("the certificate comes by SDS", func(t *testing.T) {
+	// The gateway proves its identity on 15012, as Istio's agent does;
+	// only there does it get private keys.
+	gatewayConn := identityConn(t, m, first, "istio-system", "istio-ingressgateway")
+
+	t.Run("no private key over plaintext 15010", func(t *testing.T) {
 		resp := fetchAs(t, first, node, resourcev3.SecretType, "kubernetes://shop/web-tls")
+		if n := len(resp.GetResources()); n != 0 {
+			t.Fatalf("plaintext SDS returned %d secrets, want none", n)
+		}
+	})
+
+	t.Run("the certificate comes by SDS to the proven gateway", func(t *testing.T) {
+		stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(gatewayConn).StreamAggregatedResources(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp := fetchOn(t, stream, node, resourcev3.SecretType, "kubernetes://shop/web-tls")
 		if len(resp.GetResources()) != 1 {
 			t.Fatalf("SDS returned %d secrets", len(resp.GetResources()))
 		}
@@ -110,7 +126,7 @@ func TestIngressGateway(t *testing.T) {
 	})
 
 	t.Run("an Envoy gateway accepts it all and ends fully warm", func(t *testing.T) {
-		requireEnvoyWarm(t, first, node, func(s xdstest.Snapshot) error {
+		requireEnvoyWarmOn(t, gatewayConn, node, func(s xdstest.Snapshot) error {
 			if s.Listeners["0.0.0.0_8443"] == nil || s.Secrets["kubernetes://shop/web-tls"] == nil {
 				return fmt.Errorf("no active HTTPS listener with its certificate")
 			}

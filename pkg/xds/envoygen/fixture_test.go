@@ -199,6 +199,8 @@ func (p testProxy) model() *model.Proxy {
 		DNSDomain:   p.Namespace + ".svc.cluster.local",
 		Labels:      p.Labels,
 		Locality:    model.Locality{Region: parts[0], Zone: parts[1], SubZone: parts[2]},
+		// As on 15012: what a proxy may be sent of Secrets depends on it.
+		VerifiedIdentity: verified(p.Namespace, "default"),
 	}
 }
 

@@ -168,9 +168,16 @@ spec:
       paths: [{path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}]
 `
 
+// gatewayProxy is a router in istio-system that proved its identity, as
+// on 15012.
 func gatewayProxy(labels map[string]string) *model.Proxy {
 	return &model.Proxy{ID: "router~10.1.0.50~gw.istio-system~istio-system.svc.cluster.local", Type: model.Router,
-		IPAddresses: []string{"10.1.0.50"}, Namespace: "istio-system", Labels: labels}
+		IPAddresses: []string{"10.1.0.50"}, Namespace: "istio-system", Labels: labels,
+		VerifiedIdentity: verified("istio-system", "istio-ingressgateway")}
+}
+
+func verified(ns, sa string) *model.Identity {
+	return &model.Identity{TrustDomain: "cluster.local", Namespace: ns, ServiceAccount: sa}
 }
 
 var ingressGatewayLabels = map[string]string{"istio": "ingressgateway", "app": "istio-ingressgateway"}

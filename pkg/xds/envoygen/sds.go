@@ -18,8 +18,9 @@ import (
 // SecretGenerator serves SDS over ADS: the certificates of the Kubernetes
 // Secrets that the ingress gateway's TLS filter chains name, and the
 // DestinationRule credentials (credentialName, caCertCredentialName) that a
-// proxy's clusters use (sds_credentials.go). A proxy gets a Secret only if
-// its own configuration uses it: every other name (another namespace's
+// proxy's clusters use (sds_credentials.go). Only a proxy with a verified
+// identity gets any (so plaintext xDS never carries a private key), and it
+// gets a Secret only if its own configuration uses it: every other name (another namespace's
 // Secret, a Secret nothing of the proxy names) is left unanswered, so
 // nothing leaks. A Secret whose certificate and key do not form a usable
 // pair is never sent. Each Secret is marshalled once per push context and
@@ -56,6 +57,11 @@ type noSecret struct{}
 func (g *SecretGenerator) Generate(proxy *model.Proxy, push *pushcontext.PushContext, w *model.WatchedResource, _ *model.PushRequest) (model.Resources, error) {
 	if push == nil {
 		return nil, fmt.Errorf("envoygen: no push context")
+	}
+	if proxy.VerifiedIdentity == nil {
+		// Every Secret served here carries a private key or stands beside
+		// one: only a client that proved who it is, over TLS, gets any.
+		return model.Resources{}, nil
 	}
 	gen := g.cache.generation(push.Version())
 	var gateway map[string]model.NamespacedName

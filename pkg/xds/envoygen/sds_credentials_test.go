@@ -78,11 +78,11 @@ func TestCredentialsServedToTheProxiesThatUseThem(t *testing.T) {
 
 	router := func(ns string) *model.Proxy {
 		return &model.Proxy{ID: "router~10.1.0.9~gw." + ns + "~" + ns + ".svc.cluster.local", Type: model.Router, Namespace: ns,
-			IPAddresses: []string{"10.1.0.9"}}
+			IPAddresses: []string{"10.1.0.9"}, VerifiedIdentity: verified(ns, "gateway")}
 	}
 	sidecar := func(labels map[string]string) *model.Proxy {
 		return &model.Proxy{ID: "sidecar~10.1.0.7~x.shop~shop.svc.cluster.local", Type: model.SidecarProxy, Namespace: "shop",
-			IPAddresses: []string{"10.1.0.7"}, Labels: labels}
+			IPAddresses: []string{"10.1.0.7"}, Labels: labels, VerifiedIdentity: verified("shop", "x")}
 	}
 	everyName := []string{"kubernetes://client-cred", "kubernetes://client-cred-cacert", "kubernetes://plain-cred",
 		"kubernetes://plain-cred-cacert", "kubernetes://shop-ca", "kubernetes://shop-ca-cacert"}
@@ -105,6 +105,7 @@ func TestCredentialsServedToTheProxiesThatUseThem(t *testing.T) {
 			map[string]sdsSecret{"kubernetes://shop-ca-cacert": {ca: shopCA.cert}}},
 		{"sidecar no selector picks: nothing, not even plain-cred of its namespace", sidecar(map[string]string{"app": "web"}),
 			map[string]sdsSecret{}},
+		{"gateway in gw on a plaintext stream: nothing", unverified(router("gw")), map[string]sdsSecret{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.desc, func(t *testing.T) {
@@ -132,6 +133,9 @@ func TestCredentialsServedToTheProxiesThatUseThem(t *testing.T) {
 				}
 			}
 
+			if tt.proxy.VerifiedIdentity == nil {
+				return // its clusters' SDS references stay unserved, by design
+			}
 			// Whatever the proxy's clusters fetch over ADS is what it is served.
 			clusters, err := set.Clusters.Generate(tt.proxy, push, &model.WatchedResource{TypeURL: ClusterType, Wildcard: true},
 				&model.PushRequest{Full: true})

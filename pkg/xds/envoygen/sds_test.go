@@ -29,7 +29,7 @@ func TestSecretsOnlyToTheGateway(t *testing.T) {
 
 	asked := []string{"kubernetes://app/unused", "kubernetes://app/web-cert", "kubernetes://elsewhere/web-cert", "kubernetes://web-cert"}
 	sidecar := &model.Proxy{ID: "sidecar~10.1.0.1~web.app~app.svc.cluster.local", Type: model.SidecarProxy, Namespace: "app",
-		Labels: ingressGatewayLabels}
+		Labels: ingressGatewayLabels, VerifiedIdentity: verified("app", "web")}
 	tests := []struct {
 		desc  string
 		proxy *model.Proxy
@@ -41,6 +41,8 @@ func TestSecretsOnlyToTheGateway(t *testing.T) {
 		{"gateway, wildcard", gatewayProxy(ingressGatewayLabels),
 			&model.WatchedResource{TypeURL: SecretType, Wildcard: true}, []string{"kubernetes://app/web-cert"}},
 		{"another router", gatewayProxy(map[string]string{"istio": "egressgateway"}),
+			&model.WatchedResource{TypeURL: SecretType, ResourceNames: asked}, nil},
+		{"the gateway on a plaintext stream (no proven identity)", unverified(gatewayProxy(ingressGatewayLabels)),
 			&model.WatchedResource{TypeURL: SecretType, ResourceNames: asked}, nil},
 		{"a sidecar with the gateway's labels", sidecar,
 			&model.WatchedResource{TypeURL: SecretType, ResourceNames: asked}, nil},
@@ -117,4 +119,10 @@ func TestSecretRotation(t *testing.T) {
 	if res := serve(&model.Secret{Name: "web-cert", Namespace: "app", Cert: second.cert, PrivateKey: first.key}); len(res) != 0 {
 		t.Errorf("a certificate with the wrong key was served: %v", res)
 	}
+}
+
+func unverified(p *model.Proxy) *model.Proxy {
+	c := *p
+	c.VerifiedIdentity = nil
+	return &c
 }
