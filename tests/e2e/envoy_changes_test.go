@@ -214,6 +214,9 @@ spec:
 		apply: func(t *testing.T) {
 			m.run(t, "", "patch", "service", "echo", "-n", fx.NS, "--type=json",
 				"-p", `[{"op":"add","path":"/spec/ports/-","value":{"name":"http-admin","port":9080,"targetPort":9080}}]`)
+			// The EndpointSlice controller would add the port to the slice.
+			m.run(t, "", "patch", "endpointslice", "echo", "-n", fx.NS, "--type=json",
+				"-p", `[{"op":"add","path":"/ports/-","value":{"name":"http-admin","port":9080}}]`)
 		},
 		sidecar: func(s xdstest.Snapshot) error {
 			cluster := "outbound|9080||" + echo
@@ -222,6 +225,9 @@ spec:
 			}
 			if s.Listeners["0.0.0.0_9080"] == nil {
 				return fmt.Errorf("no active listener 0.0.0.0_9080")
+			}
+			if err := expect("endpoints of "+cluster, addresses(s.Endpoints[cluster]), []string{"10.244.0.30", "10.244.0.31"}); err != nil {
+				return err
 			}
 			return expectRoute(s, "9080", echo, "/ -> "+cluster)
 		},
