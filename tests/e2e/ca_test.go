@@ -9,7 +9,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"math/big"
 	"net"
@@ -26,7 +25,6 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	pb "istio.io/api/security/v1alpha1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // TestCAOverSecureXDS is the workload's view of the CA, with nothing but
@@ -62,24 +60,7 @@ spec:
 
 	// The root comes from the API server, as a pod mounts it: this is the
 	// proof that the publisher wrote it.
-	var rootPEM []byte
-	waitFor(t, 30*time.Second, "istio-ca-root-cert in "+ns, func() error {
-		cm, err := m.kube.CoreV1().ConfigMaps(ns).Get(ctx, "istio-ca-root-cert", metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if rootPEM = []byte(cm.Data["root-cert.pem"]); len(rootPEM) == 0 {
-			return errors.New("no root-cert.pem")
-		}
-		return nil
-	})
-	roots := x509.NewCertPool()
-	if !roots.AppendCertsFromPEM(rootPEM) {
-		t.Fatalf("root-cert.pem holds no certificate:\n%s", rootPEM)
-	}
-	// The client dials an address but checks the Service name, as the
-	// Istio agent does with its discovery address istiod.istio-system.svc.
-	serverTLS := &tls.Config{RootCAs: roots, ServerName: "istiod.istio-system.svc", MinVersion: tls.VersionTLS12}
+	rootPEM, serverTLS := publishedRootTLS(t, m, ns)
 
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -136,7 +117,7 @@ spec:
 		for _, c := range parsed[1:] {
 			intermediates.AddCert(c)
 		}
-		if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: intermediates,
+		if _, err := leaf.Verify(x509.VerifyOptions{Roots: serverTLS.RootCAs, Intermediates: intermediates,
 			KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth}}); err != nil {
 			t.Errorf("the leaf does not chain to the published root: %v", err)
 		}

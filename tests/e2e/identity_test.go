@@ -19,18 +19,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// identityConn is how a proxy running as ServiceAccount ns/sa reaches the
-// control plane on 15012, as Istio's agent does: it trusts the root
-// published in its namespace, gets a certificate for its identity from the
-// CA with its token, and dials with that certificate.
-func identityConn(t *testing.T, m *kubeMesh, cp *controlPlane, ns, sa string) *grpc.ClientConn {
+// publishedRootTLS waits for the root the CA publishes in ns (ConfigMap
+// istio-ca-root-cert, as a pod mounts it) and returns it with the client TLS
+// config that trusts it. The client dials an address but checks the Service
+// name, as the Istio agent does with its discovery address.
+func publishedRootTLS(t *testing.T, m *kubeMesh, ns string) ([]byte, *tls.Config) {
 	t.Helper()
-	m.apply(t, "serviceaccount-"+ns+"-"+sa, "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: "+sa+", namespace: "+ns+"}\n")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	var rootPEM []byte
 	waitFor(t, 30*time.Second, "istio-ca-root-cert in "+ns, func() error {
-		cm, err := m.kube.CoreV1().ConfigMaps(ns).Get(ctx, "istio-ca-root-cert", metav1.GetOptions{})
+		cm, err := m.kube.CoreV1().ConfigMaps(ns).Get(context.Background(), "istio-ca-root-cert", metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
@@ -43,7 +40,19 @@ func identityConn(t *testing.T, m *kubeMesh, cp *controlPlane, ns, sa string) *g
 	if !roots.AppendCertsFromPEM(rootPEM) {
 		t.Fatalf("root-cert.pem holds no certificate:\n%s", rootPEM)
 	}
-	serverTLS := &tls.Config{RootCAs: roots, ServerName: "istiod.istio-system.svc", MinVersion: tls.VersionTLS12}
+	return rootPEM, &tls.Config{RootCAs: roots, ServerName: "istiod.istio-system.svc", MinVersion: tls.VersionTLS12}
+}
+
+// identityConn is how a proxy running as ServiceAccount ns/sa reaches the
+// control plane on 15012, as Istio's agent does: it trusts the root
+// published in its namespace, gets a certificate for its identity from the
+// CA with its token, and dials with that certificate.
+func identityConn(t *testing.T, m *kubeMesh, cp *controlPlane, ns, sa string) *grpc.ClientConn {
+	t.Helper()
+	m.apply(t, "serviceaccount-"+ns+"-"+sa, "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: "+sa+", namespace: "+ns+"}\n")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, serverTLS := publishedRootTLS(t, m, ns)
 
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
