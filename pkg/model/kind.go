@@ -13,17 +13,19 @@ const (
 	KindIngress
 	KindIngressClass
 	KindSecret
+	KindPeerAuthentication
 )
 
 var kindNames = map[Kind]string{
-	KindService:         "Service",
-	KindEndpoints:       "Endpoints",
-	KindWorkload:        "Workload",
-	KindNamespace:       "Namespace",
-	KindDestinationRule: "DestinationRule",
-	KindIngress:         "Ingress",
-	KindIngressClass:    "IngressClass",
-	KindSecret:          "Secret",
+	KindService:            "Service",
+	KindEndpoints:          "Endpoints",
+	KindWorkload:           "Workload",
+	KindNamespace:          "Namespace",
+	KindDestinationRule:    "DestinationRule",
+	KindIngress:            "Ingress",
+	KindIngressClass:       "IngressClass",
+	KindSecret:             "Secret",
+	KindPeerAuthentication: "PeerAuthentication",
 }
 
 func (k Kind) String() string {
