@@ -42,7 +42,8 @@ bench: ## Run the benchmarks of the hot paths.
 
 generate: ## Regenerate committed generated files (CRDs from istio.io/api, also into charts/base/crds; the chart's injection template).
 	$(GO) run ./hack/crdextract
-	cp manifests/crds/destinationrules.networking.istio.io.gen.yaml charts/base/crds/
+	rm -f charts/base/crds/*.gen.yaml
+	cp manifests/crds/*.gen.yaml charts/base/crds/
 	cp pkg/webhook/inject/defaults/config.yaml charts/pilot/files/injection-config.yaml
 
 manifests: ## Render the charts with default values into manifests/ (for users without Helm).

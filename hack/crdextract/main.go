@@ -1,7 +1,7 @@
-// Command crdextract copies the DestinationRule CRD out of the istio.io/api
-// module pinned in go.mod into manifests/crds, so the CRD we install and test
-// against always matches the Go types we compile. Run it from the repository
-// root (make generate does).
+// Command crdextract copies the Istio CRDs that meshpilot reads out of the
+// istio.io/api module pinned in go.mod into manifests/crds, one file each, so
+// the CRDs we install and test against always match the Go types we compile.
+// Run it from the repository root (make generate does).
 package main
 
 import (
@@ -19,17 +19,22 @@ import (
 const (
 	istioAPIModule = "istio.io/api"
 	crdBundle      = "kubernetes/customresourcedefinitions.gen.yaml"
-	// DefaultCRD is the only CRD meshpilot reads today.
-	DefaultCRD = "destinationrules.networking.istio.io"
 )
 
+// CRDs are the CRDs meshpilot reads, by metadata.name.
+var CRDs = []string{
+	"destinationrules.networking.istio.io",
+	"peerauthentications.security.istio.io",
+}
+
 func main() {
-	out := flag.String("out", filepath.Join("manifests", "crds", DefaultCRD+".gen.yaml"), "file to write")
-	crd := flag.String("crd", DefaultCRD, "metadata.name of the CRD to extract")
+	dir := flag.String("dir", filepath.Join("manifests", "crds"), "directory to write <crd>.gen.yaml files into")
 	flag.Parse()
-	if err := run(*crd, *out); err != nil {
-		fmt.Fprintln(os.Stderr, "crdextract:", err)
-		os.Exit(1)
+	for _, crd := range CRDs {
+		if err := run(crd, filepath.Join(*dir, crd+".gen.yaml")); err != nil {
+			fmt.Fprintln(os.Stderr, "crdextract:", err)
+			os.Exit(1)
+		}
 	}
 }
 

@@ -9,24 +9,37 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// TestCommittedCRDIsCurrent regenerates the CRD and fails if the committed
-// copy differs, so a bump of istio.io/api cannot leave it stale.
-func TestCommittedCRDIsCurrent(t *testing.T) {
-	committed := filepath.Join("..", "..", "manifests", "crds", DefaultCRD+".gen.yaml")
-	want, err := os.ReadFile(committed)
-	if err != nil {
-		t.Fatalf("read committed CRD: %v (run make generate)", err)
+// TestCommittedCRDsAreCurrent regenerates each CRD and fails if a committed
+// copy differs or is missing, so a bump of istio.io/api cannot leave one
+// stale; a stray file in manifests/crds fails too.
+func TestCommittedCRDsAreCurrent(t *testing.T) {
+	dir := filepath.Join("..", "..", "manifests", "crds")
+	for _, crd := range CRDs {
+		t.Run(crd, func(t *testing.T) {
+			committed := filepath.Join(dir, crd+".gen.yaml")
+			want, err := os.ReadFile(committed)
+			if err != nil {
+				t.Fatalf("read committed CRD: %v (run make generate)", err)
+			}
+			fresh := filepath.Join(t.TempDir(), "crd.yaml")
+			if err := run(crd, fresh); err != nil {
+				t.Fatal(err)
+			}
+			got, err := os.ReadFile(fresh)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("%s is stale: run make generate", committed)
+			}
+		})
 	}
-	fresh := filepath.Join(t.TempDir(), "crd.yaml")
-	if err := run(DefaultCRD, fresh); err != nil {
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := os.ReadFile(fresh)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatalf("%s is stale: run make generate", committed)
+	if len(files) != len(CRDs) {
+		t.Errorf("manifests/crds holds %d files, crdextract writes %d: %v", len(files), len(CRDs), files)
 	}
 }
 
