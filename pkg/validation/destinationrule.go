@@ -17,12 +17,7 @@ const maxRequestsPerConnection = 1 << 29
 // nil. name and namespace are the object's metadata.
 func ValidateDestinationRule(name, namespace string, dr *networking.DestinationRule) error {
 	var p problems
-	for _, msg := range validation.IsDNS1123Subdomain(name) {
-		p.add("metadata.name", "%s", msg)
-	}
-	for _, msg := range validation.IsDNS1123Label(namespace) {
-		p.add("metadata.namespace", "%s", msg)
-	}
+	p.objectMeta(name, namespace)
 	if dr == nil {
 		p.add("spec", "is required")
 		return p.err()
@@ -61,27 +56,6 @@ func (p *problems) subsets(subsets []*v1alpha3.Subset) {
 		p.labels(path+".labels", s.GetLabels())
 		p.trafficPolicy(path+".trafficPolicy", s.GetTrafficPolicy())
 	}
-}
-
-func (p *problems) labels(path string, labels map[string]string) {
-	for k, v := range labels {
-		for _, msg := range validation.IsQualifiedName(k) {
-			p.add(path, "key %q: %s", k, msg)
-		}
-		for _, msg := range validation.IsValidLabelValue(v) {
-			p.add(path, "value of %q: %s", k, msg)
-		}
-	}
-}
-
-func (p *problems) workloadSelector(path string, labels map[string]string, set bool) {
-	if !set {
-		return
-	}
-	if len(labels) == 0 {
-		p.add(path+".matchLabels", "a workload selector must have at least one label")
-	}
-	p.labels(path+".matchLabels", labels)
 }
 
 func (p *problems) trafficPolicy(path string, tp *v1alpha3.TrafficPolicy) {

@@ -365,6 +365,14 @@ trafficPolicy:
 		},
 		{name: "workload selector", spec: "host: a\nworkloadSelector: {matchLabels: {app: x}}"},
 		{
+			name: "workload selector empty key and wildcard",
+			spec: "host: a\nworkloadSelector: {matchLabels: {'': x, app: 'r*'}}",
+			want: []string{
+				`spec.workloadSelector.matchLabels: empty label key`,
+				`spec.workloadSelector.matchLabels: value of "app": wildcards are not supported`,
+			},
+		},
+		{
 			name: "retry budget and warmup",
 			spec: `
 host: a
