@@ -92,7 +92,7 @@ func BenchmarkEndpointUpdate(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		store.SetEndpoints(name, name.Name+"-abcde", variants[i%2])
-		if changed := pc.UpdateEndpoints(store, services); len(changed) != 1 {
+		if changed := pc.UpdateEndpoints(store, services).Hosts; len(changed) != 1 {
 			b.Fatalf("changed = %v", changed)
 		}
 		i++

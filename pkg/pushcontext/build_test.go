@@ -2,12 +2,14 @@ package pushcontext
 
 import (
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	networking "istio.io/api/networking/v1"
+	security "istio.io/api/security/v1beta1"
 	typev1beta1 "istio.io/api/type/v1beta1"
 
 	"github.com/meshpilot/meshpilot/pkg/model"
@@ -25,6 +27,10 @@ type view struct {
 	ProxyRules map[string][]string
 	Workloads  map[string]string   // IP -> namespace/name
 	Targets    map[string][]string // workload -> hostnames
+	// MTLS is the inbound mutual TLS of proxies with some labels, per
+	// namespace, and Identities the identities behind each service.
+	MTLS       map[string]string
+	Identities map[string][]string
 }
 
 var (
@@ -44,6 +50,8 @@ func observe(pc *PushContext) view {
 		ProxyRules: map[string][]string{},
 		Workloads:  map[string]string{},
 		Targets:    map[string][]string{},
+		MTLS:       map[string]string{},
+		Identities: map[string][]string{},
 	}
 	for _, ns := range viewNamespaces {
 		v.Visible[ns] = hostnames(pc.ServicesVisibleTo(ns))
@@ -52,6 +60,8 @@ func observe(pc *PushContext) view {
 			v.Rules[ns+" "+svc.Hostname] = fromNames(rule)
 			v.Subsets[ns+" "+svc.Hostname] = subsetNames(rule)
 			for _, labels := range viewProxies {
+				policy := pc.InboundMTLS(ns, labels)
+				v.MTLS[ns+" "+labelKey(labels)] = fmt.Sprint(policy.Mode, policy.Ports)
 				proxyRule := pc.DestinationRuleForProxy(&model.Proxy{Namespace: ns, Labels: labels}, svc.Hostname)
 				k := ns + " " + labelKey(labels) + " " + svc.Hostname
 				v.ProxyRules[k] = append(fromNames(proxyRule), subsetNames(proxyRule)...)
@@ -67,6 +77,7 @@ func observe(pc *PushContext) view {
 		v.Targets[workloadName(w)] = hostnamesOrNil(pc.ServiceTargets(w))
 	}
 	for _, svc := range pc.Services() {
+		v.Identities[svc.Hostname] = pc.ServiceIdentities(svc.Hostname).List()
 		for _, p := range svc.Ports {
 			for _, labels := range viewLabelSets {
 				k := svc.Hostname + " " + strconv.Itoa(int(p.Port)) + " " + labelKey(labels)
@@ -113,7 +124,7 @@ func incrementalStore() model.Store {
 func TestIncrementalBuild(t *testing.T) {
 	store := incrementalStore()
 	pc := Build(store, testOpts, nil, nil)
-	all := []string{indexServices, indexDestinationRules, indexResolution, indexEndpoints, indexWorkloads, indexServiceTargets, indexIngress, indexCredentials}
+	all := []string{indexServices, indexDestinationRules, indexResolution, indexEndpoints, indexWorkloads, indexServiceTargets, indexIngress, indexCredentials, indexPeerAuthentication}
 
 	steps := []struct {
 		name string
@@ -188,7 +199,7 @@ func TestIncrementalBuild(t *testing.T) {
 			name: "endpoints updated on the fast path survive a later incremental build",
 			change: func(pc *PushContext) *model.PushRequest {
 				store.SetEndpoints(svcName(5), "s", []*model.Endpoint{newEndpoint("10.5.5.5", "http", version("v1"))})
-				if got := pc.UpdateEndpoints(store, []model.NamespacedName{svcName(5)}); len(got) != 1 {
+				if got := pc.UpdateEndpoints(store, []model.NamespacedName{svcName(5)}).Hosts; len(got) != 1 {
 					t.Errorf("UpdateEndpoints changed %v, want svc-5", got)
 				}
 				store.UpsertConfig(ruleConfig("ns-0", "svc-0", 0, &networking.DestinationRule{Host: "svc-0"}))
@@ -214,6 +225,20 @@ func TestIncrementalBuild(t *testing.T) {
 			},
 			wantRebuilt:    []string{indexServices, indexResolution, indexEndpoints, indexServiceTargets},
 			wantNewEntries: []string{},
+		},
+		{
+			name: "peer authentication change rebuilds its index only",
+			change: func(*PushContext) *model.PushRequest {
+				store.UpsertConfig(&model.Config{
+					Kind: model.KindPeerAuthentication, Namespace: "ns-1", Name: "strict-svc-1",
+					Spec: &security.PeerAuthentication{
+						Selector: &typev1beta1.WorkloadSelector{MatchLabels: map[string]string{"app": "svc-1"}},
+						Mtls:     &security.PeerAuthentication_MutualTLS{Mode: security.PeerAuthentication_MutualTLS_STRICT},
+					},
+				})
+				return pushRequest(key(model.KindPeerAuthentication, "ns-1", "strict-svc-1"))
+			},
+			wantRebuilt: []string{indexPeerAuthentication},
 		},
 		{
 			name: "forced full push rebuilds everything",
@@ -247,14 +272,15 @@ func TestIncrementalBuild(t *testing.T) {
 				reused[name] = true
 			}
 			identity := map[string]bool{
-				indexServices:         pc.services == prev.services,
-				indexDestinationRules: pc.rules == prev.rules,
-				indexResolution:       pc.resolution == prev.resolution,
-				indexEndpoints:        pc.endpoints == prev.endpoints,
-				indexWorkloads:        pc.workloads == prev.workloads,
-				indexServiceTargets:   pc.targets == prev.targets,
-				indexIngress:          pc.ingress == prev.ingress,
-				indexCredentials:      pc.credentials == prev.credentials,
+				indexServices:           pc.services == prev.services,
+				indexDestinationRules:   pc.rules == prev.rules,
+				indexResolution:         pc.resolution == prev.resolution,
+				indexEndpoints:          pc.endpoints == prev.endpoints,
+				indexWorkloads:          pc.workloads == prev.workloads,
+				indexServiceTargets:     pc.targets == prev.targets,
+				indexIngress:            pc.ingress == prev.ingress,
+				indexCredentials:        pc.credentials == prev.credentials,
+				indexPeerAuthentication: pc.peerAuthn == prev.peerAuthn,
 			}
 			for _, name := range all {
 				if identity[name] != reused[name] {

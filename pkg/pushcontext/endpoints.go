@@ -31,6 +31,9 @@ type endpointEntry struct {
 	byPort  [][]*model.Endpoint
 	subsets []subsetEndpoints // sorted by key
 	lazy    sync.Map          // labelKey -> [][]*model.Endpoint
+	// identities are the SPIFFE identities of the workloads behind the
+	// endpoints.
+	identities WorkloadIdentities
 }
 
 type subsetEndpoints struct {
@@ -51,10 +54,12 @@ type entryBuilder struct {
 	portOf []int32
 	// chunk sizes the next endpoint and list chunks; 0 disables chunking.
 	chunk int
+	// trustDomain names the endpoints' identities.
+	trustDomain string
 }
 
-func newEntryBuilder(entries int) *entryBuilder {
-	return &entryBuilder{entries: make([]endpointEntry, entries), chunk: 4096}
+func newEntryBuilder(entries int, trustDomain string) *entryBuilder {
+	return &entryBuilder{entries: make([]endpointEntry, entries), chunk: 4096, trustDomain: trustDomain}
 }
 
 func (b *entryBuilder) newEntry() *endpointEntry {
@@ -93,6 +98,7 @@ func (b *entryBuilder) newEndpoints(n int) []*model.Endpoint {
 func (b *entryBuilder) build(svc *model.Service, eps []*model.Endpoint, subsets []subsetSpec, version uint64) *endpointEntry {
 	e := b.newEntry()
 	e.service, e.version, e.all = svc, version, eps
+	e.identities = identitiesOf(eps, b.trustDomain)
 	b.indexPorts(svc.Ports, eps)
 	e.byPort = b.split(len(svc.Ports), eps, nil)
 	if len(subsets) > 0 {
@@ -183,16 +189,16 @@ func (e *endpointEntry) sameSubsets(subsets []subsetSpec) bool {
 // and its endpoints are not listed in reread; if only its subsets differ, it
 // is rebuilt from its endpoints without reading the store.
 func buildEndpointIndex(store model.Store, services *serviceIndex, resolution *resolutionIndex, prev *PushContext,
-	reread map[model.NamespacedName]struct{}, versions *versionSource, info *BuildInfo,
+	reread map[model.NamespacedName]struct{}, versions *versionSource, info *BuildInfo, trustDomain string,
 ) *endpointIndex {
 	idx := &endpointIndex{slots: make([]endpointSlot, len(services.all))}
 	var b *entryBuilder
 	if prev == nil {
-		b = newEntryBuilder(len(services.all))
+		b = newEntryBuilder(len(services.all), trustDomain)
 	} else {
 		// Incremental builds usually make few entries; chunks would pin
 		// memory for little gain.
-		b = &entryBuilder{}
+		b = &entryBuilder{trustDomain: trustDomain}
 	}
 	for ord, svc := range services.all {
 		subsets := resolution.byService[ord].subsets
@@ -294,8 +300,8 @@ func (pc *PushContext) EndpointsVersion(hostname string) uint64 {
 // endpoints. It must run on the goroutine that runs Build. A snapshot that
 // reused its predecessor's endpoint index shares its slots, so an update
 // through either is seen by both.
-func (pc *PushContext) UpdateEndpoints(store model.Store, services []model.NamespacedName) []string {
-	var changed []string
+func (pc *PushContext) UpdateEndpoints(store model.Store, services []model.NamespacedName) EndpointUpdate {
+	var update EndpointUpdate
 	for _, name := range services {
 		ord, ok := pc.services.byName[name]
 		if !ok {
@@ -307,11 +313,25 @@ func (pc *PushContext) UpdateEndpoints(store model.Store, services []model.Names
 		if sameEndpoints(old.all, eps) {
 			continue
 		}
-		var b entryBuilder
-		slot.entry.Store(b.build(old.service, eps, pc.resolution.byService[ord].subsets, pc.versions.next()))
-		changed = append(changed, old.service.Hostname)
+		b := entryBuilder{trustDomain: pc.opts.TrustDomain}
+		e := b.build(old.service, eps, pc.resolution.byService[ord].subsets, pc.versions.next())
+		slot.entry.Store(e)
+		update.Hosts = append(update.Hosts, old.service.Hostname)
+		if e.identities != old.identities {
+			update.IdentitiesChanged = append(update.IdentitiesChanged, name)
+		}
 	}
-	return changed
+	return update
+}
+
+// EndpointUpdate is what UpdateEndpoints changed.
+type EndpointUpdate struct {
+	// Hosts are the hostnames whose endpoints changed.
+	Hosts []string
+	// IdentitiesChanged are the services whose set of workload identities
+	// changed with them. Clusters verify servers against that set, so
+	// these changes need more than EDS: Istio pushes them in full too.
+	IdentitiesChanged []model.NamespacedName
 }
 
 func listAt(lists [][]*model.Endpoint, i int) []*model.Endpoint {

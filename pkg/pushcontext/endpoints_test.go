@@ -163,7 +163,7 @@ func TestUpdateEndpoints(t *testing.T) {
 		t.Run(step.name, func(t *testing.T) {
 			beforeEntries, beforeVersions := entries(), versions()
 			step.write()
-			changed := pc.UpdateEndpoints(store, []model.NamespacedName{b, unknown})
+			changed := pc.UpdateEndpoints(store, []model.NamespacedName{b, unknown}).Hosts
 			if diff := cmp.Diff(step.wantChanged, changed); diff != "" {
 				t.Errorf("changed hosts (-want +got):\n%s", diff)
 			}

@@ -14,11 +14,18 @@ type Options struct {
 	RootNamespace string // "istio-system"
 	// Ingress says which Kubernetes Ingresses the ingress gateway serves.
 	Ingress IngressOptions
+	// TrustDomain names workload identities (spiffe://<trust domain>/...).
+	TrustDomain string
+	// DisableAutoMTLS turns off auto mTLS (the mesh's enableAutoMtls:
+	// false): clients then use mutual TLS only where a DestinationRule
+	// says ISTIO_MUTUAL.
+	DisableAutoMTLS bool
 }
 
 const (
 	defaultDomainSuffix  = "cluster.local"
 	defaultRootNamespace = "istio-system"
+	defaultTrustDomain   = "cluster.local"
 )
 
 func (o Options) withDefaults() Options {
@@ -28,13 +35,17 @@ func (o Options) withDefaults() Options {
 	if o.RootNamespace == "" {
 		o.RootNamespace = defaultRootNamespace
 	}
+	if o.TrustDomain == "" {
+		o.TrustDomain = defaultTrustDomain
+	}
 	o.Ingress = o.Ingress.withDefaults()
 	return o
 }
 
 // equal compares options that went through withDefaults.
 func (o Options) equal(p Options) bool {
-	return o.DomainSuffix == p.DomainSuffix && o.RootNamespace == p.RootNamespace && o.Ingress.equal(p.Ingress)
+	return o.DomainSuffix == p.DomainSuffix && o.RootNamespace == p.RootNamespace && o.Ingress.equal(p.Ingress) &&
+		o.TrustDomain == p.TrustDomain && o.DisableAutoMTLS == p.DisableAutoMTLS
 }
 
 // PushContext is an immutable snapshot of the store with precomputed indexes.
@@ -59,6 +70,7 @@ type PushContext struct {
 	ingress    *ingressIndex
 	// credentials depends on DestinationRules and Secrets.
 	credentials *credentialIndex
+	peerAuthn   *peerAuthnIndex
 
 	// versions hands out endpoint entry versions. The whole chain of
 	// snapshots built from one another shares it, so a version never repeats
@@ -81,6 +93,13 @@ func (v *versionSource) next() uint64 {
 	v.last++
 	return v.last
 }
+
+// TrustDomain is the trust domain of workload identities.
+func (pc *PushContext) TrustDomain() string { return pc.opts.TrustDomain }
+
+// AutoMTLS reports whether clients send mutual TLS, without a
+// DestinationRule saying so, to servers that can take it.
+func (pc *PushContext) AutoMTLS() bool { return !pc.opts.DisableAutoMTLS }
 
 // Version is unique per snapshot: the build time and a counter that grows
 // along the chain of snapshots built from one another.
@@ -179,13 +198,13 @@ func Build(store model.Store, opts Options, prev *PushContext, req *model.PushRe
 
 	switch {
 	case plan.full:
-		pc.endpoints = buildEndpointIndex(store, pc.services, pc.resolution, nil, nil, pc.versions, &pc.build)
+		pc.endpoints = buildEndpointIndex(store, pc.services, pc.resolution, nil, nil, pc.versions, &pc.build, opts.TrustDomain)
 		pc.build.rebuilt(indexEndpoints)
 	case !resolutionChanged && len(plan.endpoints) == 0:
 		pc.endpoints = prev.endpoints
 		pc.build.reused(indexEndpoints)
 	default:
-		pc.endpoints = buildEndpointIndex(store, pc.services, pc.resolution, prev, plan.endpoints, pc.versions, &pc.build)
+		pc.endpoints = buildEndpointIndex(store, pc.services, pc.resolution, prev, plan.endpoints, pc.versions, &pc.build, opts.TrustDomain)
 		pc.build.rebuilt(indexEndpoints)
 	}
 
@@ -208,6 +227,13 @@ func Build(store model.Store, opts Options, prev *PushContext, req *model.PushRe
 		pc.credentials = prev.credentials
 		pc.build.reused(indexCredentials)
 	}
+	if plan.full || plan.peerAuthn {
+		pc.peerAuthn = buildPeerAuthnIndex(store.Configs(model.KindPeerAuthentication), opts.RootNamespace)
+		pc.build.rebuilt(indexPeerAuthentication)
+	} else {
+		pc.peerAuthn = prev.peerAuthn
+		pc.build.reused(indexPeerAuthentication)
+	}
 	pc.buildDuration = time.Since(pc.buildTime)
 	return pc
 }
@@ -223,6 +249,7 @@ type buildPlan struct {
 	// ingress is set by changes to Ingresses, IngressClasses or Secrets;
 	// secrets by Secret changes alone.
 	ingress, secrets bool
+	peerAuthn        bool
 	// endpoints lists the services whose endpoints must be re-read from the
 	// store even if their entries could otherwise be reused.
 	endpoints map[model.NamespacedName]struct{}
@@ -251,6 +278,8 @@ func planBuild(opts Options, prev *PushContext, req *model.PushRequest) buildPla
 			plan.endpoints[model.NamespacedName{Namespace: key.Namespace, Name: key.Name}] = struct{}{}
 		case model.KindWorkload:
 			plan.workloads = true
+		case model.KindPeerAuthentication:
+			plan.peerAuthn = true
 		case model.KindNamespace:
 			// No index depends on namespaces yet.
 		default:

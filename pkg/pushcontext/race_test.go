@@ -75,7 +75,7 @@ func TestConcurrentReadsDuringUpdateEndpoints(t *testing.T) {
 		for _, n := range names {
 			store.SetEndpoints(n, "s", endpointsFor(gen))
 		}
-		if changed := pc.UpdateEndpoints(store, names); len(changed) != services {
+		if changed := pc.UpdateEndpoints(store, names).Hosts; len(changed) != services {
 			t.Errorf("generation %d: %d services changed, want %d", gen, len(changed), services)
 		}
 	}

@@ -10,14 +10,15 @@ import (
 
 // Index names, as reported in BuildInfo.
 const (
-	indexServices         = "services"
-	indexDestinationRules = "destinationRules"
-	indexResolution       = "destinationRuleResolution"
-	indexEndpoints        = "endpoints"
-	indexWorkloads        = "workloads"
-	indexServiceTargets   = "serviceTargets"
-	indexIngress          = "ingress"
-	indexCredentials      = "credentials"
+	indexServices           = "services"
+	indexDestinationRules   = "destinationRules"
+	indexResolution         = "destinationRuleResolution"
+	indexEndpoints          = "endpoints"
+	indexWorkloads          = "workloads"
+	indexServiceTargets     = "serviceTargets"
+	indexIngress            = "ingress"
+	indexCredentials        = "credentials"
+	indexPeerAuthentication = "peerAuthentication"
 )
 
 // BuildInfo records what the Build that made a snapshot recomputed.

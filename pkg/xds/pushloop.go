@@ -2,6 +2,7 @@ package xds
 
 import (
 	"context"
+	"maps"
 	"strconv"
 	"sync"
 	"time"
@@ -113,8 +114,16 @@ func (s *Server) push(req *model.PushRequest) {
 		s.build(req)
 	} else {
 		s.metrics.debouncedPushes.WithLabelValues("eds").Inc()
-		if !s.updateEndpoints(req) {
+		switch update := s.updateEndpoints(req); {
+		case len(update.Hosts) == 0:
 			return
+		case len(update.IdentitiesChanged) > 0:
+			// Clusters check servers against the identities behind each
+			// service, so a new one is a service change: rebuild and push
+			// as for one, from the snapshot the endpoints went into.
+			prev = s.current.Load()
+			req = withServiceChanges(req, update.IdentitiesChanged)
+			s.build(req)
 		}
 	}
 	cur := s.current.Load()
@@ -150,9 +159,8 @@ func (s *Server) build(req *model.PushRequest) {
 	}
 }
 
-// updateEndpoints is the endpoint fast path; it reports whether any
-// service's endpoints changed.
-func (s *Server) updateEndpoints(req *model.PushRequest) bool {
+// updateEndpoints is the endpoint fast path; it reports what changed.
+func (s *Server) updateEndpoints(req *model.PushRequest) pushcontext.EndpointUpdate {
 	var services []model.NamespacedName
 	for key := range req.ConfigsUpdated {
 		// Workload changes matter only through the endpoints the sources
@@ -162,16 +170,26 @@ func (s *Server) updateEndpoints(req *model.PushRequest) bool {
 		}
 	}
 	if len(services) == 0 {
-		return false
+		return pushcontext.EndpointUpdate{}
 	}
 	cur := s.current.Load()
-	changed := cur.push.UpdateEndpoints(s.opts.Store, services)
-	if len(changed) == 0 {
-		return false
+	update := cur.push.UpdateEndpoints(s.opts.Store, services)
+	if len(update.Hosts) == 0 {
+		return update
 	}
 	n := cur.edsUpdates + 1
 	s.current.Store(newPushState(cur.push, cur.push.Version()+"+eds."+formatUint(n), n))
-	return true
+	return update
+}
+
+// withServiceChanges turns an endpoint-only request into a full one that
+// also names services as changed.
+func withServiceChanges(req *model.PushRequest, services []model.NamespacedName) *model.PushRequest {
+	full := &model.PushRequest{Full: true, Start: req.Start, ConfigsUpdated: maps.Clone(req.ConfigsUpdated)}
+	for _, svc := range services {
+		full.ConfigsUpdated[model.ConfigKey{Kind: model.KindService, Namespace: svc.Namespace, Name: svc.Name}] = struct{}{}
+	}
+	return full
 }
 
 func formatUint(n uint64) string { return strconv.FormatUint(n, 10) }

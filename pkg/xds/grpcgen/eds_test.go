@@ -144,7 +144,7 @@ func TestEndpointsUpdateAfterChange(t *testing.T) {
 	world.store.SetEndpoints(model.NamespacedName{Namespace: "default", Name: "a"}, "s1", []*model.Endpoint{
 		{Address: "10.0.0.9", Port: 7070, ServicePortName: "grpc", Labels: map[string]string{"version": "v1"}},
 	})
-	if changed := world.push.UpdateEndpoints(world.store, []model.NamespacedName{{Namespace: "default", Name: "a"}}); len(changed) != 1 {
+	if changed := world.push.UpdateEndpoints(world.store, []model.NamespacedName{{Namespace: "default", Name: "a"}}).Hosts; len(changed) != 1 {
 		t.Fatalf("UpdateEndpoints changed %v", changed)
 	}
 	partial, err := gen.Generate(proxy, world.push, w, endpointsChanged("a"))

@@ -29,7 +29,7 @@ func BenchmarkEndpointUpdate(b *testing.B) {
 	for b.Loop() {
 		i++
 		store.SetEndpoints(svc, "slice", variants[i%2])
-		if changed := push.UpdateEndpoints(store, []model.NamespacedName{svc}); len(changed) != 1 {
+		if changed := push.UpdateEndpoints(store, []model.NamespacedName{svc}).Hosts; len(changed) != 1 {
 			b.Fatalf("UpdateEndpoints changed %v", changed)
 		}
 		res, err := gen.Generate(proxy, push, w, req)

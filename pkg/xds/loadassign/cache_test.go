@@ -73,7 +73,7 @@ func TestCacheSharesUntilEndpointsChange(t *testing.T) {
 
 	store.SetEndpoints(model.NamespacedName{Namespace: "default", Name: "a"}, "s",
 		[]*model.Endpoint{{Address: "10.0.9.9", Port: 7070, ServicePortName: "grpc"}})
-	if changed := push.UpdateEndpoints(store, []model.NamespacedName{{Namespace: "default", Name: "a"}}); len(changed) != 1 {
+	if changed := push.UpdateEndpoints(store, []model.NamespacedName{{Namespace: "default", Name: "a"}}).Hosts; len(changed) != 1 {
 		t.Fatalf("UpdateEndpoints changed %v", changed)
 	}
 	if got := addresses(t, get(t, &c, push, a, nil)); !slices.Equal(got, []string{"10.0.9.9"}) {

@@ -1,0 +1,178 @@
+package pushcontext
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	security "istio.io/api/security/v1beta1"
+	typev1beta1 "istio.io/api/type/v1beta1"
+
+	"github.com/meshpilot/meshpilot/pkg/model"
+)
+
+const (
+	strict     = security.PeerAuthentication_MutualTLS_STRICT
+	permissive = security.PeerAuthentication_MutualTLS_PERMISSIVE
+	disable    = security.PeerAuthentication_MutualTLS_DISABLE
+	unset      = security.PeerAuthentication_MutualTLS_UNSET
+)
+
+// peerAuthn makes a PeerAuthentication; age orders them (0 is oldest), and
+// selector nil makes it namespace- or mesh-wide.
+func peerAuthn(ns, name string, age int, mode security.PeerAuthentication_MutualTLS_Mode, selector map[string]string, ports map[uint32]security.PeerAuthentication_MutualTLS_Mode) *model.Config {
+	spec := &security.PeerAuthentication{Mtls: &security.PeerAuthentication_MutualTLS{Mode: mode}}
+	if selector != nil {
+		spec.Selector = &typev1beta1.WorkloadSelector{MatchLabels: selector}
+	}
+	for port, m := range ports {
+		if spec.PortLevelMtls == nil {
+			spec.PortLevelMtls = map[uint32]*security.PeerAuthentication_MutualTLS{}
+		}
+		spec.PortLevelMtls[port] = &security.PeerAuthentication_MutualTLS{Mode: m}
+	}
+	return &model.Config{
+		Kind: model.KindPeerAuthentication, Namespace: ns, Name: name,
+		CreationTime: epoch.Add(time.Duration(age) * time.Minute), Spec: spec,
+	}
+}
+
+func TestInboundMTLSPrecedence(t *testing.T) {
+	app := map[string]string{"app": "shop"}
+	cases := []struct {
+		name     string
+		policies []*model.Config
+		ns       string
+		labels   map[string]string
+		want     MTLSPolicy
+		wantNS   model.MTLSMode
+	}{
+		{
+			name: "nothing set is permissive", ns: "shop", labels: app,
+			want: MTLSPolicy{Mode: model.MTLSPermissive}, wantNS: model.MTLSPermissive,
+		},
+		{
+			name:     "mesh-wide policy applies everywhere",
+			policies: []*model.Config{peerAuthn("istio-system", "default", 0, strict, nil, nil)},
+			ns:       "shop", labels: app,
+			want: MTLSPolicy{Mode: model.MTLSStrict}, wantNS: model.MTLSStrict,
+		},
+		{
+			name: "namespace overrides mesh",
+			policies: []*model.Config{
+				peerAuthn("istio-system", "default", 0, strict, nil, nil),
+				peerAuthn("shop", "default", 1, disable, nil, nil),
+			},
+			ns: "shop", labels: app,
+			want: MTLSPolicy{Mode: model.MTLSDisable}, wantNS: model.MTLSDisable,
+		},
+		{
+			name: "an unset namespace mode inherits the mesh's",
+			policies: []*model.Config{
+				peerAuthn("istio-system", "default", 0, strict, nil, nil),
+				peerAuthn("shop", "default", 1, unset, nil, nil),
+			},
+			ns: "shop", labels: app,
+			want: MTLSPolicy{Mode: model.MTLSStrict}, wantNS: model.MTLSStrict,
+		},
+		{
+			name: "another namespace's policy does not apply",
+			policies: []*model.Config{
+				peerAuthn("other", "default", 0, strict, nil, nil),
+				peerAuthn("other", "pick-shop", 0, strict, app, nil),
+			},
+			ns: "shop", labels: app,
+			want: MTLSPolicy{Mode: model.MTLSPermissive}, wantNS: model.MTLSPermissive,
+		},
+		{
+			name: "workload overrides namespace",
+			policies: []*model.Config{
+				peerAuthn("shop", "default", 0, disable, nil, nil),
+				peerAuthn("shop", "shop-strict", 1, strict, app, nil),
+			},
+			ns: "shop", labels: map[string]string{"app": "shop", "version": "v1"},
+			want: MTLSPolicy{Mode: model.MTLSStrict}, wantNS: model.MTLSDisable,
+		},
+		{
+			name: "a selector that does not match leaves the namespace mode",
+			policies: []*model.Config{
+				peerAuthn("shop", "default", 0, disable, nil, nil),
+				peerAuthn("shop", "cart-strict", 1, strict, map[string]string{"app": "cart"}, nil),
+			},
+			ns: "shop", labels: app,
+			want: MTLSPolicy{Mode: model.MTLSDisable}, wantNS: model.MTLSDisable,
+		},
+		{
+			name: "the oldest of two mesh policies wins",
+			policies: []*model.Config{
+				peerAuthn("istio-system", "newer", 5, disable, nil, nil),
+				peerAuthn("istio-system", "older", 1, strict, nil, nil),
+			},
+			ns: "shop", labels: app,
+			want: MTLSPolicy{Mode: model.MTLSStrict}, wantNS: model.MTLSStrict,
+		},
+		{
+			name: "same age: the first by name wins",
+			policies: []*model.Config{
+				peerAuthn("shop", "b", 1, disable, nil, nil),
+				peerAuthn("shop", "a", 1, strict, nil, nil),
+			},
+			ns: "shop", labels: app,
+			want: MTLSPolicy{Mode: model.MTLSStrict}, wantNS: model.MTLSStrict,
+		},
+		{
+			name: "the oldest of two matching workload policies wins, ports and all",
+			policies: []*model.Config{
+				peerAuthn("shop", "newer", 5, disable, map[string]string{"version": "v1"}, map[uint32]security.PeerAuthentication_MutualTLS_Mode{80: strict}),
+				peerAuthn("shop", "older", 1, strict, app, nil),
+			},
+			ns: "shop", labels: map[string]string{"app": "shop", "version": "v1"},
+			want: MTLSPolicy{Mode: model.MTLSStrict}, wantNS: model.MTLSPermissive,
+		},
+		{
+			name:     "a selector policy in the root namespace is ignored, as in Istio",
+			policies: []*model.Config{peerAuthn("istio-system", "pick", 0, strict, app, nil)},
+			ns:       "istio-system", labels: app,
+			want: MTLSPolicy{Mode: model.MTLSPermissive}, wantNS: model.MTLSPermissive,
+		},
+		{
+			name: "port-level modes; an unset port inherits the workload's mode",
+			policies: []*model.Config{
+				peerAuthn("shop", "default", 0, strict, nil, nil),
+				peerAuthn("shop", "ports", 1, unset, app, map[uint32]security.PeerAuthentication_MutualTLS_Mode{
+					9090: disable, 8080: permissive, 7070: unset,
+				}),
+			},
+			ns: "shop", labels: app,
+			want: MTLSPolicy{Mode: model.MTLSStrict, Ports: []PortMTLS{
+				{Port: 7070, Mode: model.MTLSStrict}, {Port: 8080, Mode: model.MTLSPermissive}, {Port: 9090, Mode: model.MTLSDisable},
+			}},
+			wantNS: model.MTLSStrict,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			store := model.NewStore()
+			for _, p := range tc.policies {
+				store.UpsertConfig(p)
+			}
+			pc := Build(store, testOpts, nil, nil)
+			got := pc.InboundMTLS(tc.ns, tc.labels)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("InboundMTLS (-want +got):\n%s", diff)
+			}
+			if ns := pc.NamespaceMTLSMode(tc.ns); ns != tc.wantNS {
+				t.Errorf("NamespaceMTLSMode = %v, want %v", ns, tc.wantNS)
+			}
+		})
+	}
+}
+
+func TestMTLSPolicyForPort(t *testing.T) {
+	p := MTLSPolicy{Mode: model.MTLSStrict, Ports: []PortMTLS{{Port: 8080, Mode: model.MTLSDisable}}}
+	for port, want := range map[uint32]model.MTLSMode{8080: model.MTLSDisable, 9090: model.MTLSStrict} {
+		if got := p.ForPort(port); got != want {
+			t.Errorf("ForPort(%d) = %v, want %v", port, got, want)
+		}
+	}
+}
