@@ -7,7 +7,9 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/meshpilot/meshpilot/pkg/model"
@@ -28,6 +30,8 @@ import (
 //	  locality: {region, zone, sub_zone}  (always present; empty parts omitted)
 //	  lb_endpoints: per endpoint
 //	    health_status: HEALTHY | UNHEALTHY | DRAINING
+//	    metadata: the tlsMode match (only for endpoints whose pods carry
+//	              security.istio.io/tlsMode=istio)
 //	    endpoint.address.socket_address: {address, port_value}
 //	  load_balancing_weight: {value}      (always present; value omitted when 0)
 //	  priority                            (omitted when 0)
@@ -41,7 +45,7 @@ type claWire struct {
 	groupLocality, groupEndpoints             protowire.Number
 	groupWeight, groupPriority                protowire.Number
 	region, zone, subZone                     protowire.Number
-	lbHealth, lbEndpoint                      protowire.Number
+	lbHealth, lbMetadata, lbEndpoint          protowire.Number
 	endpointAddress, addressSocket            protowire.Number
 	socketHost, socketPort                    protowire.Number
 	wrappedValue                              protowire.Number
@@ -71,6 +75,7 @@ func newCLAWire() *claWire {
 		zone:            fieldNumber(loc, "zone"),
 		subZone:         fieldNumber(loc, "sub_zone"),
 		lbHealth:        fieldNumber(lb, "health_status"),
+		lbMetadata:      fieldNumber(lb, "metadata"),
 		lbEndpoint:      fieldNumber(lb, "endpoint"),
 		endpointAddress: fieldNumber(ep, "address"),
 		addressSocket:   fieldNumber(addr, "socket_address"),
@@ -210,6 +215,32 @@ func (w *claWire) groupSize(g *Group, sizes *[]lbEndpointSizes) (int, error) {
 	return n, nil
 }
 
+// Auto mTLS: clusters pick mutual TLS for the endpoints whose metadata
+// carries envoy.transport_socket_match {tlsMode: istio} (Envoy's
+// Cluster.transport_socket_matches), and the endpoints of pods the injector
+// labelled security.istio.io/tlsMode=istio get it. The metadata is the same
+// for every such endpoint, so it is marshalled once.
+var tlsModeIstioMetadata = mustMarshalDeterministic(&core.Metadata{
+	FilterMetadata: map[string]*structpb.Struct{
+		"envoy.transport_socket_match": {Fields: map[string]*structpb.Value{
+			"tlsMode": structpb.NewStringValue(model.TLSModeIstio),
+		}},
+	},
+})
+
+func mustMarshalDeterministic(m proto.Message) []byte {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		panic("loadassign: " + err.Error())
+	}
+	return b
+}
+
+// tlsModeIstio reports whether ep's workload terminates mutual TLS.
+func tlsModeIstio(ep *model.Endpoint) bool {
+	return ep.Labels[model.TLSModeLabel] == model.TLSModeIstio
+}
+
 // lbEndpointSizes are the encoded sizes of the messages nested in one
 // LbEndpoint, innermost first.
 type lbEndpointSizes struct {
@@ -221,6 +252,9 @@ func (w *claWire) lbEndpointSizes(ep *model.Endpoint) lbEndpointSizes {
 	address := sizeLen(w.addressSocket, socket)
 	endpoint := sizeLen(w.endpointAddress, address)
 	lb := sizeUint(w.lbHealth, uint64(healthStatus(ep.Health))) + sizeLen(w.lbEndpoint, endpoint)
+	if tlsModeIstio(ep) {
+		lb += sizeLen(w.lbMetadata, len(tlsModeIstioMetadata))
+	}
 	return lbEndpointSizes{uint32(socket), uint32(address), uint32(endpoint), uint32(lb)}
 }
 
@@ -236,6 +270,10 @@ func (w *claWire) appendGroup(b []byte, g *Group, size int, sizes []lbEndpointSi
 		s := &sizes[i]
 		b = appendLen(b, w.groupEndpoints, int(s.lb))
 		b = appendUint(b, w.lbHealth, uint64(healthStatus(ep.Health)))
+		if tlsModeIstio(ep) {
+			b = appendLen(b, w.lbMetadata, len(tlsModeIstioMetadata))
+			b = append(b, tlsModeIstioMetadata...)
+		}
 		b = appendLen(b, w.lbEndpoint, int(s.endpoint))
 		b = appendLen(b, w.endpointAddress, int(s.address))
 		b = appendLen(b, w.addressSocket, int(s.socket))

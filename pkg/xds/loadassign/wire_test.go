@@ -12,6 +12,7 @@ import (
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	resource "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/meshpilot/meshpilot/pkg/model"
@@ -63,8 +64,15 @@ func lbEndpointMessage(ep *model.Endpoint) *endpoint.LbEndpoint {
 	health := map[model.HealthStatus]core.HealthStatus{
 		model.Healthy: core.HealthStatus_HEALTHY, model.Unhealthy: core.HealthStatus_UNHEALTHY, model.Draining: core.HealthStatus_DRAINING,
 	}[ep.Health]
+	var metadata *core.Metadata
+	if ep.Labels[model.TLSModeLabel] == model.TLSModeIstio {
+		metadata = &core.Metadata{FilterMetadata: map[string]*structpb.Struct{
+			"envoy.transport_socket_match": {Fields: map[string]*structpb.Value{"tlsMode": structpb.NewStringValue("istio")}},
+		}}
+	}
 	return &endpoint.LbEndpoint{
 		HealthStatus: health,
+		Metadata:     metadata,
 		HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{
 			Address: &core.Address{Address: &core.Address_SocketAddress{SocketAddress: &core.SocketAddress{
 				Address:       ep.Address,
@@ -131,6 +139,12 @@ func ep(addr string, port uint32, loc model.Locality, health model.HealthStatus)
 	return &model.Endpoint{Address: addr, Port: port, Locality: loc, Health: health}
 }
 
+// labelled gives ep's workload the tlsMode label.
+func labelled(e *model.Endpoint, tlsMode string) *model.Endpoint {
+	e.Labels = map[string]string{model.TLSModeLabel: tlsMode, "app": "x"}
+	return e
+}
+
 func TestLoadAssignmentMatchesProto(t *testing.T) {
 	east := model.Locality{Region: "us-east", Zone: "us-east-1a", SubZone: "rack1"}
 	west := model.Locality{Region: "us-west", Zone: "us-west-1b"}
@@ -171,6 +185,12 @@ func TestLoadAssignmentMatchesProto(t *testing.T) {
 			ep(strings.Repeat("a", 130), 80, model.Locality{Region: strings.Repeat("r", 128), Zone: strings.Repeat("z", 300)}, model.Healthy),
 		}},
 		{"non-ASCII UTF-8", "clüster", []*model.Endpoint{ep("host-ä", 80, model.Locality{Region: "région"}, model.Healthy)}},
+		{"auto mTLS: only istio-labelled endpoints carry the tlsMode match", "c", []*model.Endpoint{
+			labelled(ep("10.0.0.1", 80, east, model.Healthy), model.TLSModeIstio),
+			labelled(ep("10.0.0.2", 80, east, model.Draining), "disabled"),
+			ep("10.0.0.3", 80, west, model.Healthy),
+			labelled(ep("10.0.0.4", 80, west, model.Unhealthy), model.TLSModeIstio),
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { checkAssignment(t, tt.cluster, tt.eps) })
@@ -244,6 +264,9 @@ func randomEndpoints(r *rand.Rand) []*model.Endpoint {
 			addr = fmt.Sprintf("10.%d.%d.%d", r.IntN(3), r.IntN(256), r.IntN(256))
 		}
 		eps[i] = ep(addr, ports[r.IntN(len(ports))], localities[r.IntN(len(localities))], model.HealthStatus(r.IntN(3)))
+		if r.IntN(2) == 0 {
+			labelled(eps[i], model.TLSModeIstio)
+		}
 	}
 	return eps
 }
