@@ -13,6 +13,8 @@ import (
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	networkingv1alpha3 "istio.io/client-go/pkg/apis/networking/v1alpha3"
 	networkingv1beta1 "istio.io/client-go/pkg/apis/networking/v1beta1"
+	securityv1 "istio.io/client-go/pkg/apis/security/v1"
+	securityv1beta1 "istio.io/client-go/pkg/apis/security/v1beta1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	k8snetworkingv1 "k8s.io/api/networking/v1"
@@ -29,7 +31,7 @@ import (
 const defaultNamespace = "default"
 
 // acceptedKinds are the API types the file source reads, by group and
-// version. DestinationRules of every served version share one identity.
+// version. The served versions of an Istio kind share one identity.
 var acceptedKinds = map[schema.GroupVersionKind]bool{
 	corev1.SchemeGroupVersion.WithKind("Service"):                     true,
 	corev1.SchemeGroupVersion.WithKind("Pod"):                         true,
@@ -41,6 +43,8 @@ var acceptedKinds = map[schema.GroupVersionKind]bool{
 	networkingv1.SchemeGroupVersion.WithKind("DestinationRule"):       true,
 	networkingv1beta1.SchemeGroupVersion.WithKind("DestinationRule"):  true,
 	networkingv1alpha3.SchemeGroupVersion.WithKind("DestinationRule"): true,
+	securityv1.SchemeGroupVersion.WithKind("PeerAuthentication"):      true,
+	securityv1beta1.SchemeGroupVersion.WithKind("PeerAuthentication"): true,
 }
 
 // clusterScoped kinds have no namespace, whatever a document says.
@@ -76,6 +80,7 @@ func newObjectDecoder() *objectDecoder {
 	for _, add := range []func(*runtime.Scheme) error{
 		corev1.AddToScheme, discoveryv1.AddToScheme, k8snetworkingv1.AddToScheme,
 		networkingv1.AddToScheme, networkingv1beta1.AddToScheme, networkingv1alpha3.AddToScheme,
+		securityv1.AddToScheme, securityv1beta1.AddToScheme,
 	} {
 		if err := add(scheme); err != nil {
 			panic(fmt.Sprintf("building the decoding scheme: %v", err)) // a programming error
@@ -174,11 +179,11 @@ func (dec *objectDecoder) decodeOne(index int, raw []byte) decodedDoc {
 	if h.Metadata.Name == "" {
 		return fail(h, ReasonInvalid, errors.New("metadata.name is required"))
 	}
-	if gvk.Kind == "DestinationRule" {
+	if md, ok := specDescriptors[gvk.GroupKind()]; ok {
 		// The spec decoder lets a later oneof member silently replace an
 		// earlier one; the API server's schema rejects such objects, so do
 		// we.
-		if err := checkOneofs(destinationRuleDescriptor(), h.Spec, "spec"); err != nil {
+		if err := checkOneofs(md, h.Spec, "spec"); err != nil {
 			return fail(h, ReasonDecode, err)
 		}
 	}

@@ -282,7 +282,7 @@ func (s *FileSource) reload() {
 // kindOrder applies objects that others refer to first: Pods before the
 // slices that target them, so endpoints get their labels at once.
 var kindOrder = map[string]int{"Namespace": 0, "Service": 1, "Pod": 2, "EndpointSlice": 3, "DestinationRule": 4,
-	"IngressClass": 5, "Secret": 6, "Ingress": 7}
+	"PeerAuthentication": 5, "IngressClass": 6, "Secret": 7, "Ingress": 8}
 
 func (s *FileSource) apply(desired map[objectKey]appliedObject) {
 	var removed []appliedObject

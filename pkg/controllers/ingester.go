@@ -20,8 +20,9 @@ type IngesterOptions struct {
 
 // Ingester is the one place where Kubernetes objects become model objects.
 // Sources hand it typed objects (Service, EndpointSlice, Pod, Namespace,
-// Secret, Ingress and IngressClass of networking.k8s.io/v1, and
-// DestinationRule of networking.istio.io v1, v1beta1 or v1alpha3); it
+// Secret, Ingress and IngressClass of networking.k8s.io/v1, DestinationRule
+// of networking.istio.io v1, v1beta1 or v1alpha3, and PeerAuthentication of
+// security.istio.io v1 or v1beta1); it
 // converts them and writes the store. It remembers Pods and EndpointSlices
 // so that a Pod change re-converts the slices that point at it. It is safe
 // for concurrent use; objects handed to it must not be mutated afterwards.
@@ -61,8 +62,9 @@ func NewIngester(opts IngesterOptions) *Ingester {
 }
 
 // Upsert applies an added or updated object. It returns an *ObjectError for
-// an object it rejects; a rejected DestinationRule also removes any earlier
-// version of the same object from the store, as Istio does.
+// an object it rejects; a rejected Istio config (DestinationRule,
+// PeerAuthentication) also removes any earlier version of the same object
+// from the store, as Istio does.
 func (in *Ingester) Upsert(obj any) error {
 	in.mu.Lock()
 	defer in.mu.Unlock()
@@ -86,15 +88,15 @@ func (in *Ingester) Upsert(obj any) error {
 	case *k8snetworkingv1.IngressClass:
 		in.upsertIngressClass(o)
 	default:
-		meta, spec, ok := destinationRuleParts(obj)
+		kind, meta, spec, ok := istioConfigParts(obj)
 		if !ok {
 			return unknownKind(obj)
 		}
-		cfg, err := ConvertDestinationRule(meta, spec)
+		cfg, err := convertIstioConfig(meta, spec)
 		if err != nil {
-			in.store.DeleteConfig(model.ConfigKey{Kind: model.KindDestinationRule, Namespace: meta.Namespace, Name: meta.Name})
+			in.store.DeleteConfig(model.ConfigKey{Kind: kind, Namespace: meta.Namespace, Name: meta.Name})
 			return &ObjectError{
-				Kind: model.KindDestinationRule.String(), Namespace: meta.Namespace, Name: meta.Name,
+				Kind: kind.String(), Namespace: meta.Namespace, Name: meta.Name,
 				Reason: ReasonInvalid, Document: -1, Err: err,
 			}
 		}
@@ -123,11 +125,11 @@ func (in *Ingester) Delete(obj any) error {
 	case *k8snetworkingv1.IngressClass:
 		in.store.DeleteIngressClass(o.Name)
 	default:
-		meta, _, ok := destinationRuleParts(obj)
+		kind, meta, _, ok := istioConfigParts(obj)
 		if !ok {
 			return unknownKind(obj)
 		}
-		in.store.DeleteConfig(model.ConfigKey{Kind: model.KindDestinationRule, Namespace: meta.Namespace, Name: meta.Name})
+		in.store.DeleteConfig(model.ConfigKey{Kind: kind, Namespace: meta.Namespace, Name: meta.Name})
 	}
 	return nil
 }

@@ -19,8 +19,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
@@ -31,13 +29,6 @@ import (
 
 // KubeSourceName is the Kubernetes source's Name and its metrics label.
 const KubeSourceName = "kubernetes"
-
-const (
-	istioNetworkingGroup    = "networking.istio.io"
-	destinationRuleResource = "destinationrules"
-	destinationRuleCRD      = destinationRuleResource + "." + istioNetworkingGroup
-	destinationRuleKind     = "DestinationRule"
-)
 
 // tlsSecretSelector selects the Secrets the source watches.
 const tlsSecretSelector = "type=" + string(corev1.SecretTypeTLS)
@@ -59,17 +50,17 @@ type KubeSourceOptions struct {
 	// ResyncPeriod re-delivers every cached object; 0 (the default) never.
 	// Resyncs do not write the store: unchanged resourceVersions are skipped.
 	ResyncPeriod time.Duration
-	// MetadataClient watches for the DestinationRule CRD when it is not
-	// installed at start, so that installing it later takes effect without
-	// a restart (it needs list and watch on that one
-	// customresourcedefinition). Nil leaves a missing CRD ignored until a
-	// restart.
+	// MetadataClient watches for the Istio CRDs (DestinationRule,
+	// PeerAuthentication) that are not installed at start, so that
+	// installing one later takes effect without a restart (it needs list
+	// and watch on those customresourcedefinitions, by name). Nil leaves a
+	// missing CRD ignored until a restart.
 	MetadataClient metadata.Interface
 }
 
 // KubeSource watches Services, EndpointSlices, Pods, Namespaces,
-// Ingresses, IngressClasses, TLS Secrets and DestinationRules through
-// informers and feeds them to the Ingester.
+// Ingresses, IngressClasses, TLS Secrets, DestinationRules and
+// PeerAuthentications through informers and feeds them to the Ingester.
 type KubeSource struct {
 	opts     KubeSourceOptions
 	log      *slog.Logger
@@ -116,9 +107,14 @@ func (s *KubeSource) HasSynced() bool { return s.synced.Load() }
 // Run watches until ctx is done. It returns an error only if ctx ends
 // before the informers sync.
 func (s *KubeSource) Run(ctx context.Context) error {
-	drVersion, err := s.destinationRuleVersion(ctx)
-	if err != nil {
-		return err
+	// Which version of each Istio kind to watch; "" while its CRD is missing.
+	istioVersions := make([]string, len(istioKinds))
+	for i, k := range istioKinds {
+		v, err := s.istioKindVersion(ctx, k)
+		if err != nil {
+			return err
+		}
+		istioVersions[i] = v
 	}
 	kubeFactory := informers.NewSharedInformerFactoryWithOptions(s.opts.Client, s.opts.ResyncPeriod,
 		informers.WithTransform(trimObject))
@@ -148,8 +144,15 @@ func (s *KubeSource) Run(ctx context.Context) error {
 		"IngressClass":  kubeFactory.Networking().V1().IngressClasses().Informer(),
 		"Secret":        secretFactory.Core().V1().Secrets().Informer(),
 	}
-	if drVersion != "" {
-		informersByKind[destinationRuleKind] = destinationRuleInformer(istioFactory, drVersion)
+	var missing []istioKind
+	logVersions := []any{}
+	for i, k := range istioKinds {
+		if istioVersions[i] == "" {
+			missing = append(missing, k)
+			continue
+		}
+		informersByKind[k.kind] = k.informer(istioFactory, istioVersions[i])
+		logVersions = append(logVersions, k.kind, istioVersions[i])
 	}
 	var synced []cache.InformerSynced
 	for _, kind := range slices.Sorted(maps.Keys(informersByKind)) {
@@ -167,10 +170,10 @@ func (s *KubeSource) Run(ctx context.Context) error {
 	}
 	s.failing.Clear()
 	s.synced.Store(true)
-	s.log.Info("kubernetes source synced", "destinationRuleVersion", drVersion)
-	if drVersion == "" && s.opts.MetadataClient != nil {
-		// Readiness never waits for this: the CRD may never come.
-		if err := s.watchDestinationRulesOnceInstalled(ctx, istioFactory); err != nil && ctx.Err() == nil {
+	s.log.Info("kubernetes source synced", logVersions...)
+	if s.opts.MetadataClient != nil {
+		// Readiness never waits for these: a CRD may never come.
+		if err := s.watchKindsOnceInstalled(ctx, istioFactory, missing); err != nil {
 			return err
 		}
 	}
@@ -189,62 +192,6 @@ func (s *KubeSource) watch(kind string, informer cache.SharedIndexInformer) (cac
 		return nil, fmt.Errorf("kubernetes source: watch %s: %w", kind, err)
 	}
 	return reg.HasSynced, nil
-}
-
-func destinationRuleInformer(factory istioinformers.SharedInformerFactory, version string) cache.SharedIndexInformer {
-	if version == "v1beta1" {
-		return factory.Networking().V1beta1().DestinationRules().Informer()
-	}
-	return factory.Networking().V1().DestinationRules().Informer()
-}
-
-// destinationRuleVersion asks discovery which DestinationRule version to
-// watch: v1, else v1beta1, else "" when the CRD is not installed, which it
-// reports. Transient discovery failures are retried until ctx ends.
-func (s *KubeSource) destinationRuleVersion(ctx context.Context) (string, error) {
-	version, err := s.servedDestinationRuleVersion(ctx)
-	if err != nil || version != "" {
-		return version, err
-	}
-	s.metrics.CRDMissing.WithLabelValues(destinationRuleCRD).Inc()
-	until := "meshpilot restarts with it installed"
-	if s.opts.MetadataClient != nil {
-		until = "it is installed; watching for it"
-	}
-	s.log.Warn("the DestinationRule CRD ("+destinationRuleCRD+") is not installed; DestinationRules are ignored until "+until,
-		"servedVersionsTried", "v1,v1beta1")
-	return "", nil
-}
-
-// servedDestinationRuleVersion is the newest DestinationRule version that
-// discovery serves, "" when none is.
-func (s *KubeSource) servedDestinationRuleVersion(ctx context.Context) (string, error) {
-	disco := discovery.ToDiscoveryInterfaceWithContext(s.opts.Client.Discovery())
-	for _, version := range []string{"v1", "v1beta1"} {
-		gv := istioNetworkingGroup + "/" + version
-		var served bool
-		err := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
-			list, err := disco.ServerResourcesForGroupVersionWithContext(ctx, gv)
-			switch {
-			case apierrors.IsNotFound(err):
-				return true, nil
-			case err != nil:
-				s.log.Warn("discovery failed; retrying", "groupVersion", gv, "error", err)
-				return false, nil
-			}
-			served = slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool {
-				return r.Name == destinationRuleResource
-			})
-			return true, nil
-		})
-		if err != nil {
-			return "", fmt.Errorf("kubernetes source: discovery of %s: %w", gv, err)
-		}
-		if served {
-			return version, nil
-		}
-	}
-	return "", nil
 }
 
 // watchErrorHandler reports failed lists and watches in our own log (client-go

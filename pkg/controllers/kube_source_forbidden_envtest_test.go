@@ -66,4 +66,12 @@ func TestKubeSourceReportsMissingPermissions(t *testing.T) {
 	if got := counterValue(t, metrics.WatchErrors.WithLabelValues("EndpointSlice", "forbidden")); got == 0 {
 		t.Error("meshpilot_kube_watch_errors_total{kind=EndpointSlice,reason=forbidden} was not counted")
 	}
+	// The Istio kinds are refused and reported the same way.
+	for _, k := range istioKinds {
+		eventually(t, k.kind+" refusal reported", func() bool {
+			return strings.Contains(src.SyncProblem(), k.kind+": ") &&
+				strings.Contains(logs.String(), "permission denied: cannot list or watch "+k.kind) &&
+				counterValue(t, metrics.WatchErrors.WithLabelValues(k.kind, "forbidden")) > 0
+		})
+	}
 }

@@ -23,25 +23,37 @@ import (
 
 var cmpProto = protocmp.Transform()
 
-func TestDestinationRuleVersion(t *testing.T) {
-	drList := func(gv string) *metav1.APIResourceList {
-		return &metav1.APIResourceList{GroupVersion: gv, APIResources: []metav1.APIResource{{Name: "destinationrules"}}}
+func TestIstioKindVersion(t *testing.T) {
+	list := func(gv string, resources ...string) *metav1.APIResourceList {
+		l := &metav1.APIResourceList{GroupVersion: gv}
+		for _, r := range resources {
+			l.APIResources = append(l.APIResources, metav1.APIResource{Name: r})
+		}
+		return l
 	}
 	cases := []struct {
 		name        string
+		kind        istioKind
 		served      []*metav1.APIResourceList
 		want        string
 		wantMissing float64
 	}{
-		{name: "v1 served", served: []*metav1.APIResourceList{drList("networking.istio.io/v1"), drList("networking.istio.io/v1beta1")}, want: "v1"},
-		{name: "only v1beta1", served: []*metav1.APIResourceList{drList("networking.istio.io/v1beta1")}, want: "v1beta1"},
-		{
-			name: "group served without DestinationRules",
-			served: []*metav1.APIResourceList{{GroupVersion: "networking.istio.io/v1",
-				APIResources: []metav1.APIResource{{Name: "virtualservices"}}}},
-			want: "", wantMissing: 1,
-		},
-		{name: "CRD absent", want: "", wantMissing: 1},
+		{name: "DestinationRule v1 served", kind: destinationRules, want: "v1",
+			served: []*metav1.APIResourceList{list("networking.istio.io/v1", "destinationrules"), list("networking.istio.io/v1beta1", "destinationrules")}},
+		{name: "DestinationRule only v1beta1", kind: destinationRules, want: "v1beta1",
+			served: []*metav1.APIResourceList{list("networking.istio.io/v1beta1", "destinationrules")}},
+		{name: "group served without DestinationRules", kind: destinationRules, want: "", wantMissing: 1,
+			served: []*metav1.APIResourceList{list("networking.istio.io/v1", "virtualservices")}},
+		{name: "DestinationRule CRD absent", kind: destinationRules, want: "", wantMissing: 1},
+		{name: "PeerAuthentication v1 served", kind: peerAuthentications, want: "v1",
+			served: []*metav1.APIResourceList{list("security.istio.io/v1", "peerauthentications", "authorizationpolicies"), list("security.istio.io/v1beta1", "peerauthentications")}},
+		{name: "PeerAuthentication only v1beta1", kind: peerAuthentications, want: "v1beta1",
+			served: []*metav1.APIResourceList{list("security.istio.io/v1beta1", "peerauthentications")}},
+		{name: "security group served without PeerAuthentications", kind: peerAuthentications, want: "", wantMissing: 1,
+			served: []*metav1.APIResourceList{list("security.istio.io/v1", "authorizationpolicies")}},
+		{name: "PeerAuthentication in another group does not count", kind: peerAuthentications, want: "", wantMissing: 1,
+			served: []*metav1.APIResourceList{list("networking.istio.io/v1", "peerauthentications")}},
+		{name: "PeerAuthentication CRD absent", kind: peerAuthentications, want: "", wantMissing: 1},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -53,14 +65,14 @@ func TestDestinationRuleVersion(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := src.destinationRuleVersion(context.Background())
+			got, err := src.istioKindVersion(context.Background(), tc.kind)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if got != tc.want {
 				t.Errorf("version = %q, want %q", got, tc.want)
 			}
-			missing := counterValue(t, metrics.CRDMissing.WithLabelValues("destinationrules.networking.istio.io"))
+			missing := counterValue(t, metrics.CRDMissing.WithLabelValues(tc.kind.crd()))
 			if missing != tc.wantMissing {
 				t.Errorf("missing CRD count = %v, want %v", missing, tc.wantMissing)
 			}
@@ -173,7 +185,7 @@ func TestTrimObject(t *testing.T) {
 }
 
 // TestKubeSourceWithFakeClients runs the source's wiring against fake
-// clients, with the DestinationRule CRD absent: the source must still sync.
+// clients, with the Istio CRDs absent: the source must still sync.
 // (The istio fake clientset cannot serve client-go's watch-list streams;
 // the envtest test covers DestinationRules against a real API server.)
 func TestKubeSourceWithFakeClients(t *testing.T) {
@@ -205,8 +217,10 @@ func TestKubeSourceWithFakeClients(t *testing.T) {
 	if store.Service(reviews) == nil || len(store.Namespaces()) != 1 {
 		t.Fatalf("initial list missing: services=%v namespaces=%v", store.Services(), store.Namespaces())
 	}
-	if got := counterValue(t, metrics.CRDMissing.WithLabelValues("destinationrules.networking.istio.io")); got != 1 {
-		t.Errorf("missing CRD not counted: %v", got)
+	for _, crd := range []string{"destinationrules.networking.istio.io", "peerauthentications.security.istio.io"} {
+		if got := counterValue(t, metrics.CRDMissing.WithLabelValues(crd)); got != 1 {
+			t.Errorf("missing CRD %s not counted: %v", crd, got)
+		}
 	}
 	if err := client.CoreV1().Services("ns").Delete(ctx, "reviews", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)

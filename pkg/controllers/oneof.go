@@ -6,10 +6,16 @@ import (
 
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"istio.io/api/networking/v1alpha3"
+	securityv1beta1 "istio.io/api/security/v1beta1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
-func destinationRuleDescriptor() protoreflect.MessageDescriptor {
-	return (&v1alpha3.DestinationRule{}).ProtoReflect().Descriptor()
+// specDescriptors are the proto messages of the Istio specs the file source
+// decodes, by group and kind, for checkOneofs. PeerAuthentication has no
+// oneof today; it is listed so that one added by istio.io/api is checked.
+var specDescriptors = map[schema.GroupKind]protoreflect.MessageDescriptor{
+	{Group: "networking.istio.io", Kind: "DestinationRule"}:  (&v1alpha3.DestinationRule{}).ProtoReflect().Descriptor(),
+	{Group: "security.istio.io", Kind: "PeerAuthentication"}: (&securityv1beta1.PeerAuthentication{}).ProtoReflect().Descriptor(),
 }
 
 // checkOneofs walks decoded JSON alongside a proto message descriptor and

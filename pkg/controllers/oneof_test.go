@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/yaml"
 )
 
@@ -36,7 +37,7 @@ func TestCheckOneofs(t *testing.T) {
 			if err := yaml.Unmarshal([]byte(tc.spec), &spec); err != nil {
 				t.Fatal(err)
 			}
-			err := checkOneofs(destinationRuleDescriptor(), spec, "spec")
+			err := checkOneofs(specDescriptors[schema.GroupKind{Group: "networking.istio.io", Kind: "DestinationRule"}], spec, "spec")
 			switch {
 			case tc.wantErr == "" && err != nil:
 				t.Fatalf("unexpected error %v", err)
