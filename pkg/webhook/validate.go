@@ -5,19 +5,47 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/meshpilot/meshpilot/pkg/validation"
-	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // ValidatePath is where the validation webhook is served.
 const ValidatePath = "/validate"
 
-// istioNetworkingGroup is the API group of the configs the webhook checks.
-const istioNetworkingGroup = "networking.istio.io"
+// The API groups of the configs the webhook checks.
+const (
+	istioNetworkingGroup = "networking.istio.io"
+	istioSecurityGroup   = "security.istio.io"
+)
+
+// validatedKind is an Istio kind the webhook checks: the versions it is
+// served at (which share one spec) and what is wrong with an object of it.
+type validatedKind struct {
+	versions []string
+	problems func(req *admissionv1.AdmissionRequest) (name string, problems []string)
+}
+
+// validatedKinds use the validators the controllers use to skip bad
+// objects, so admission and ingestion always agree.
+var validatedKinds = map[schema.GroupKind]validatedKind{
+	{Group: istioNetworkingGroup, Kind: "DestinationRule"}: {
+		versions: []string{"v1", "v1beta1", "v1alpha3"},
+		problems: func(req *admissionv1.AdmissionRequest) (string, []string) {
+			return reviewProblems(req, validation.ValidateDestinationRule)
+		},
+	},
+	{Group: istioSecurityGroup, Kind: "PeerAuthentication"}: {
+		versions: []string{"v1", "v1beta1"},
+		problems: func(req *admissionv1.AdmissionRequest) (string, []string) {
+			return reviewProblems(req, validation.ValidatePeerAuthentication)
+		},
+	},
+}
 
 // ValidationOptions configure the validation handler.
 type ValidationOptions struct {
@@ -33,11 +61,10 @@ type validationHandler struct {
 }
 
 // NewValidationHandler answers admission.k8s.io/v1 reviews of Istio
-// configs. DestinationRules (v1, v1beta1 and v1alpha3, which share one
-// spec) are checked with validation.ValidateDestinationRule, the function
-// the controllers use to skip bad objects, so admission and ingestion
-// always agree; a denial lists every problem found. Deletes, and kinds it
-// does not validate, are allowed.
+// configs: DestinationRules (v1, v1beta1 and v1alpha3) and
+// PeerAuthentications (v1 and v1beta1) are checked with the validation
+// package, as the controllers check them; a denial lists every problem
+// found. Deletes, and kinds or versions it does not validate, are allowed.
 func NewValidationHandler(opts ValidationOptions) http.Handler {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -69,15 +96,11 @@ func (h *validationHandler) review(req *admissionv1.AdmissionRequest) *admission
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return &admissionv1.AdmissionResponse{Allowed: true}
 	}
-	if req.Kind.Group != istioNetworkingGroup || kind != "DestinationRule" {
+	vk, ok := validatedKinds[schema.GroupKind{Group: req.Kind.Group, Kind: kind}]
+	if !ok || !slices.Contains(vk.versions, req.Kind.Version) {
 		return &admissionv1.AdmissionResponse{Allowed: true}
 	}
-	switch req.Kind.Version {
-	case "v1", "v1beta1", "v1alpha3":
-	default:
-		return &admissionv1.AdmissionResponse{Allowed: true}
-	}
-	name, reasons := destinationRuleProblems(req)
+	name, reasons := vk.problems(req)
 	if len(reasons) == 0 {
 		return &admissionv1.AdmissionResponse{Allowed: true}
 	}
@@ -87,25 +110,32 @@ func (h *validationHandler) review(req *admissionv1.AdmissionRequest) *admission
 	return deny(fmt.Sprintf("%s %q is invalid: %s", kind, objectRef(req.Namespace, name), strings.Join(reasons, "; ")))
 }
 
-// destinationRuleProblems decodes the object under review and returns its
-// name and every problem with it, one message each.
-func destinationRuleProblems(req *admissionv1.AdmissionRequest) (string, []string) {
+// reviewed is an Istio config object as the review carries it; S is its
+// proto spec, which decodes itself from JSON.
+type reviewed[S any] struct {
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              S `json:"spec"`
+}
+
+// reviewProblems decodes the object under review and returns its name and
+// every problem validate finds with it, one message each.
+func reviewProblems[S any](req *admissionv1.AdmissionRequest, validate func(name, namespace string, spec *S) error) (string, []string) {
 	if len(req.Object.Raw) == 0 {
 		return req.Name, []string{"the review carries no object"}
 	}
-	var dr networkingv1.DestinationRule
-	if err := json.Unmarshal(req.Object.Raw, &dr); err != nil {
+	var obj reviewed[S]
+	if err := json.Unmarshal(req.Object.Raw, &obj); err != nil {
 		return req.Name, []string{fmt.Sprintf("decoding the object: %v", err)}
 	}
-	name, namespace := reviewedName(req, &dr.ObjectMeta), dr.Namespace
+	name, namespace := reviewedName(req, &obj.ObjectMeta), obj.Namespace
 	if namespace == "" {
 		namespace = req.Namespace
 	}
 	shown := name
-	if dr.Name == "" && req.Name == "" {
-		shown = dr.GenerateName + "*"
+	if obj.Name == "" && req.Name == "" {
+		shown = obj.GenerateName + "*"
 	}
-	return shown, splitProblems(validation.ValidateDestinationRule(name, namespace, &dr.Spec))
+	return shown, splitProblems(validate(name, namespace, &obj.Spec))
 }
 
 // reviewedName is the name to validate. A create with generateName may

@@ -11,6 +11,7 @@ import (
 	"github.com/meshpilot/meshpilot/pkg/validation"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
+	securityv1 "istio.io/client-go/pkg/apis/security/v1"
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -55,15 +56,56 @@ func yamlToJSON(t testing.TB, doc string) []byte {
 	return js
 }
 
+// brokenPA breaks several PeerAuthentication rules at once: port-level
+// mTLS under a selector without labels, a port out of range and an unknown
+// mode.
+const brokenPA = `
+apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata: {name: broken, namespace: shop}
+spec:
+  selector: {matchLabels: {}}
+  mtls: {mode: 9}
+  portLevelMtls:
+    "0": {mode: STRICT}
+`
+
+const goodPA = `
+apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata: {name: reviews, namespace: shop}
+spec:
+  selector: {matchLabels: {app: reviews}}
+  mtls: {mode: STRICT}
+  portLevelMtls:
+    "9080": {mode: PERMISSIVE}
+`
+
 // expectedProblems is what the validation package itself says about a
 // manifest: the handler must report each of these.
 func expectedProblems(t *testing.T, doc string) []string {
 	t.Helper()
-	var dr networkingv1.DestinationRule
-	if err := json.Unmarshal(yamlToJSON(t, doc), &dr); err != nil {
+	js := yamlToJSON(t, doc)
+	var head metav1.TypeMeta
+	if err := json.Unmarshal(js, &head); err != nil {
 		t.Fatal(err)
 	}
-	return splitProblems(validation.ValidateDestinationRule(dr.Name, dr.Namespace, &dr.Spec))
+	switch head.Kind {
+	case "DestinationRule":
+		var dr networkingv1.DestinationRule
+		if err := json.Unmarshal(js, &dr); err != nil {
+			t.Fatal(err)
+		}
+		return splitProblems(validation.ValidateDestinationRule(dr.Name, dr.Namespace, &dr.Spec))
+	case "PeerAuthentication":
+		var pa securityv1.PeerAuthentication
+		if err := json.Unmarshal(js, &pa); err != nil {
+			t.Fatal(err)
+		}
+		return splitProblems(validation.ValidatePeerAuthentication(pa.Name, pa.Namespace, &pa.Spec))
+	}
+	t.Fatalf("no validator for kind %q", head.Kind)
+	return nil
 }
 
 type reviewSpec struct {
@@ -185,6 +227,51 @@ func TestValidationHandlerDecisions(t *testing.T) {
 			name:       "create without an object is denied",
 			review:     reviewSpec{group: istioNetworkingGroup, version: "v1", kind: "DestinationRule", op: admissionv1.Create},
 			wantDenied: []string{"no object"},
+		},
+		{
+			name:   "valid PeerAuthentication v1 create",
+			review: reviewSpec{group: istioSecurityGroup, version: "v1", kind: "PeerAuthentication", op: admissionv1.Create, object: goodPA},
+		},
+		{
+			name:   "mesh-wide PeerAuthentication is allowed",
+			review: reviewSpec{group: istioSecurityGroup, version: "v1", kind: "PeerAuthentication", op: admissionv1.Create, object: "apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: default, namespace: istio-system}\nspec: {mtls: {mode: STRICT}}\n"},
+		},
+		{
+			name:              "invalid PeerAuthentication lists every problem",
+			review:            reviewSpec{group: istioSecurityGroup, version: "v1", kind: "PeerAuthentication", op: admissionv1.Create, object: brokenPA},
+			wantDenied:        []string{`PeerAuthentication "shop/broken" is invalid`, "spec.mtls.mode: unknown mode 9", "spec.portLevelMtls: needs a selector", "spec.portLevelMtls[0]: port number"},
+			wantAllProblemsOf: brokenPA,
+		},
+		{
+			name:              "invalid PeerAuthentication v1beta1 update",
+			review:            reviewSpec{group: istioSecurityGroup, version: "v1beta1", kind: "PeerAuthentication", op: admissionv1.Update, object: strings.Replace(brokenPA, "security.istio.io/v1\n", "security.istio.io/v1beta1\n", 1), oldObject: goodPA},
+			wantAllProblemsOf: brokenPA,
+		},
+		{
+			name:       "PeerAuthentication with a generateName",
+			review:     reviewSpec{group: istioSecurityGroup, version: "v1", kind: "PeerAuthentication", op: admissionv1.Create, object: strings.Replace(brokenPA, "name: broken", "generateName: broken-", 1)},
+			wantDenied: []string{`"shop/broken-*"`, "spec.portLevelMtls: needs a selector"},
+		},
+		{
+			name:   "delete of an invalid PeerAuthentication is allowed",
+			review: reviewSpec{group: istioSecurityGroup, version: "v1", kind: "PeerAuthentication", op: admissionv1.Delete, oldObject: brokenPA},
+		},
+		{
+			name:       "undecodable PeerAuthentication mode is denied with the decode error",
+			review:     reviewSpec{group: istioSecurityGroup, version: "v1", kind: "PeerAuthentication", op: admissionv1.Create, object: strings.Replace(goodPA, "mode: STRICT", "mode: STRICTER", 1)},
+			wantDenied: []string{"decoding the object", "STRICTER"},
+		},
+		{
+			name:   "PeerAuthentication of an unknown version is allowed",
+			review: reviewSpec{group: istioSecurityGroup, version: "v1alpha1", kind: "PeerAuthentication", op: admissionv1.Create, object: brokenPA},
+		},
+		{
+			name:   "other security kinds are allowed",
+			review: reviewSpec{group: istioSecurityGroup, version: "v1", kind: "AuthorizationPolicy", op: admissionv1.Create, object: strings.Replace(brokenPA, "PeerAuthentication", "AuthorizationPolicy", 1)},
+		},
+		{
+			name:   "a PeerAuthentication kind in another group is allowed",
+			review: reviewSpec{group: istioNetworkingGroup, version: "v1", kind: "PeerAuthentication", op: admissionv1.Create, object: brokenPA},
 		},
 	}
 	for _, tc := range cases {
