@@ -11,9 +11,9 @@ import (
 
 // ClusterGenerator serves CDS: EDS clusters named outbound|port|subset|host,
 // with what grpc-go honours of the DestinationRule the proxy's namespace
-// resolves. A cluster depends only on the push context, the proxy namespace
-// and its name, so marshalled clusters are shared by all proxies of a
-// namespace for one push context version.
+// resolves. A cluster depends only on the push context, the proxy namespace,
+// its name and the identities behind its service, so marshalled clusters
+// are shared by all proxies of a namespace for one push context version.
 type ClusterGenerator struct {
 	opts  Options
 	cache versionCache
@@ -23,6 +23,9 @@ type ClusterGenerator struct {
 type cdsCacheKey struct {
 	namespace string
 	cluster   clusterKey
+	// identities are what ISTIO_MUTUAL verifies the server against. The
+	// endpoint fast path changes them without a new push context version.
+	identities pushcontext.WorkloadIdentities
 }
 
 // NewClusterGenerator returns the CDS generator.
@@ -90,11 +93,19 @@ type clusterBuild struct {
 
 func (b *clusterBuild) emit(key clusterKey, dr *pushcontext.DestinationRule) error {
 	ck := cdsCacheKey{namespace: b.ns, cluster: key}
+	if dr != nil {
+		// Without a rule there is no TLS, so no identity to check.
+		ck.identities = b.push.ServiceIdentities(key.host)
+	}
 	if cached, ok := b.gen.entries.Load(ck); ok {
 		b.out = append(b.out, *cached.(*model.Resource))
 		return nil
 	}
-	res, err := marshalResource(key.name(), b.buildCluster(key, dr))
+	c, err := b.buildCluster(key, dr, ck.identities)
+	if err != nil {
+		return err
+	}
+	res, err := marshalResource(key.name(), c)
 	if err != nil {
 		return err
 	}
@@ -103,7 +114,7 @@ func (b *clusterBuild) emit(key clusterKey, dr *pushcontext.DestinationRule) err
 	return nil
 }
 
-func (b *clusterBuild) buildCluster(key clusterKey, dr *pushcontext.DestinationRule) *cluster.Cluster {
+func (b *clusterBuild) buildCluster(key clusterKey, dr *pushcontext.DestinationRule, ids pushcontext.WorkloadIdentities) (*cluster.Cluster, error) {
 	name := key.name()
 	c := &cluster.Cluster{
 		Name:                 name,
@@ -114,9 +125,10 @@ func (b *clusterBuild) buildCluster(key clusterKey, dr *pushcontext.DestinationR
 		},
 	}
 	if dr == nil {
-		return c
+		return c, nil
 	}
 	drop := dropReporter{push: b.push, logger: b.g.opts.Logger, rule: dr, resource: name}
-	applyTrafficPolicy(c, dr.TrafficPolicy(key.port, key.subset), drop)
-	return c
+	policy := dr.TrafficPolicy(key.port, key.subset)
+	applyTrafficPolicy(c, policy, drop)
+	return c, applyClientTLS(c, policy.GetTls(), ids, drop)
 }

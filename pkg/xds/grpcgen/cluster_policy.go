@@ -12,13 +12,13 @@ const (
 	notForGRPC        = "not translated for grpc-go, which has no equivalent"
 	noLocalityReason  = "not translated for grpc-go: its load assignments are shared by every client and carry no priorities or weights relative to a client's locality"
 	noOutlierReason   = "not translated for grpc-go: it ejects endpoints only by success rate or failure percentage (gRFC A50), which a DestinationRule cannot express, and has no consecutive-error ejection"
-	noTLSReason       = "not translated for grpc-go: it takes certificates only from certificate providers named in its own bootstrap, which meshpilot does not set up; the client's own credentials decide"
 	onlyMaxReqsReason = "grpc-go honours only http.http2MaxRequests (as circuit breaking max_requests, gRFC A32); the rest is not translated"
 )
 
 // applyTrafficPolicy gives the cluster what grpc-go honours of a resolved
 // traffic policy (load balancer, circuit breaking) and reports every other
-// field that is set, so that nothing is dropped silently.
+// field that is set, so that nothing is dropped silently. TLS is
+// applyClientTLS's.
 func applyTrafficPolicy(c *cluster.Cluster, policy *networking.TrafficPolicy, drop dropReporter) {
 	lb := policy.GetLoadBalancer()
 	applyLoadBalancer(c, lb, drop)
@@ -34,9 +34,6 @@ func applyTrafficPolicy(c *cluster.Cluster, policy *networking.TrafficPolicy, dr
 	applyConnectionPool(c, policy.GetConnectionPool(), drop)
 	if policy.GetOutlierDetection() != nil {
 		drop.field("outlierDetection", noOutlierReason)
-	}
-	if mode := policy.GetTls().GetMode(); mode != networking.ClientTLSSettings_DISABLE {
-		drop.field("tls", "mode "+mode.String()+" "+noTLSReason)
 	}
 	if policy.GetTunnel() != nil {
 		drop.field("tunnel", notForGRPC)

@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 	networking "istio.io/api/networking/v1"
+	security "istio.io/api/security/v1beta1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/meshpilot/meshpilot/pkg/model"
@@ -18,16 +19,20 @@ import (
 
 // fixture is the readable input of a golden test case.
 type fixture struct {
-	Proxy            fixtureProxy             `json:"proxy"`
-	Services         []fixtureService         `json:"services"`
-	Endpoints        []fixtureEndpoints       `json:"endpoints"`
-	DestinationRules []fixtureDestinationRule `json:"destinationRules"`
-	Request          fixtureRequest           `json:"request"`
+	Proxy            fixtureProxy       `json:"proxy"`
+	Services         []fixtureService   `json:"services"`
+	Endpoints        []fixtureEndpoints `json:"endpoints"`
+	DestinationRules []fixtureConfig    `json:"destinationRules"`
+	// PeerAuthentications are created after the rules, one second apart in
+	// file order, which fixes Istio's oldest-wins order.
+	PeerAuthentications []fixtureConfig `json:"peerAuthentications"`
+	Request             fixtureRequest  `json:"request"`
 }
 
 type fixtureProxy struct {
-	Namespace string `json:"namespace"`
-	IP        string `json:"ip"`
+	Namespace string            `json:"namespace"`
+	IP        string            `json:"ip"`
+	Labels    map[string]string `json:"labels"`
 }
 
 type fixtureService struct {
@@ -56,9 +61,12 @@ type fixtureEndpoints struct {
 	Locality  string            `json:"locality"` // region/zone/subzone
 	Health    string            `json:"health"`   // HEALTHY (default), UNHEALTHY, DRAINING
 	Slice     string            `json:"slice"`
+	// ServiceAccount is the pods' (in the service's namespace); it names
+	// their workload identity.
+	ServiceAccount string `json:"serviceAccount"`
 }
 
-type fixtureDestinationRule struct {
+type fixtureConfig struct {
 	Metadata struct {
 		Name      string `json:"name"`
 		Namespace string `json:"namespace"`
@@ -134,6 +142,7 @@ func (f fixture) store(t testing.TB) model.Store {
 				Locality:        parseLocality(e.Locality),
 				Health:          parseHealth(t, e.Health),
 				Namespace:       ns,
+				ServiceAccount:  e.ServiceAccount,
 			})
 		}
 	}
@@ -154,6 +163,20 @@ func (f fixture) store(t testing.TB) model.Store {
 			Spec:         spec,
 		})
 	}
+	for i, pa := range f.PeerAuthentications {
+		spec := &security.PeerAuthentication{}
+		if err := protojson.Unmarshal(pa.Spec, spec); err != nil {
+			t.Fatalf("peer authentication %s: %v", pa.Metadata.Name, err)
+		}
+		store.UpsertConfig(&model.Config{
+			Kind:         model.KindPeerAuthentication,
+			Name:         pa.Metadata.Name,
+			Namespace:    pa.Metadata.Namespace,
+			Revision:     fmt.Sprint(len(f.DestinationRules) + i + 1),
+			CreationTime: created.Add(time.Duration(len(f.DestinationRules)+i) * time.Second),
+			Spec:         spec,
+		})
+	}
 	return store
 }
 
@@ -164,6 +187,7 @@ func (f fixture) proxy() *model.Proxy {
 		IPAddresses: []string{f.Proxy.IP},
 		Namespace:   f.Proxy.Namespace,
 		DNSDomain:   f.Proxy.Namespace + ".svc.cluster.local",
+		Labels:      f.Proxy.Labels,
 		Generator:   "grpc",
 	}
 }

@@ -27,6 +27,7 @@ const (
 type ListenerGenerator struct {
 	opts         Options
 	routerConfig *anypb.Any
+	serverMTLS   *core.TransportSocket
 }
 
 // NewListenerGenerator returns the LDS generator.
@@ -35,7 +36,7 @@ func NewListenerGenerator(opts Options) *ListenerGenerator {
 	if err != nil {
 		panic(fmt.Sprintf("marshal empty router config: %v", err)) // cannot happen for an empty message
 	}
-	return &ListenerGenerator{opts: opts.withDefaults(), routerConfig: rc}
+	return &ListenerGenerator{opts: opts.withDefaults(), routerConfig: rc, serverMTLS: newServerMTLS()}
 }
 
 // Generate implements Generator. Names that do not resolve to a visible
@@ -46,6 +47,7 @@ func (g *ListenerGenerator) Generate(proxy *model.Proxy, push *pushcontext.PushC
 	}
 	var out model.Resources
 	var emitted nameSet
+	var inbound *inboundPolicy
 	if w.Wildcard {
 		emitted = nameSet{}
 		for _, svc := range push.ServicesVisibleTo(proxy.Namespace) {
@@ -69,8 +71,11 @@ func (g *ListenerGenerator) Generate(proxy *model.Proxy, push *pushcontext.PushC
 			ok  bool
 			err error
 		)
-		if addr, inbound := strings.CutPrefix(name, InboundListenerPrefix); inbound {
-			res, ok, err = g.inboundListener(name, addr)
+		if addr, isInbound := strings.CutPrefix(name, InboundListenerPrefix); isInbound {
+			if inbound == nil {
+				inbound = newInboundPolicy(push, proxy)
+			}
+			res, ok, err = g.inboundListener(name, addr, inbound)
 		} else if svc, _ := resolveTarget(push, g.opts.DomainSuffix, proxy.Namespace, name); svc != nil {
 			res, err = g.clientListener(name)
 			ok = true
@@ -109,8 +114,9 @@ func (g *ListenerGenerator) clientListener(name string) (model.Resource, error) 
 
 // inboundListener is what a gRPC xDS server listening on addr reads. gRPC
 // requires the address to equal its real listen address and the routes to be
-// non-forwarding.
-func (g *ListenerGenerator) inboundListener(name, addr string) (model.Resource, bool, error) {
+// non-forwarding. Its one filter chain is mutual TLS or plaintext, as the
+// server's PeerAuthentication mode for the port says.
+func (g *ListenerGenerator) inboundListener(name, addr string, inbound *inboundPolicy) (model.Resource, bool, error) {
 	ip, port, ok := splitHostPort(addr)
 	if !ok {
 		return model.Resource{}, false, nil
@@ -148,6 +154,7 @@ func (g *ListenerGenerator) inboundListener(name, addr string) (model.Resource, 
 				Name:       hcmFilterName,
 				ConfigType: &listener.Filter_TypedConfig{TypedConfig: managerAny},
 			}},
+			TransportSocket: g.serverTransportSocket(inbound.mode(port)),
 		}},
 	})
 	return res, err == nil, err

@@ -91,9 +91,24 @@ trafficPolicy:
   - port: {number: 7071}
     outlierDetection: {consecutive5xxErrors: 2}`,
 			[]string{"outlierDetection"}},
-		{"tls", `
+		{"tls istio mutual is translated", `
 trafficPolicy:
   tls: {mode: ISTIO_MUTUAL}`,
+			nil},
+		{"tls istio mutual with sni", `
+trafficPolicy:
+  tls: {mode: ISTIO_MUTUAL, sni: echo.example}`,
+			[]string{"tls.sni"}},
+		{"tls simple", `
+trafficPolicy:
+  tls: {mode: SIMPLE}`,
+			[]string{"tls"}},
+		{"tls mutual of one subset", `
+subsets:
+- name: v1
+  labels: {version: v1}
+  trafficPolicy:
+    tls: {mode: MUTUAL, credentialName: client}`,
 			[]string{"tls"}},
 		{"tls disabled", `
 trafficPolicy:

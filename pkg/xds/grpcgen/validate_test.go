@@ -86,6 +86,11 @@ func grpcAcceptsListener(l *listener.Listener) error {
 		if err := grpcAcceptsRoutes(manager.GetRouteConfig(), true); err != nil {
 			return err
 		}
+		if ts := fc.GetTransportSocket(); ts != nil {
+			if err := grpcAcceptsServerTLS(ts); err != nil {
+				return fmt.Errorf("listener %s: %w", l.GetName(), err)
+			}
+		}
 	}
 	return nil
 }
@@ -151,6 +156,14 @@ func grpcAcceptsCluster(c *cluster.Cluster) error {
 		}
 	default:
 		return fmt.Errorf("cluster %s: lb policy %s", c.GetName(), c.GetLbPolicy())
+	}
+	if len(c.GetTransportSocketMatches()) > 0 {
+		return fmt.Errorf("cluster %s: transport_socket_matches", c.GetName())
+	}
+	if ts := c.GetTransportSocket(); ts != nil {
+		if err := grpcAcceptsClientTLS(ts); err != nil {
+			return fmt.Errorf("cluster %s: %w", c.GetName(), err)
+		}
 	}
 	return nil
 }
