@@ -198,9 +198,12 @@ func bearerToken(ctx context.Context) (string, error) {
 // connection, for renewal: the certificate must chain to this CA's root,
 // allow client auth, and carry exactly one SPIFFE identity of our trust
 // domain. The TLS handshake has already proven the caller holds its key.
-type CertAuthenticator struct{ ca *Authority }
+// It checks against the roots current at the time of the call.
+type CertAuthenticator struct{ ca AuthorityProvider }
 
-func NewCertAuthenticator(ca *Authority) *CertAuthenticator { return &CertAuthenticator{ca: ca} }
+func NewCertAuthenticator(ca AuthorityProvider) *CertAuthenticator {
+	return &CertAuthenticator{ca: ca}
+}
 
 func (*CertAuthenticator) Name() string { return "certificate" }
 
@@ -213,6 +216,10 @@ func (a *CertAuthenticator) Authenticate(ctx context.Context) (*Caller, error) {
 	if !ok || len(info.State.PeerCertificates) == 0 {
 		return nil, ErrNoCredential
 	}
+	authority := a.ca.Current()
+	if authority == nil {
+		return nil, fmt.Errorf("%w: the CA is not loaded yet", ErrUnavailable)
+	}
 	certs := info.State.PeerCertificates
 	// Verify here, whatever the listener's ClientAuth setting: a listener
 	// that only requests (and does not verify) client certificates must not
@@ -222,7 +229,7 @@ func (a *CertAuthenticator) Authenticate(ctx context.Context) (*Caller, error) {
 		inter.AddCert(c)
 	}
 	if _, err := certs[0].Verify(x509.VerifyOptions{
-		Roots: a.ca.RootPool(), Intermediates: inter,
+		Roots: authority.RootPool(), Intermediates: inter,
 		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}); err != nil {
 		return nil, fmt.Errorf("the client certificate was not issued by this CA, or has expired: %v", err)
@@ -234,8 +241,8 @@ func (a *CertAuthenticator) Authenticate(ctx context.Context) (*Caller, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNoIdentity, err)
 	}
-	if id.TrustDomain != a.ca.TrustDomain() {
-		return nil, fmt.Errorf("%w: the client certificate's identity %s is not in trust domain %q", ErrNoIdentity, id, a.ca.TrustDomain())
+	if id.TrustDomain != authority.TrustDomain() {
+		return nil, fmt.Errorf("%w: the client certificate's identity %s is not in trust domain %q", ErrNoIdentity, id, authority.TrustDomain())
 	}
 	return &Caller{Identity: id, Method: a.Name()}, nil
 }

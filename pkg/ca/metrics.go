@@ -1,6 +1,10 @@
 package ca
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // Metrics are the CA's counters, named and labelled as istiod's
 // (security/pkg/server/ca/monitoring.go), so that Istio's dashboards and
@@ -22,8 +26,19 @@ type Metrics struct {
 	// SignErrors counts refusals by Sign, by istiod's error type
 	// (CSR_ERROR, TTL_ERROR, CERT_GEN_ERROR).
 	SignErrors *prometheus.CounterVec
-	// RootExpiry is when the root expires, in Unix seconds.
-	RootExpiry prometheus.Gauge
+	// RootExpiry is when the root expires, in Unix seconds; CertChainExpiry
+	// when the first certificate between a leaf and the root (the signing
+	// certificate, an intermediate) expires, which for a self-signed root
+	// is the root itself. Both follow every load and reload of the root.
+	RootExpiry      prometheus.Gauge
+	CertChainExpiry prometheus.Gauge
+	// RootReloads counts attempts to take new key material from the CA
+	// Secrets, by result: ok (replaced), error (refused; the old root
+	// stays). istiod has no such counter, so it has our prefix.
+	RootReloads *prometheus.CounterVec
+	// ServingCertExpiry is the NotAfter of each listener's serving
+	// certificate (listener: xds-tls, webhook), in Unix seconds.
+	ServingCertExpiry *prometheus.GaugeVec
 	// AuthzFailures counts calls refused with PermissionDenied
 	// (impersonation). istiod has no such counter, so it has our prefix.
 	AuthzFailures prometheus.Counter
@@ -49,11 +64,31 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "citadel_server_root_cert_expiry_timestamp",
 			Help: "The unix timestamp, in seconds, when the CA root cert will expire.",
 		}),
+		CertChainExpiry: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "citadel_server_cert_chain_expiry_timestamp",
+			Help: "The unix timestamp, in seconds, when the CA cert chain will expire.",
+		}),
+		RootReloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meshpilot_ca_root_reloads_total",
+			Help: "Attempts to load new key material from the CA Secrets, by result (ok, error).",
+		}, []string{"result"}),
+		ServingCertExpiry: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "meshpilot_serving_cert_expiry_timestamp_seconds",
+			Help: "When the control plane's serving certificate of each TLS listener expires, in Unix seconds.",
+		}, []string{"listener"}),
 		AuthzFailures: counter("meshpilot_ca_authorization_failure_count", "CreateCertificate calls refused with PermissionDenied (impersonation)."),
 	}
 	if reg != nil {
 		reg.MustRegister(m.CSRs, m.Success, m.AuthnFailures, m.CSRParseErrors, m.IDExtractionErrors,
-			m.SignErrors, m.RootExpiry, m.AuthzFailures)
+			m.SignErrors, m.RootExpiry, m.CertChainExpiry, m.RootReloads, m.ServingCertExpiry, m.AuthzFailures)
 	}
 	return m
 }
+
+// observeAuthority sets the expiry gauges from the Authority in use.
+func (m *Metrics) observeAuthority(a *Authority) {
+	m.RootExpiry.Set(unixSeconds(a.RootExpiry()))
+	m.CertChainExpiry.Set(unixSeconds(a.CertChainExpiry()))
+}
+
+func unixSeconds(t time.Time) float64 { return float64(t.Unix()) }

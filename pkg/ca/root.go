@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/big"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -130,6 +131,38 @@ func (a *Authority) RootExpiry() time.Time {
 		}
 	}
 	return t
+}
+
+// CertChainExpiry is when the first certificate between a leaf and the
+// root expires: the signing certificate or an intermediate. When the
+// signing certificate is the root, that is the root's expiry.
+func (a *Authority) CertChainExpiry() time.Time {
+	t := a.cert.NotAfter
+	for _, c := range a.chain {
+		if c.NotAfter.Before(t) {
+			t = c.NotAfter
+		}
+	}
+	return t
+}
+
+// AuthorityProvider gives the Authority in use at the moment of the call.
+// A Keeper is one, replacing its Authority when the CA Secrets change; a
+// fixed *Authority is its own.
+type AuthorityProvider interface {
+	// Current is nil while no Authority is loaded yet.
+	Current() *Authority
+}
+
+// Current makes a fixed Authority an AuthorityProvider.
+func (a *Authority) Current() *Authority { return a }
+
+// sameKeyMaterial says whether b signs with the same certificate, hands
+// out the same chain and publishes the same root as a, so a reload that
+// reads unchanged Secrets replaces (and re-announces) nothing.
+func (a *Authority) sameKeyMaterial(b *Authority) bool {
+	return a != nil && b != nil && a.source == b.source && a.cert.Equal(b.cert) &&
+		bytes.Equal(a.rootPEM, b.rootPEM) && slices.Equal(a.chainPEM, b.chainPEM)
 }
 
 // NewSelfSigned creates an Authority with a fresh self-signed root that
@@ -302,10 +335,9 @@ func LoadOrCreate(ctx context.Context, kube kubernetes.Interface, opts Options) 
 	plugged, err := secrets.Get(ctx, PluggedSecretName, metav1.GetOptions{})
 	switch {
 	case err == nil:
-		a, err := newAuthority(opts, SourcePlugged, plugged.Data[CACertKey], plugged.Data[CAKeyKey],
-			plugged.Data[CertChainKey], plugged.Data[RootCertKey])
+		a, err := authorityFromSecret(opts, plugged)
 		if err != nil {
-			return nil, fmt.Errorf("plugged-in CA Secret %s/%s: %w", opts.Namespace, PluggedSecretName, err)
+			return nil, err
 		}
 		opts.Logger.Info("CA uses the plugged-in CA", "secret", opts.Namespace+"/"+PluggedSecretName,
 			"signer", a.cert.Subject.String(), "rootExpiry", a.RootExpiry())
@@ -356,10 +388,24 @@ func loadSelfSigned(ctx context.Context, kube kubernetes.Interface, opts Options
 		}
 		return nil, fmt.Errorf("get Secret %s/%s: %w", opts.Namespace, SelfSignedSecretName, err)
 	}
-	a, err := newAuthority(opts, SourceSelfSigned, s.Data[CACertKey], s.Data[CAKeyKey], s.Data[CertChainKey], s.Data[RootCertKey])
+	a, err := authorityFromSecret(opts, s)
 	if err != nil {
-		return nil, fmt.Errorf("CA Secret %s/%s: %w", opts.Namespace, SelfSignedSecretName, err)
+		return nil, err
 	}
 	opts.Logger.Info("CA loaded its root", "secret", opts.Namespace+"/"+SelfSignedSecretName, "rootExpiry", a.RootExpiry())
+	return a, nil
+}
+
+// authorityFromSecret builds the Authority that one of the two CA Secrets
+// holds, its source told by its name. Both keep Istio's four keys.
+func authorityFromSecret(opts Options, s *corev1.Secret) (*Authority, error) {
+	source, what := SourceSelfSigned, "CA Secret"
+	if s.Name == PluggedSecretName {
+		source, what = SourcePlugged, "plugged-in CA Secret"
+	}
+	a, err := newAuthority(opts, source, s.Data[CACertKey], s.Data[CAKeyKey], s.Data[CertChainKey], s.Data[RootCertKey])
+	if err != nil {
+		return nil, fmt.Errorf("%s %s/%s: %w", what, s.Namespace, s.Name, err)
+	}
 	return a, nil
 }

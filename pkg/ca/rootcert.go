@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -33,10 +35,12 @@ const (
 // it. It writes only when the content differs, so that N replicas do not
 // fight over resourceVersions. Every replica runs one, as istiod does: the
 // writes are idempotent, and no leader is needed to repair a deletion.
+// SetRoot replaces the root it publishes, after the CA reloaded its root.
 type RootCertPublisher struct {
-	kube    kubernetes.Interface
-	rootPEM string
-	log     *slog.Logger
+	kube        kubernetes.Interface
+	rootPEM     atomic.Pointer[string]
+	rootChanged chan struct{}
+	log         *slog.Logger
 
 	namespaces corelisters.NamespaceLister
 	configMaps corelisters.ConfigMapLister
@@ -51,7 +55,23 @@ func NewRootCertPublisher(kube kubernetes.Interface, rootPEM []byte, logger *slo
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &RootCertPublisher{kube: kube, rootPEM: string(rootPEM), log: logger.With("configmap", RootCertConfigMap)}
+	p := &RootCertPublisher{kube: kube, rootChanged: make(chan struct{}, 1), log: logger.With("configmap", RootCertConfigMap)}
+	root := string(rootPEM)
+	p.rootPEM.Store(&root)
+	return p
+}
+
+// SetRoot makes rootPEM the root to publish, and has Run rewrite every
+// namespace's ConfigMap that holds another.
+func (p *RootCertPublisher) SetRoot(rootPEM []byte) {
+	root := string(rootPEM)
+	if *p.rootPEM.Swap(&root) == root {
+		return
+	}
+	select {
+	case p.rootChanged <- struct{}{}:
+	default: // Run has not taken the previous change yet; it will see this root
+	}
 }
 
 // HasSynced reports whether both informers have listed once, i.e. every
@@ -136,10 +156,29 @@ func (p *RootCertPublisher) Run(ctx context.Context) error {
 			}
 		})
 	}
-	<-ctx.Done()
-	p.queue.ShutDown()
-	workers.Wait()
-	return nil
+	for {
+		select {
+		case <-ctx.Done():
+			p.queue.ShutDown()
+			workers.Wait()
+			return nil
+		case <-p.rootChanged:
+			p.enqueueAllNamespaces()
+		}
+	}
+}
+
+// enqueueAllNamespaces queues every known namespace, after the root changed.
+func (p *RootCertPublisher) enqueueAllNamespaces() {
+	namespaces, err := p.namespaces.List(labels.Everything())
+	if err != nil { // a cache lister does not fail; be safe anyway
+		p.log.Error("cannot list namespaces to publish the new root", "error", err)
+		return
+	}
+	p.log.Info("publishing a new CA root into every namespace", "namespaces", len(namespaces))
+	for _, ns := range namespaces {
+		p.queue.Add(ns.Name)
+	}
 }
 
 func (p *RootCertPublisher) processNext(ctx context.Context) bool {
@@ -180,7 +219,7 @@ func (p *RootCertPublisher) sync(ctx context.Context, namespace string) error {
 		_, err := cms.Create(ctx, &corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{Name: RootCertConfigMap, Namespace: namespace,
 				Labels: map[string]string{configLabel: "true"}},
-			Data: map[string]string{RootCertKey: p.rootPEM},
+			Data: map[string]string{RootCertKey: *p.rootPEM.Load()},
 		}, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
 			// Another replica, or our informer is behind: the update
@@ -194,14 +233,15 @@ func (p *RootCertPublisher) sync(ctx context.Context, namespace string) error {
 	case err != nil:
 		return err
 	}
-	if current.Data[RootCertKey] == p.rootPEM {
+	rootPEM := *p.rootPEM.Load()
+	if current.Data[RootCertKey] == rootPEM {
 		return nil
 	}
 	next := current.DeepCopy()
 	if next.Data == nil {
 		next.Data = map[string]string{}
 	}
-	next.Data[RootCertKey] = p.rootPEM
+	next.Data[RootCertKey] = rootPEM
 	if next.Labels == nil {
 		next.Labels = map[string]string{}
 	}

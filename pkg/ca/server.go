@@ -18,7 +18,9 @@ import (
 
 // ServerOptions assemble a Server.
 type ServerOptions struct {
-	Authority *Authority
+	// Authority signs; each call uses the one current at that moment, so
+	// a Keeper's reloaded root takes effect without a new Server.
+	Authority AuthorityProvider
 	// Authenticators are tried in order; the first that accepts wins.
 	// Usually a TokenAuthenticator, then a CertAuthenticator.
 	Authenticators []Authenticator
@@ -36,7 +38,7 @@ type ServerOptions struct {
 // tls.Config{ClientAuth: tls.VerifyClientCertIfGiven, ClientCAs: a.RootPool()}.
 type Server struct {
 	pb.UnimplementedIstioCertificateServiceServer
-	ca      *Authority
+	ca      AuthorityProvider
 	authn   []Authenticator
 	nodes   *NodeAuthorizer
 	metrics *Metrics
@@ -44,8 +46,8 @@ type Server struct {
 }
 
 func NewServer(opts ServerOptions) (*Server, error) {
-	if opts.Authority == nil {
-		return nil, errors.New("ca: ServerOptions.Authority is required")
+	if opts.Authority == nil || opts.Authority.Current() == nil {
+		return nil, errors.New("ca: ServerOptions.Authority is required and must be loaded")
 	}
 	if len(opts.Authenticators) == 0 {
 		return nil, errors.New("ca: ServerOptions.Authenticators is empty: no caller could ever be proven")
@@ -56,7 +58,7 @@ func NewServer(opts ServerOptions) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	opts.Metrics.RootExpiry.Set(float64(opts.Authority.RootExpiry().Unix()))
+	opts.Metrics.observeAuthority(opts.Authority.Current())
 	return &Server{ca: opts.Authority, authn: opts.Authenticators, nodes: opts.NodeAuthorizer,
 		metrics: opts.Metrics, log: opts.Logger}, nil
 }
@@ -105,7 +107,10 @@ func (s *Server) CreateCertificate(ctx context.Context, req *pb.IstioCertificate
 		log = log.With("impersonated", id.String())
 	}
 
-	cert, err := s.ca.Sign([]byte(req.GetCsr()), id, time.Duration(req.GetValidityDuration())*time.Second)
+	// One Authority for the whole call, so the leaf and the root it is
+	// answered with belong together even while the root is being replaced.
+	authority := s.ca.Current()
+	cert, err := authority.Sign([]byte(req.GetCsr()), id, time.Duration(req.GetValidityDuration())*time.Second)
 	if err != nil {
 		var se *SignError
 		label := ErrCertGen.Label
@@ -123,7 +128,7 @@ func (s *Server) CreateCertificate(ctx context.Context, req *pb.IstioCertificate
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 
-	chain := append(cert.ChainPEM, string(s.ca.rootPEM))
+	chain := append(cert.ChainPEM, string(authority.rootPEM))
 	s.metrics.Success.Inc()
 	log.Info("CA issued a certificate", "identity", id.String(), "serial", cert.Leaf.SerialNumber.Text(16),
 		"notAfter", cert.Leaf.NotAfter.Format(time.RFC3339))

@@ -8,16 +8,30 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 )
 
 // ServingCertificate issues a TLS server certificate for the control plane's
 // own listeners (15012, the webhooks) from this CA, with a fresh ECDSA P-256
 // key, so that clients trusting the mesh root (istio-ca-root-cert) trust it.
-// ttl ≤ 0 means DefaultCertTTL; the caller re-issues before NotAfter.
-func (a *Authority) ServingCertificate(dnsNames []string, ttl time.Duration) (*tls.Certificate, error) {
-	if len(dnsNames) == 0 {
-		return nil, errors.New("ca: a serving certificate needs at least one DNS name")
+// Each name is a DNS name or an IP literal (for an API server that calls a
+// webhook by address). ttl ≤ 0 means DefaultCertTTL; RotatingServingCert
+// re-issues before NotAfter.
+func (a *Authority) ServingCertificate(names []string, ttl time.Duration) (*tls.Certificate, error) {
+	if len(names) == 0 {
+		return nil, errors.New("ca: a serving certificate needs at least one name")
+	}
+	var (
+		dnsNames []string
+		ips      []net.IP
+	)
+	for _, n := range names {
+		if ip := net.ParseIP(n); ip != nil {
+			ips = append(ips, ip)
+		} else {
+			dnsNames = append(dnsNames, n)
+		}
 	}
 	if ttl <= 0 {
 		ttl = a.opts.DefaultCertTTL
@@ -40,6 +54,7 @@ func (a *Authority) ServingCertificate(dnsNames []string, ttl time.Duration) (*t
 		NotBefore:             now.Add(-clockSkew),
 		NotAfter:              notAfter,
 		DNSNames:              dnsNames,
+		IPAddresses:           ips,
 		KeyUsage:              x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		BasicConstraintsValid: true,
