@@ -9,7 +9,6 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -24,15 +23,98 @@ import (
 	"github.com/meshpilot/meshpilot/pkg/webhook"
 )
 
-// servingCertRenewFraction is how far into its lifetime the 15012 serving
-// certificate is replaced: early enough that a failed renewal has hours of
-// retries left, late enough not to churn.
-const servingCertRenewFraction = 0.8
+// meshCA is the mesh's one certificate authority, shared by every TLS
+// listener of the control plane: it signs workload certificates on 15012,
+// the serving certificates of 15012 and of the webhooks, and its root is
+// what istio-ca-root-cert publishes and the webhook configurations'
+// caBundle holds. It exists only with a Kubernetes source: callers prove
+// who they are with ServiceAccount tokens that only the API server can
+// check (TokenReview), and the root lives in a Secret.
+type meshCA struct {
+	keeper  *ca.Keeper
+	kube    kubernetes.Interface
+	metrics *ca.Metrics
+	log     *slog.Logger
+	// rootChanges tells the root publisher that the Keeper reloaded.
+	rootChanges <-chan struct{}
+}
+
+// newMeshCA returns nil when nothing needs a CA: no cluster, or neither
+// 15012 nor the webhooks are served.
+func (s *Server) newMeshCA() *meshCA {
+	if s.kube == nil || (s.opts.SecureXDSAddr == "" && s.opts.Webhook.Addr == "") {
+		return nil
+	}
+	log := s.log.With("component", "ca")
+	metrics := ca.NewMetrics(s.registry)
+	keeper := ca.NewKeeper(s.kube, ca.Options{
+		Namespace:      s.opts.Webhook.Namespace,
+		TrustDomain:    s.opts.TrustDomain,
+		DefaultCertTTL: s.opts.CA.WorkloadCertTTL,
+		MaxCertTTL:     s.opts.CA.MaxWorkloadCertTTL,
+		Logger:         log,
+	}, metrics)
+	return &meshCA{keeper: keeper, kube: s.kube, metrics: metrics, log: log, rootChanges: keeper.Subscribe()}
+}
+
+// run loads (or creates) the root, publishes it, and follows changes to the
+// CA Secrets until ctx ends. An error means there is no CA: it is
+// returned, and the control plane stops rather than run without it.
+func (m *meshCA) run(ctx context.Context) error {
+	if err := m.keeper.Load(ctx); err != nil {
+		return fmt.Errorf("load the CA: %w", err)
+	}
+	publisher := ca.NewRootCertPublisher(m.kube, m.keeper.Current().RootPEM(), m.log)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() {
+		if err := publisher.Run(ctx); err != nil {
+			m.log.Error("the CA root is not published", "error", err)
+		}
+	})
+	wg.Go(func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-m.rootChanges:
+				publisher.SetRoot(m.keeper.Current().RootPEM())
+			}
+		}
+	})
+	if err := m.keeper.Watch(ctx); err != nil {
+		return err
+	}
+	return nil
+}
+
+// loaded waits for the root; false when ctx ended first.
+func (m *meshCA) loaded(ctx context.Context) bool {
+	select {
+	case <-m.keeper.Ready():
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// servingCert is a listener's certificate from the mesh CA, for the
+// Service's names plus extra, renewed at 80% of its lifetime and whenever
+// the root changes.
+func (s *Server) servingCert(listener string, extra ...string) (*ca.RotatingServingCert, error) {
+	return ca.NewRotatingServingCert(ca.ServingCertOptions{
+		Authority: s.ca.keeper,
+		Changed:   s.ca.keeper.Subscribe(),
+		Names:     append(s.serviceDNSNames(), extra...),
+		TTL:       s.opts.CA.ServingCertTTL,
+		Listener:  listener,
+		Metrics:   s.ca.metrics,
+		Logger:    s.ca.log,
+	})
+}
 
 // secureXDS is the TLS listener on 15012 (Istio's port): the same ADS as
-// the plaintext 15010, plus the CA's IstioCertificateService. It exists
-// only with a Kubernetes source, because callers prove who they are with
-// ServiceAccount tokens that only the API server can check (TokenReview).
+// the plaintext 15010, plus the CA's IstioCertificateService.
 //
 // The gRPC server is built in New, so that both services are registered
 // before anything serves; the CA itself is loaded in run, because reading
@@ -43,13 +125,10 @@ type secureXDS struct {
 	kube     kubernetes.Interface
 	opts     Options
 	log      *slog.Logger
-	metrics  *ca.Metrics
-	service  string // istiod[-<rev>], named in the serving certificate
+	ca       *meshCA
+	serving  *ca.RotatingServingCert
 
-	// tlsConfig is nil until the CA is loaded; handshakes fail until then.
-	tlsConfig atomic.Pointer[tls.Config]
-	caServer  atomic.Pointer[ca.Server]
-	cert      atomic.Pointer[tls.Certificate]
+	caServer atomic.Pointer[ca.Server]
 	// authenticators prove who an xDS client on 15012 is, once the CA is
 	// loaded: the certificate it issued, else a ServiceAccount token.
 	authenticators atomic.Pointer[[]ca.Authenticator]
@@ -61,9 +140,13 @@ func (s *Server) newSecureXDS() (*secureXDS, error) {
 	if s.opts.SecureXDSAddr == "" {
 		return nil, nil
 	}
-	if s.kube == nil {
+	if s.ca == nil {
 		s.log.Info("no CA and no TLS xDS (--secure-xds-addr) without a Kubernetes source: callers prove their identity with ServiceAccount tokens, which only the API server can check")
 		return nil, nil
+	}
+	serving, err := s.servingCert("xds-tls")
+	if err != nil {
+		return nil, err
 	}
 	l, err := net.Listen("tcp", s.opts.SecureXDSAddr)
 	if err != nil {
@@ -73,21 +156,17 @@ func (s *Server) newSecureXDS() (*secureXDS, error) {
 		listener: l,
 		kube:     s.kube,
 		opts:     s.opts,
-		log:      s.log.With("component", "ca"),
-		metrics:  ca.NewMetrics(s.registry),
-		service:  s.istiodService(),
+		log:      s.ca.log,
+		ca:       s.ca,
+		serving:  serving,
 	}
-	// The config served to each client is chosen per handshake, because the
-	// client-certificate pool (the CA's roots) is known only once the CA is
-	// loaded. credentials.NewTLS still needs a base config for its ALPN.
+	// The config is chosen per handshake: the client-certificate pool is
+	// the CA's current roots, known only once the CA is loaded and
+	// replaced when it reloads. credentials.NewTLS still needs a base
+	// config for its ALPN.
 	creds := credentials.NewTLS(&tls.Config{
-		MinVersion: tls.VersionTLS12,
-		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
-			if c := x.tlsConfig.Load(); c != nil {
-				return c, nil
-			}
-			return nil, errors.New("the CA is not loaded yet")
-		},
+		MinVersion:         tls.VersionTLS12,
+		GetConfigForClient: x.tlsConfig,
 	})
 	x.grpc = newXDSGRPCServer(grpc.Creds(creds))
 	// The same ADS server as 15010; on this listener it requires a proven
@@ -95,6 +174,25 @@ func (s *Server) newSecureXDS() (*secureXDS, error) {
 	s.xds.Register(x.grpc)
 	pb.RegisterIstioCertificateServiceServer(x.grpc, &lazyCA{x: x})
 	return x, nil
+}
+
+func (x *secureXDS) tlsConfig(*tls.ClientHelloInfo) (*tls.Config, error) {
+	authority := x.ca.keeper.Current()
+	if authority == nil {
+		return nil, errors.New("the CA is not loaded yet")
+	}
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		NextProtos: []string{"h2"},
+		// Asked on each handshake, which is what lets it rotate without
+		// a restart.
+		GetCertificate: x.serving.GetCertificate,
+		// Not required: a workload's first call has only its token.
+		// Verified against our roots when given; the CA's certificate
+		// authenticator checks the chain and SPIFFE name again itself.
+		ClientAuth: tls.VerifyClientCertIfGiven,
+		ClientCAs:  authority.RootPool(),
+	}, nil
 }
 
 // istiodService is the Service clients reach the control plane through,
@@ -106,117 +204,53 @@ func (s *Server) istiodService() string {
 	return webhook.ServiceNameFor(s.opts.Revision)
 }
 
-// dnsNames are the names a client may use for the Service, short to full,
-// as in istiod's serving certificate.
-func (x *secureXDS) dnsNames() []string {
-	ns := x.opts.Webhook.Namespace
-	return []string{
-		x.service,
-		x.service + "." + ns,
-		x.service + "." + ns + ".svc",
-		x.service + "." + ns + ".svc." + x.opts.DomainSuffix,
-	}
+// serviceDNSNames are the names a client may use for the Service, short to
+// full, as in istiod's serving certificate.
+func (s *Server) serviceDNSNames() []string {
+	svc, ns := s.istiodService(), s.opts.Webhook.Namespace
+	return []string{svc, svc + "." + ns, svc + "." + ns + ".svc", svc + "." + ns + ".svc." + s.opts.DomainSuffix}
 }
 
-// run loads (or creates) the CA, publishes its root, and serves until ctx
-// ends or the gRPC server is stopped. An error means the CA cannot work:
-// it is returned, and the control plane stops rather than run without it.
+// run waits for the CA, then serves until ctx ends or the gRPC server is
+// stopped.
 func (x *secureXDS) run(ctx context.Context) error {
-	authority, err := ca.LoadOrCreate(ctx, x.kube, ca.Options{
-		Namespace:      x.opts.Webhook.Namespace,
-		TrustDomain:    x.opts.TrustDomain,
-		DefaultCertTTL: x.opts.CA.WorkloadCertTTL,
-		MaxCertTTL:     x.opts.CA.MaxWorkloadCertTTL,
-		Logger:         x.log,
-	})
-	if err != nil {
-		return fmt.Errorf("load the CA: %w", err)
+	if !x.ca.loaded(ctx) {
+		return nil
 	}
+	keeper := x.ca.keeper
 	trusted, err := ca.ParseNodeAccounts(x.opts.CA.TrustedNodeAccounts)
 	if err != nil {
 		return err // validate checked it already
 	}
 	// A token for the first certificate, the certificate itself for
 	// renewals and for xDS, as Istio's agents do.
-	tokens := ca.NewTokenAuthenticator(x.kube, ca.TokenOptions{TrustDomain: authority.TrustDomain(), Logger: x.log})
-	certs := ca.NewCertAuthenticator(authority)
+	tokens := ca.NewTokenAuthenticator(x.kube, ca.TokenOptions{TrustDomain: keeper.Current().TrustDomain(), Logger: x.log})
+	certs := ca.NewCertAuthenticator(keeper)
 	x.authenticators.Store(&[]ca.Authenticator{certs, tokens})
 	server, err := ca.NewServer(ca.ServerOptions{
-		Authority:      authority,
+		Authority:      keeper,
 		Authenticators: []ca.Authenticator{tokens, certs},
 		NodeAuthorizer: ca.NewNodeAuthorizer(x.kube, trusted),
-		Metrics:        x.metrics,
+		Metrics:        x.ca.metrics,
 		Logger:         x.log,
 	})
 	if err != nil {
 		return err
 	}
 	x.caServer.Store(server)
-	renewAt, err := x.renew(authority)
-	if err != nil {
+	if _, err := x.serving.Issue(); err != nil {
 		return err
 	}
-	x.tlsConfig.Store(&tls.Config{
-		MinVersion: tls.VersionTLS12,
-		NextProtos: []string{"h2"},
-		// Returning the current certificate on each handshake is what
-		// lets it rotate without a restart.
-		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return x.cert.Load(), nil },
-		// Not required: a workload's first call has only its token.
-		// Verified against our roots when given; the CA's certificate
-		// authenticator checks the chain and SPIFFE name again itself.
-		ClientAuth: tls.VerifyClientCertIfGiven,
-		ClientCAs:  authority.RootPool(),
-	})
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	publisher := ca.NewRootCertPublisher(x.kube, authority.RootPEM(), x.log)
-	wg.Go(func() {
-		if err := publisher.Run(ctx); err != nil {
-			x.log.Error("the CA root is not published", "error", err)
-		}
-	})
-	wg.Go(func() { x.keepRenewing(ctx, authority, renewAt) })
-	x.log.Info("CA serving", "addr", x.listener.Addr().String(), "source", string(authority.Source()),
-		"trustDomain", authority.TrustDomain(), "dnsNames", x.dnsNames())
+	wg.Go(func() { x.serving.Run(ctx) })
+	x.log.Info("CA serving", "addr", x.listener.Addr().String(), "source", string(keeper.Current().Source()),
+		"trustDomain", keeper.Current().TrustDomain())
 	if err := x.grpc.Serve(x.listener); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 		return fmt.Errorf("secure xds: %w", err)
 	}
 	return nil
-}
-
-// renew issues a new serving certificate and says when to replace it.
-func (x *secureXDS) renew(authority *ca.Authority) (time.Time, error) {
-	issued := time.Now()
-	cert, err := authority.ServingCertificate(x.dnsNames(), x.opts.CA.ServingCertTTL)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("15012 serving certificate: %w", err)
-	}
-	x.cert.Store(cert)
-	life := cert.Leaf.NotAfter.Sub(issued)
-	renewAt := issued.Add(time.Duration(float64(life) * servingCertRenewFraction))
-	x.log.Info("15012 serving certificate issued", "notAfter", cert.Leaf.NotAfter, "renewAt", renewAt)
-	return renewAt, nil
-}
-
-func (x *secureXDS) keepRenewing(ctx context.Context, authority *ca.Authority, renewAt time.Time) {
-	for {
-		// At least a second apart, so a certificate capped by a nearly
-		// expired CA cannot turn this into a busy loop.
-		wait := max(time.Until(renewAt), time.Second)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
-		}
-		next, err := x.renew(authority)
-		if err != nil {
-			x.log.Error("15012 serving certificate not renewed; retrying in a minute", "error", err)
-			next = time.Now().Add(time.Minute)
-		}
-		renewAt = next
-	}
 }
 
 // authenticateXDS proves who an xDS client is. A plaintext stream (15010)

@@ -36,6 +36,7 @@ type Server struct {
 	kube       kubernetes.Interface
 	kubeSynced func() bool
 	writeBack  *ingressWriteBack
+	ca         *meshCA
 	webhooks   *webhooks
 	secure     *secureXDS
 	xds        *xds.Server
@@ -71,6 +72,7 @@ func New(opts Options) (*Server, error) {
 			return nil, err
 		}
 	}
+	s.ca = s.newMeshCA()
 	if opts.Webhook.Addr != "" {
 		if s.webhooks, err = s.newWebhooks(); err != nil {
 			return nil, err
@@ -194,7 +196,7 @@ func (s *Server) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errs := make(chan error, len(s.sources)+len(s.httpServers)+3)
+	errs := make(chan error, len(s.sources)+len(s.httpServers)+4)
 
 	for i, srv := range s.httpServers {
 		wg.Go(func() {
@@ -215,6 +217,13 @@ func (s *Server) Run(ctx context.Context) error {
 			errs <- fmt.Errorf("xds: %w", err)
 		}
 	})
+	if s.ca != nil {
+		wg.Go(func() {
+			if err := s.ca.run(ctx); err != nil && ctx.Err() == nil {
+				errs <- err
+			}
+		})
+	}
 	if s.secure != nil {
 		wg.Go(func() {
 			if err := s.secure.run(ctx); err != nil && ctx.Err() == nil {

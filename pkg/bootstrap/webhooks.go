@@ -9,70 +9,77 @@ import (
 	"os"
 	"sync"
 
+	"github.com/meshpilot/meshpilot/pkg/ca"
 	"github.com/meshpilot/meshpilot/pkg/webhook"
 	"github.com/meshpilot/meshpilot/pkg/webhook/inject"
 	"github.com/meshpilot/meshpilot/pkg/webhook/tags"
 )
 
-// webhooks are the admission webhooks and the certificate they serve with.
+// webhooks are the admission webhooks, their serving certificate from the
+// mesh CA, and the patcher that puts the mesh root into their
+// configurations' caBundle.
 type webhooks struct {
-	server *webhook.Server
-	certs  *webhook.CertManager
-	inject *inject.Handler
-	tags   *tags.RevisionTagLister
-	log    *slog.Logger
+	server  *webhook.Server
+	ca      *meshCA
+	serving *ca.RotatingServingCert
+	bundles *webhook.BundlePatcher
+	inject  *inject.Handler
+	tags    *tags.RevisionTagLister
+	log     *slog.Logger
 }
 
-// newWebhooks builds the TLS admission server. With the Kubernetes source
-// its CA lives in a Secret shared by replicas and its bundle is patched into
-// this revision's webhook configurations; without it the CA is in memory.
+// newWebhooks builds the TLS admission server. It returns nil without a
+// Kubernetes source: the only caller of an admission webhook is an API
+// server, and without one there is neither a configuration to patch a
+// caBundle into nor a mesh CA to sign the serving certificate.
 func (s *Server) newWebhooks() (*webhooks, error) {
+	if s.ca == nil {
+		s.log.Info("no admission webhooks (--webhook-addr) without a Kubernetes source: only an API server calls them, and their certificate comes from the mesh CA, which needs one")
+		return nil, nil
+	}
 	metrics := webhook.NewMetrics(s.registry)
 	service := s.istiodService()
-	certOpts := webhook.CertOptions{
-		Client:      s.kube,
-		Namespace:   s.opts.Webhook.Namespace,
-		ServiceName: service,
-		Revision:    s.opts.Revision,
-		Logger:      s.log,
-		Metrics:     metrics,
-	}
-	extra := s.opts.Webhook.ExtraCertNames
-	if s.kube == nil {
-		// A local run: an API server on this machine calls it by address.
-		extra = append([]string{"localhost", "127.0.0.1", "::1"}, extra...)
-	}
-	for _, name := range extra {
-		if ip := net.ParseIP(name); ip != nil {
-			certOpts.ExtraIPs = append(certOpts.ExtraIPs, ip)
-		} else {
-			certOpts.ExtraDNSNames = append(certOpts.ExtraDNSNames, name)
-		}
-	}
-	certs, err := webhook.NewCertManager(certOpts)
+	// ExtraCertNames: an API server that calls the webhooks by URL (an
+	// address, or a name outside the Service's).
+	serving, err := s.servingCert("webhook", s.opts.Webhook.ExtraCertNames...)
 	if err != nil {
-		return nil, fmt.Errorf("webhook certificates: %w", err)
+		return nil, fmt.Errorf("webhook certificate: %w", err)
 	}
-	w := &webhooks{certs: certs, log: s.log}
+	bundles, err := webhook.NewBundlePatcher(webhook.BundleOptions{
+		Client:    s.kube,
+		Namespace: s.opts.Webhook.Namespace,
+		Revision:  s.opts.Revision,
+		Bundle: func() []byte {
+			if a := s.ca.keeper.Current(); a != nil {
+				return a.RootPEM()
+			}
+			return nil
+		},
+		Changed: s.ca.keeper.Subscribe(),
+		Logger:  s.log,
+		Metrics: metrics,
+	})
+	if err != nil {
+		return nil, err
+	}
+	w := &webhooks{ca: s.ca, serving: serving, bundles: bundles, log: s.log}
 	configDir := s.opts.Webhook.InjectConfigDir
 	if _, err := os.Stat(configDir); configDir != "" && err != nil {
 		// No mounted injector ConfigMap: a local run.
 		s.log.Info("injection config not found; serving the built-in template", "dir", configDir, "error", err)
 		configDir = ""
 	}
+	w.tags = tags.NewRevisionTagLister(s.kube, s.opts.Revision)
 	injectOpts := inject.Options{
 		ConfigDir:       configDir,
 		Revision:        s.opts.Revision,
 		NamespaceLabels: s.namespaceLabels,
 		Kube:            s.kube,
+		RevisionTags:    w.tags.Tags,
 		XDSAddress:      net.JoinHostPort(service+"."+s.opts.Webhook.Namespace+".svc", "15012"),
 		DomainSuffix:    s.opts.DomainSuffix,
 		Logger:          s.log,
 		Metrics:         inject.NewMetrics(s.registry),
-	}
-	if s.kube != nil {
-		w.tags = tags.NewRevisionTagLister(s.kube, s.opts.Revision)
-		injectOpts.RevisionTags = w.tags.Tags
 	}
 	if w.inject, err = inject.NewHandler(injectOpts); err != nil {
 		return nil, fmt.Errorf("injection webhook: %w", err)
@@ -84,7 +91,7 @@ func (s *Server) newWebhooks() (*webhooks, error) {
 	server, err := webhook.NewServer(webhook.ServerOptions{
 		Addr:     s.opts.Webhook.Addr,
 		Handlers: handlers,
-		Certs:    certs,
+		Certs:    serving,
 		Logger:   s.log,
 		Metrics:  metrics,
 	})
@@ -104,29 +111,32 @@ func (s *Server) namespaceLabels(name string) map[string]string {
 	return nil
 }
 
-// run issues the first certificate, then serves and keeps the certificate
-// fresh until ctx ends.
+// run serves at once, and keeps the certificate fresh and the caBundles
+// current once the mesh CA is loaded, until ctx ends. Until the first
+// certificate is issued, handshakes fail and the API server retries (or
+// applies the failure policy), as with a control plane still starting.
 func (w *webhooks) run(ctx context.Context) error {
-	if err := w.certs.Init(ctx); err != nil {
-		return fmt.Errorf("webhook certificates: %w", err)
-	}
 	var (
-		wg       sync.WaitGroup
-		certsErr error
+		wg         sync.WaitGroup
+		bundlesErr error
 	)
-	wg.Go(func() { certsErr = w.certs.Run(ctx) })
+	wg.Go(func() {
+		if !w.ca.loaded(ctx) {
+			return
+		}
+		wg.Go(func() { bundlesErr = w.bundles.Run(ctx) })
+		w.serving.Run(ctx)
+	})
 	wg.Go(func() {
 		if err := w.inject.Run(ctx); err != nil && ctx.Err() == nil {
 			w.log.Error("injection config watch stopped; the last loaded config stays in use", "error", err)
 		}
 	})
-	if w.tags != nil {
-		wg.Go(func() { w.tags.Run(ctx) })
-	}
+	wg.Go(func() { w.tags.Run(ctx) })
 	err := w.server.Run(ctx)
 	wg.Wait()
-	if err == nil && certsErr != nil && ctx.Err() == nil {
-		err = fmt.Errorf("webhook certificates: %w", certsErr)
+	if err == nil && bundlesErr != nil && ctx.Err() == nil {
+		err = fmt.Errorf("webhook caBundle: %w", bundlesErr)
 	}
 	return err
 }

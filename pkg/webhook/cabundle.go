@@ -3,7 +3,9 @@ package webhook
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -12,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	admissionlisters "k8s.io/client-go/listers/admissionregistration/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -38,11 +41,92 @@ type configKey struct {
 	name string
 }
 
+// BundleOptions configure a BundlePatcher.
+type BundleOptions struct {
+	// Client is the Kubernetes API; required.
+	Client kubernetes.Interface
+	// Namespace is the control plane's; it names the validator.
+	Namespace string
+	// Revision selects the MutatingWebhookConfigurations to patch: those
+	// labelled istio.io/rev=Revision ("default" when empty), which covers
+	// the injector and the revision tags pointing at it.
+	Revision string
+	// ValidatorName is the ValidatingWebhookConfiguration to patch;
+	// defaults to ValidatorConfigName(Revision, Namespace).
+	ValidatorName string
+	// Bundle is what the API server must trust to call the webhooks: the
+	// mesh root, which signs their serving certificate. Empty while unknown.
+	Bundle func() []byte
+	// Changed signals that Bundle may return something new; every watched
+	// configuration is then checked again.
+	Changed <-chan struct{}
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Metrics defaults to unregistered metrics.
+	Metrics *Metrics
+}
+
+// BundlePatcher keeps the caBundle of this revision's webhook
+// configurations (the injector, the revision tags that point at it, the
+// validator) equal to BundleOptions.Bundle: when a configuration is created
+// or edited, and when the bundle changes.
+type BundlePatcher struct {
+	opts    BundleOptions
+	log     *slog.Logger
+	metrics *Metrics
+
+	// Set by Run.
+	queue      workqueue.TypedRateLimitingInterface[configKey]
+	mutating   admissionlisters.MutatingWebhookConfigurationLister
+	validating admissionlisters.ValidatingWebhookConfigurationLister
+}
+
+// NewBundlePatcher checks the options and fills in defaults.
+func NewBundlePatcher(opts BundleOptions) (*BundlePatcher, error) {
+	switch {
+	case opts.Client == nil:
+		return nil, errors.New("webhook caBundle: Client is required")
+	case opts.Namespace == "":
+		return nil, errors.New("webhook caBundle: Namespace is required")
+	case opts.Bundle == nil:
+		return nil, errors.New("webhook caBundle: Bundle is required")
+	}
+	if opts.ValidatorName == "" {
+		opts.ValidatorName = ValidatorConfigName(opts.Revision, opts.Namespace)
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = NewMetrics(nil)
+	}
+	return &BundlePatcher{opts: opts, log: opts.Logger.With("component", "webhook-cabundle"), metrics: opts.Metrics}, nil
+}
+
+// Run patches until ctx ends. Start it once Bundle returns the root, so
+// that the first listing patches every configuration at once.
+func (m *BundlePatcher) Run(ctx context.Context) error {
+	stop, err := m.startPatcher(ctx)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-m.opts.Changed:
+			m.log.Info("the CA root changed; patching it into the webhook configurations")
+			m.enqueueAll()
+		}
+	}
+}
+
 // startPatcher watches this revision's webhook configurations (by label
 // for the mutating ones, by name for the validator) and starts the worker
-// that keeps their caBundle equal to CABundle. Call stop after ctx ends to
+// that keeps their caBundle equal to Bundle. Call stop after ctx ends to
 // wait for the worker and the informers.
-func (m *CertManager) startPatcher(ctx context.Context) (stop func(), err error) {
+func (m *BundlePatcher) startPatcher(ctx context.Context) (stop func(), err error) {
 	revSelector := m.revisionSelector()
 	mutFactory := informers.NewSharedInformerFactoryWithOptions(m.opts.Client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = revSelector.String() }))
@@ -85,12 +169,11 @@ func (m *CertManager) startPatcher(ctx context.Context) (stop func(), err error)
 			AddFunc:    add,
 			UpdateFunc: func(_, obj any) { add(obj) },
 		}); err != nil {
-			return nil, fmt.Errorf("webhook certs: watching %s: %w", kind, err)
+			return nil, fmt.Errorf("webhook caBundle: watching %s: %w", kind, err)
 		}
 	}
 	m.mutating = mutInformer.Lister()
 	m.validating = validatingListers{valInformer.Lister(), defaultValInformer.Lister()}
-	m.listersSet.Store(true)
 
 	mutFactory.Start(ctx.Done())
 	valFactory.Start(ctx.Done())
@@ -133,11 +216,9 @@ func (l validatingListers) Get(name string) (*admissionregistrationv1.Validating
 	return nil, apierrors.NewNotFound(admissionregistrationv1.Resource("validatingwebhookconfigurations"), name)
 }
 
-// enqueueAll schedules every watched configuration, after the CA changed.
-func (m *CertManager) enqueueAll() {
-	if !m.listersSet.Load() {
-		return // the informers' initial listing will enqueue them
-	}
+// enqueueAll schedules every watched configuration, after the bundle
+// changed.
+func (m *BundlePatcher) enqueueAll() {
 	if muts, err := m.mutating.List(labels.Everything()); err == nil {
 		for _, c := range muts {
 			m.enqueueIfOurs(mutatingKind, c)
@@ -150,14 +231,14 @@ func (m *CertManager) enqueueAll() {
 	}
 }
 
-func (m *CertManager) revisionSelector() labels.Selector {
+func (m *BundlePatcher) revisionSelector() labels.Selector {
 	return labels.SelectorFromSet(labels.Set{revisionLabel: RevisionLabelValue(m.opts.Revision)})
 }
 
 // enqueueIfOurs schedules a configuration of this revision. The informers'
 // selectors filter already; checking again keeps a client that ignores
 // selectors (such as a fake) from widening our reach.
-func (m *CertManager) enqueueIfOurs(kind configKind, meta metav1.Object) {
+func (m *BundlePatcher) enqueueIfOurs(kind configKind, meta metav1.Object) {
 	switch kind {
 	case mutatingKind:
 		if !m.revisionSelector().Matches(labels.Set(meta.GetLabels())) {
@@ -173,7 +254,7 @@ func (m *CertManager) enqueueIfOurs(kind configKind, meta metav1.Object) {
 	m.queue.Add(configKey{kind: kind, name: meta.GetName()})
 }
 
-func (m *CertManager) processNext(ctx context.Context) bool {
+func (m *BundlePatcher) processNext(ctx context.Context) bool {
 	key, shutdown := m.queue.Get()
 	if shutdown {
 		return false
@@ -192,10 +273,10 @@ func (m *CertManager) processNext(ctx context.Context) bool {
 
 // patchCABundle sets caBundle on every webhook of one configuration when
 // any differs from ours.
-func (m *CertManager) patchCABundle(ctx context.Context, key configKey) error {
-	bundle := m.CABundle()
+func (m *BundlePatcher) patchCABundle(ctx context.Context, key configKey) error {
+	bundle := m.opts.Bundle()
 	if len(bundle) == 0 {
-		return nil // not initialised; refresh enqueues everything once it is
+		return nil // no root yet; Changed re-queues everything once there is
 	}
 	current, err := m.webhookCABundles(key)
 	if apierrors.IsNotFound(err) {
@@ -207,14 +288,10 @@ func (m *CertManager) patchCABundle(ctx context.Context, key configKey) error {
 	if allEqual(current, bundle) {
 		return nil
 	}
-	// Another replica may have rotated the CA; read the Secret before
-	// overwriting its bundle with an older one.
-	if err := m.refresh(ctx); err != nil {
-		return err
-	}
-	if bundle = m.CABundle(); allEqual(current, bundle) {
-		return nil
-	}
+	// Replicas share the CA Secrets, so after a root change each one
+	// patches the same new bundle; the updates carry resourceVersions and
+	// the ones that lose retry against the winner's object, then find
+	// nothing to change.
 	err = m.updateCABundle(ctx, key, bundle)
 	result := "ok"
 	switch {
@@ -232,7 +309,7 @@ func (m *CertManager) patchCABundle(ctx context.Context, key configKey) error {
 	return err
 }
 
-func (m *CertManager) webhookCABundles(key configKey) ([][]byte, error) {
+func (m *BundlePatcher) webhookCABundles(key configKey) ([][]byte, error) {
 	var out [][]byte
 	switch key.kind {
 	case mutatingKind:
@@ -258,7 +335,7 @@ func (m *CertManager) webhookCABundles(key configKey) ([][]byte, error) {
 // updateCABundle writes from the informer's copy, so the update carries
 // its resourceVersion and fails with a conflict if the object moved on;
 // the newer version then arrives as an event and is retried.
-func (m *CertManager) updateCABundle(ctx context.Context, key configKey, bundle []byte) error {
+func (m *BundlePatcher) updateCABundle(ctx context.Context, key configKey, bundle []byte) error {
 	api := m.opts.Client.AdmissionregistrationV1()
 	switch key.kind {
 	case mutatingKind:

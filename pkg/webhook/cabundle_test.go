@@ -3,6 +3,8 @@ package webhook
 import (
 	"bytes"
 	"context"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/meshpilot/meshpilot/pkg/ca"
 )
 
 func mutatingConfig(name string, labels map[string]string, webhooks ...string) *admissionregv1.MutatingWebhookConfiguration {
@@ -60,11 +64,70 @@ func waitForBundle(ctx context.Context, t *testing.T, client kubernetes.Interfac
 		return allEqual(bundlesOf(ctx, t, client, mutating, name), want), nil
 	})
 	if err != nil {
-		t.Fatalf("caBundle of %s never became the CA: %v", name, err)
+		t.Fatalf("caBundle of %s never became the mesh root: %v", name, err)
 	}
 }
 
-func TestCertManagerPatchesCABundles(t *testing.T) {
+// meshRoot stands for the mesh CA as the patcher sees it: a root (from a
+// real in-memory CA) that the test replaces, announcing the change.
+type meshRoot struct {
+	mu      sync.Mutex
+	pem     []byte
+	changed chan struct{}
+}
+
+func newMeshRoot(t *testing.T) *meshRoot {
+	r := &meshRoot{changed: make(chan struct{}, 1)}
+	r.rotate(t)
+	return r
+}
+
+func (r *meshRoot) bundle() []byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return bytes.Clone(r.pem)
+}
+
+// rotate replaces the root with a new one, as a Keeper does after an
+// operator replaced the CA Secret, and returns it.
+func (r *meshRoot) rotate(t *testing.T) []byte {
+	t.Helper()
+	a, err := ca.NewSelfSigned(ca.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.mu.Lock()
+	r.pem = a.RootPEM()
+	r.mu.Unlock()
+	select {
+	case r.changed <- struct{}{}:
+	default:
+	}
+	return a.RootPEM()
+}
+
+// runPatcher runs a BundlePatcher of revision 1-8-1 until the test ends.
+func runPatcher(t *testing.T, client kubernetes.Interface, root *meshRoot) {
+	t.Helper()
+	p, err := NewBundlePatcher(BundleOptions{
+		Client: client, Namespace: "istio-system", Revision: "1-8-1", Logger: discardLogger(),
+		Bundle: root.bundle, Changed: root.changed,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+}
+
+func TestBundlePatcherPatchesTheMeshRoot(t *testing.T) {
 	rev := map[string]string{"istio.io/rev": "1-8-1"}
 	client := fake.NewClientset(
 		mutatingConfig("istio-sidecar-injector-1-8-1", rev, "rev.namespace.sidecar-injector.istio.io", "rev.object.sidecar-injector.istio.io"),
@@ -73,25 +136,10 @@ func TestCertManagerPatchesCABundles(t *testing.T) {
 		validatingConfig("istio-validator-1-8-1-istio-system", "rev.validation.istio.io"),
 		validatingConfig("istio-validator-istio-system", "rev.validation.istio.io"),
 	)
-	clock := newFakeClock()
-	m, err := NewCertManager(CertOptions{
-		Client: client, Namespace: "istio-system", Revision: "1-8-1", Now: clock.Now, Logger: discardLogger(),
-		CAValidity: 90 * day, CARotateBefore: 30 * day,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-	<-m.Ready()
-	bundle := m.CABundle()
+	root := newMeshRoot(t)
+	runPatcher(t, client, root)
+	ctx := context.Background()
+	bundle := root.bundle()
 	waitForBundle(ctx, t, client, true, "istio-sidecar-injector-1-8-1", bundle)
 	waitForBundle(ctx, t, client, true, "istio-revision-tag-prod", bundle)
 	waitForBundle(ctx, t, client, false, "istio-validator-1-8-1-istio-system", bundle)
@@ -124,24 +172,38 @@ func TestCertManagerPatchesCABundles(t *testing.T) {
 	}
 	waitForBundle(ctx, t, client, false, "istio-validator-1-8-1-istio-system", bundle)
 
-	// A CA rotation reaches every configuration.
-	clock.Advance(61 * day)
-	if err := m.refresh(ctx); err != nil {
-		t.Fatal(err)
-	}
-	rotated := m.CABundle()
-	if bytes.Equal(rotated, bundle) {
-		t.Fatal("the CA did not rotate")
-	}
+	// A new mesh root reaches every configuration, though none of them
+	// changed.
+	rotated := root.rotate(t)
 	for _, name := range []string{"istio-sidecar-injector-1-8-1", "istio-revision-tag-prod", "istio-revision-tag-canary"} {
 		waitForBundle(ctx, t, client, true, name, rotated)
 	}
 	waitForBundle(ctx, t, client, false, "istio-validator-1-8-1-istio-system", rotated)
 }
 
+func TestNewBundlePatcherErrors(t *testing.T) {
+	client := fake.NewClientset()
+	bundle := func() []byte { return nil }
+	for _, tc := range []struct {
+		name string
+		opts BundleOptions
+		want string
+	}{
+		{"no client", BundleOptions{Namespace: "istio-system", Bundle: bundle}, "Client is required"},
+		{"no namespace", BundleOptions{Client: client, Bundle: bundle}, "Namespace is required"},
+		{"no bundle", BundleOptions{Client: client, Namespace: "istio-system"}, "Bundle is required"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := NewBundlePatcher(tc.opts); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want it to mention %q", err, tc.want)
+			}
+		})
+	}
+}
+
 // The base chart's default validator belongs to the revision its
 // istio.io/rev label names: only that revision's control plane patches it.
-func TestCertManagerPatchesTheDefaultValidatorOfItsRevision(t *testing.T) {
+func TestBundlePatcherPatchesTheDefaultValidatorOfItsRevision(t *testing.T) {
 	for _, tc := range []struct {
 		label       string
 		wantPatched bool
@@ -154,22 +216,14 @@ func TestCertManagerPatchesTheDefaultValidatorOfItsRevision(t *testing.T) {
 			validator.Labels = map[string]string{"istio.io/rev": tc.label}
 			client := fake.NewClientset(validator,
 				validatingConfig("istio-validator-1-8-1-istio-system", "rev.validation.istio.io"))
-			m, err := NewCertManager(CertOptions{
-				Client: client, Namespace: "istio-system", Revision: "1-8-1", Logger: discardLogger(),
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- m.Run(ctx) }()
-			t.Cleanup(func() { cancel(); <-done })
-			<-m.Ready()
+			root := newMeshRoot(t)
+			runPatcher(t, client, root)
+			ctx := context.Background()
 			// The revision's own validator is patched either way; once it
 			// is, the default validator has had its chance too.
-			waitForBundle(ctx, t, client, false, "istio-validator-1-8-1-istio-system", m.CABundle())
+			waitForBundle(ctx, t, client, false, "istio-validator-1-8-1-istio-system", root.bundle())
 			if tc.wantPatched {
-				waitForBundle(ctx, t, client, false, DefaultValidatorName, m.CABundle())
+				waitForBundle(ctx, t, client, false, DefaultValidatorName, root.bundle())
 				return
 			}
 			for _, b := range bundlesOf(ctx, t, client, false, DefaultValidatorName) {

@@ -3,7 +3,7 @@ package webhook
 import "github.com/prometheus/client_golang/prometheus"
 
 // Metrics are the webhook server's, the validation handler's and the
-// certificate manager's counters. Create them once with NewMetrics and share
+// caBundle patcher's counters. Create them once with NewMetrics and share
 // them.
 type Metrics struct {
 	// Requests counts HTTP requests by handler path and status code.
@@ -18,13 +18,8 @@ type Metrics struct {
 	// BadRequests counts requests rejected before review (malformed body,
 	// wrong method or content type), by path.
 	BadRequests *prometheus.CounterVec
-	// CertRotations counts serving certificates issued, by reason
-	// (initial, expiring, ca_changed).
-	CertRotations *prometheus.CounterVec
-	// CertExpiry is the serving certificate's NotAfter, in Unix seconds.
-	CertExpiry prometheus.Gauge
 	// CABundlePatches counts caBundle updates of webhook configurations, by
-	// configuration kind and result (ok, conflict, error).
+	// configuration kind and result (ok, conflict, gone, error).
 	CABundlePatches *prometheus.CounterVec
 }
 
@@ -53,14 +48,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "meshpilot_webhook_bad_requests_total",
 			Help: "Webhook requests rejected as malformed, by path.",
 		}, []string{"path"}),
-		CertRotations: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "meshpilot_webhook_cert_issued_total",
-			Help: "Webhook serving certificates issued, by reason.",
-		}, []string{"reason"}),
-		CertExpiry: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "meshpilot_webhook_cert_expiry_timestamp_seconds",
-			Help: "When the current webhook serving certificate expires, in Unix seconds.",
-		}),
 		CABundlePatches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meshpilot_webhook_cabundle_patches_total",
 			Help: "caBundle updates of webhook configurations, by kind and result.",
@@ -68,7 +55,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.Requests, m.RequestDuration, m.ValidationRequests, m.ValidationDenials,
-			m.BadRequests, m.CertRotations, m.CertExpiry, m.CABundlePatches)
+			m.BadRequests, m.CABundlePatches)
 	}
 	return m
 }

@@ -32,7 +32,7 @@ type ServerOptions struct {
 	Handlers map[string]http.Handler
 	// Certs supplies the serving certificate at each handshake, so a
 	// rotated certificate is used without a restart. The caller runs it.
-	Certs *CertManager
+	Certs CertificateSource
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Metrics defaults to unregistered metrics.
@@ -40,6 +40,12 @@ type ServerOptions struct {
 	// ShutdownTimeout bounds how long Run waits for in-flight requests
 	// after its context ends; default 5s.
 	ShutdownTimeout time.Duration
+}
+
+// CertificateSource gives the serving certificate for a handshake, as
+// tls.Config.GetCertificate does; the mesh CA's rotating certificate is one.
+type CertificateSource interface {
+	GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error)
 }
 
 // Server serves the admission webhooks over TLS.

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -16,20 +17,32 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	admissionv1 "k8s.io/api/admission/v1"
 
-	"github.com/meshpilot/meshpilot/internal/testcerts"
+	"github.com/meshpilot/meshpilot/pkg/ca"
 )
 
-// startServer runs a server with an in-memory CA for 127.0.0.1 and returns
-// it with its certificates and a stop function that waits for Run.
-func startServer(t *testing.T, clock *fakeClock, handlers map[string]http.Handler, metrics *Metrics) (*Server, *CertManager, func() error) {
+// fixedCert is a CertificateSource for tests that never handshake.
+type fixedCert struct{}
+
+func (fixedCert) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	return nil, errors.New("no certificate")
+}
+
+// startServer runs a server whose certificate for 127.0.0.1 comes from an
+// in-memory mesh CA, as in the control plane, and returns it with that
+// certificate, the CA's root and a stop function that waits for Run.
+func startServer(t *testing.T, handlers map[string]http.Handler, metrics *Metrics) (*Server, *ca.RotatingServingCert, []byte, func() error) {
 	t.Helper()
-	certs, err := NewCertManager(CertOptions{
-		ExtraIPs: []net.IP{net.ParseIP("127.0.0.1")}, Now: clock.Now, Logger: discardLogger(), Metrics: metrics,
+	authority, err := ca.NewSelfSigned(ca.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	certs, err := ca.NewRotatingServingCert(ca.ServingCertOptions{
+		Authority: authority, Names: []string{"127.0.0.1"}, Listener: "webhook", Logger: discardLogger(),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := certs.Init(context.Background()); err != nil {
+	if _, err := certs.Issue(); err != nil {
 		t.Fatal(err)
 	}
 	srv, err := NewServer(ServerOptions{Addr: "127.0.0.1:0", Handlers: handlers, Certs: certs, Logger: discardLogger(), Metrics: metrics})
@@ -49,36 +62,35 @@ func startServer(t *testing.T, clock *fakeClock, handlers map[string]http.Handle
 		return <-done
 	}
 	t.Cleanup(func() { _ = stop() })
-	return srv, certs, stop
+	return srv, certs, authority.RootPEM(), stop
 }
 
-// clientFor trusts the CA bundle, checking validity at the fake clock's time.
-func clientFor(certs *CertManager, clock *fakeClock) *http.Client {
+// clientFor trusts only root.
+func clientFor(root []byte) *http.Client {
 	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(certs.CABundle())
+	roots.AppendCertsFromPEM(root)
 	return &http.Client{
 		Timeout: 10 * time.Second,
 		Transport: &http.Transport{
-			TLSClientConfig:   &tls.Config{RootCAs: roots, Time: clock.Now},
+			TLSClientConfig:   &tls.Config{RootCAs: roots},
 			DisableKeepAlives: true,
 		},
 	}
 }
 
 func TestServerServesHandlersOverTLS(t *testing.T) {
-	clock := newFakeClock()
 	metrics := NewMetrics(nil)
 	inject := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "inject:"+r.URL.Path)
 	})
-	srv, certs, _ := startServer(t, clock, map[string]http.Handler{
+	srv, _, root, _ := startServer(t, map[string]http.Handler{
 		"/inject":   inject,
 		"/validate": NewValidationHandler(ValidationOptions{Metrics: metrics, Logger: discardLogger()}),
 	}, metrics)
 	if !strings.HasPrefix(srv.Addr(), "127.0.0.1:") || strings.HasSuffix(srv.Addr(), ":0") {
 		t.Fatalf("Addr() = %q, want the bound port", srv.Addr())
 	}
-	client := clientFor(certs, clock)
+	client := clientFor(root)
 	base := "https://" + srv.Addr()
 
 	body := reviewBody(t, reviewSpec{group: istioNetworkingGroup, version: "v1", kind: "DestinationRule", op: admissionv1.Create, object: brokenDR})
@@ -122,13 +134,12 @@ func TestServerServesHandlersOverTLS(t *testing.T) {
 }
 
 func TestServerPicksUpRotatedCertificate(t *testing.T) {
-	clock := newFakeClock()
-	srv, certs, _ := startServer(t, clock, map[string]http.Handler{"/validate": http.NotFoundHandler()}, NewMetrics(nil))
+	srv, certs, root, _ := startServer(t, map[string]http.Handler{"/validate": http.NotFoundHandler()}, NewMetrics(nil))
 	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(certs.CABundle())
+	roots.AppendCertsFromPEM(root)
 	served := func() *x509.Certificate {
 		t.Helper()
-		conn, err := tls.Dial("tcp", srv.Addr(), &tls.Config{RootCAs: roots, Time: clock.Now, ServerName: "127.0.0.1"})
+		conn, err := tls.Dial("tcp", srv.Addr(), &tls.Config{RootCAs: roots, ServerName: "127.0.0.1"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -136,29 +147,27 @@ func TestServerPicksUpRotatedCertificate(t *testing.T) {
 		return conn.ConnectionState().PeerCertificates[0]
 	}
 	before := served()
-	clock.Advance(defaultCertValidity - defaultCertValidity/3 + time.Hour)
-	if err := certs.refresh(context.Background()); err != nil {
+	if _, err := certs.Issue(); err != nil {
 		t.Fatal(err)
 	}
 	after := served()
-	if after.SerialNumber.Cmp(before.SerialNumber) == 0 {
+	if after.Equal(before) {
 		t.Fatal("the server still presents the old certificate after rotation")
 	}
-	if cur := servingLeaf(t, certs); cur.SerialNumber.Cmp(after.SerialNumber) != 0 {
-		t.Fatal("the server presents a certificate other than the manager's current one")
+	if cur, _ := certs.GetCertificate(nil); !cur.Leaf.Equal(after) {
+		t.Fatal("the server presents a certificate other than the current one")
 	}
 }
 
 func TestServerShutsDownGracefully(t *testing.T) {
-	clock := newFakeClock()
 	entered, release := make(chan struct{}), make(chan struct{})
 	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		close(entered)
 		<-release
 		io.WriteString(w, "finished")
 	})
-	srv, certs, stop := startServer(t, clock, map[string]http.Handler{"/slow": slow}, NewMetrics(nil))
-	client := clientFor(certs, clock)
+	srv, _, root, stop := startServer(t, map[string]http.Handler{"/slow": slow}, NewMetrics(nil))
+	client := clientFor(root)
 	type result struct {
 		body string
 		err  error
@@ -205,10 +214,7 @@ func TestServerShutsDownGracefully(t *testing.T) {
 }
 
 func TestNewServerErrors(t *testing.T) {
-	certs, err := NewStaticCertManager(testcerts.SelfSigned(t, "127.0.0.1"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	var certs fixedCert
 	ok := http.NotFoundHandler()
 	cases := []struct {
 		name string

@@ -1,11 +1,9 @@
 package webhook
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -13,9 +11,12 @@ import (
 	"time"
 
 	"github.com/meshpilot/meshpilot/internal/kubetest"
+	"github.com/meshpilot/meshpilot/internal/testcerts"
+	"github.com/meshpilot/meshpilot/pkg/ca"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	networkingv1beta1 "istio.io/client-go/pkg/apis/networking/v1beta1"
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
@@ -33,8 +34,12 @@ func drFromYAML(t *testing.T, doc, namespace string) *networkingv1.DestinationRu
 	return &dr
 }
 
-// TestValidationWebhookThroughAPIServer runs the webhook server and cert
-// manager against a real API server, which calls /validate over TLS.
+// TestValidationWebhookThroughAPIServer runs the webhook server as the
+// control plane does, against a real API server that calls /validate over
+// TLS: its certificate comes from the mesh CA (a ca.Keeper over the CA
+// Secrets of the control plane's namespace), and the caBundle patched into
+// the configurations is the mesh root. When the operator plugs in another
+// CA, the certificate and the caBundles follow without a restart.
 func TestValidationWebhookThroughAPIServer(t *testing.T) {
 	env := kubetest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -43,32 +48,23 @@ func TestValidationWebhookThroughAPIServer(t *testing.T) {
 	controlNS := env.Namespace(t, "istio-system")
 	validatorName := ValidatorConfigName("", controlNS)
 
-	// Two replicas start together against one Secret and settle on one CA.
-	newManager := func() *CertManager {
-		m, err := NewCertManager(CertOptions{
-			Client: env.Kube, Namespace: controlNS, ExtraIPs: []net.IP{net.ParseIP("127.0.0.1")},
-			Logger: discardLogger(),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return m
+	keeper := ca.NewKeeper(env.Kube, ca.Options{Namespace: controlNS, Logger: discardLogger()}, nil)
+	certChanges, bundleChanges := keeper.Subscribe(), keeper.Subscribe()
+	if err := keeper.Load(ctx); err != nil {
+		t.Fatal(err)
 	}
-	certs, replica := newManager(), newManager()
-	var wg sync.WaitGroup
-	for _, m := range []*CertManager{certs, replica} {
-		wg.Go(func() {
-			if err := m.Init(ctx); err != nil {
-				t.Errorf("Init: %v", err)
-			}
-		})
+	certs, err := ca.NewRotatingServingCert(ca.ServingCertOptions{
+		Authority: keeper, Changed: certChanges, Names: []string{"127.0.0.1"}, Listener: "webhook", Logger: discardLogger(),
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
-	wg.Wait()
-	if t.Failed() {
-		t.FailNow()
-	}
-	if !bytes.Equal(certs.CABundle(), replica.CABundle()) {
-		t.Fatal("two replicas starting together created different CAs")
+	meshRoot := func() []byte { return keeper.Current().RootPEM() }
+	patcher, err := NewBundlePatcher(BundleOptions{
+		Client: env.Kube, Namespace: controlNS, Bundle: meshRoot, Changed: bundleChanges, Logger: discardLogger(),
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 
 	srv, err := NewServer(ServerOptions{
@@ -83,17 +79,27 @@ func TestValidationWebhookThroughAPIServer(t *testing.T) {
 	serverCtx, stopServer := context.WithCancel(ctx)
 	serverDone := make(chan error, 1)
 	go func() { serverDone <- srv.Run(serverCtx) }()
-	certsDone := make(chan error, 1)
-	go func() { certsDone <- certs.Run(ctx) }()
+	var background sync.WaitGroup
+	background.Go(func() { certs.Run(ctx) })
+	background.Go(func() {
+		if err := patcher.Run(ctx); err != nil {
+			t.Errorf("patcher: %v", err)
+		}
+	})
+	background.Go(func() {
+		if err := keeper.Watch(ctx); err != nil {
+			t.Errorf("keeper: %v", err)
+		}
+	})
 	defer func() {
 		stopServer()
 		cancel()
 		<-serverDone
-		<-certsDone
+		background.Wait()
 	}()
 
-	// The webhook configurations start without a caBundle; the manager
-	// patches it in.
+	// The webhook configurations start without a caBundle; the patcher
+	// puts the mesh root in.
 	api := env.Kube.AdmissionregistrationV1()
 	url := "https://" + srv.Addr() + ValidatePath
 	fail, none, timeout := admissionregv1.Fail, admissionregv1.SideEffectClassNone, int32(5)
@@ -141,7 +147,7 @@ func TestValidationWebhookThroughAPIServer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	bundle := certs.CABundle()
+	bundle := meshRoot()
 	waitForBundle(ctx, t, env.Kube, false, validatorName, bundle)
 	waitForBundle(ctx, t, env.Kube, true, injector, bundle)
 	for _, b := range bundlesOf(ctx, t, env.Kube, true, otherRevision) {
@@ -152,20 +158,35 @@ func TestValidationWebhookThroughAPIServer(t *testing.T) {
 
 	drs := env.Istio.NetworkingV1().DestinationRules(ns)
 	broken := drFromYAML(t, brokenDR, ns)
-	var denial error
-	// The API server notices the configuration (and its caBundle) through
-	// its own informer, so the first attempts may still pass or fail TLS.
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		_, denial = drs.Create(ctx, broken.DeepCopy(), metav1.CreateOptions{})
-		if denial == nil {
-			_ = drs.Delete(ctx, broken.Name, metav1.DeleteOptions{}) // created before the webhook took effect
-			return false, nil
+	// waitForDenial creates the broken rule until the webhook denies it. The
+	// API server notices a configuration (and its caBundle) through its own
+	// informer, so the first attempts may still pass or fail TLS.
+	waitForDenial := func(t *testing.T) error {
+		t.Helper()
+		var denial error
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			_, denial = drs.Create(ctx, broken.DeepCopy(), metav1.CreateOptions{})
+			if denial == nil {
+				_ = drs.Delete(ctx, broken.Name, metav1.DeleteOptions{}) // created before the webhook took effect
+				return false, nil
+			}
+			return strings.Contains(denial.Error(), "denied the request"), nil
+		})
+		if err != nil {
+			t.Fatalf("the invalid DestinationRule was never denied by the webhook; last error: %v", denial)
 		}
-		return strings.Contains(denial.Error(), "denied the request"), nil
-	})
-	if err != nil {
-		t.Fatalf("the invalid DestinationRule was never denied by the webhook; last error: %v", denial)
+		return denial
 	}
+	denial := waitForDenial(t)
+	t.Run("served chain verifies against the published mesh root", func(t *testing.T) {
+		cur, err := certs.GetCertificate(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := verifyServing(cur.Leaf, bundle, "127.0.0.1", time.Now()); err != nil {
+			t.Errorf("the webhook certificate does not verify against the caBundle (the mesh root): %v", err)
+		}
+	})
 	t.Run("invalid rule is denied with every reason", func(t *testing.T) {
 		msg := denial.Error()
 		t.Logf("denial: %s", msg)
@@ -209,6 +230,28 @@ func TestValidationWebhookThroughAPIServer(t *testing.T) {
 		if _, err := drs.Update(ctx, created, metav1.UpdateOptions{}); err == nil || !strings.Contains(err.Error(), "spec.host") {
 			t.Fatalf("update = %v, want a denial about spec.host", err)
 		}
+	})
+
+	t.Run("a plugged-in CA replaces the certificate and the caBundles without a restart", func(t *testing.T) {
+		before, _ := certs.GetCertificate(nil)
+		certPEM, keyPEM := testcerts.SelfSigned(t, "operator root CA")
+		if _, err := env.Kube.CoreV1().Secrets(controlNS).Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: ca.PluggedSecretName},
+			Data:       map[string][]byte{ca.CACertKey: certPEM, ca.CAKeyKey: keyPEM},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitForBundle(ctx, t, env.Kube, false, validatorName, certPEM)
+		waitForBundle(ctx, t, env.Kube, true, injector, certPEM)
+		err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			cur, _ := certs.GetCertificate(nil)
+			return !cur.Leaf.Equal(before.Leaf) && verifyServing(cur.Leaf, certPEM, "127.0.0.1", time.Now()) == nil, nil
+		})
+		if err != nil {
+			t.Fatalf("the webhook certificate was not reissued by the plugged-in CA: %v", err)
+		}
+		// The API server trusts the new caBundle and reaches the webhook.
+		waitForDenial(t)
 	})
 
 	// Outage: the server stops. With failurePolicy Fail the API server
