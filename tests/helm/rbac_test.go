@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -98,15 +99,19 @@ func TestRBACIsSufficientAndNecessary(t *testing.T) {
 
 	// The CRD is installed here, so the watch for it never starts; ask the
 	// authorizer directly instead.
-	t.Run("watching for the DestinationRule CRD, and no other", func(t *testing.T) {
+	t.Run("watching for the Istio CRDs it reads, and no other", func(t *testing.T) {
 		for _, tc := range []struct {
 			verb, name string
 			allowed    bool
 		}{
 			{"list", "destinationrules.networking.istio.io", true},
 			{"watch", "destinationrules.networking.istio.io", true},
+			{"list", "peerauthentications.security.istio.io", true},
+			{"watch", "peerauthentications.security.istio.io", true},
 			{"list", "virtualservices.networking.istio.io", false},
+			{"list", "authorizationpolicies.security.istio.io", false},
 			{"get", "destinationrules.networking.istio.io", false},
+			{"get", "peerauthentications.security.istio.io", false},
 		} {
 			review, err := env.Kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
 				Spec: authorizationv1.SubjectAccessReviewSpec{
@@ -125,47 +130,55 @@ func TestRBACIsSufficientAndNecessary(t *testing.T) {
 		}
 	})
 
-	t.Run("a missing rule is reported and keeps it unready", func(t *testing.T) {
-		removeClusterRoleRule(ctx, t, env, "discovery.k8s.io", "endpointslices")
-		waitFor(t, 30*time.Second, "RBAC to drop the rule", func() error {
-			review, err := env.Kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
-				Spec: authorizationv1.SubjectAccessReviewSpec{
-					User: "system:serviceaccount:" + releaseNamespace + ":" + serviceAccount,
-					ResourceAttributes: &authorizationv1.ResourceAttributes{
-						Verb: "list", Group: "discovery.k8s.io", Resource: "endpointslices",
+	// Each rule goes in turn, and comes back before the next case: a core
+	// kind and an Istio kind must both be reported, not served around.
+	for _, tc := range []struct{ group, resource string }{
+		{"security.istio.io", "peerauthentications"},
+		{"discovery.k8s.io", "endpointslices"},
+	} {
+		t.Run("without "+tc.resource+" it is reported and stays unready", func(t *testing.T) {
+			removeClusterRoleRule(ctx, t, env, tc.group, tc.resource)
+			waitFor(t, 30*time.Second, "RBAC to drop the rule", func() error {
+				review, err := env.Kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+					Spec: authorizationv1.SubjectAccessReviewSpec{
+						User: "system:serviceaccount:" + releaseNamespace + ":" + serviceAccount,
+						ResourceAttributes: &authorizationv1.ResourceAttributes{
+							Verb: "list", Group: tc.group, Resource: tc.resource,
+						},
 					},
-				},
-			}, metav1.CreateOptions{})
-			if err != nil {
-				return err
-			}
-			if review.Status.Allowed {
-				return fmt.Errorf("still allowed")
-			}
-			return nil
-		})
-		cp := startPilot(t, asPilot, injectDir, "rbac-missing")
-		var line string
-		waitFor(t, time.Minute, "a log line naming the missing permission", func() error {
-			for _, l := range strings.Split(cp.logs.String(), "\n") {
-				lower := strings.ToLower(l)
-				if strings.Contains(lower, "forbidden") && strings.Contains(lower, "endpointslices") &&
-					strings.Contains(lower, "list") {
-					line = l
-					return nil
+				}, metav1.CreateOptions{})
+				if err != nil {
+					return err
 				}
+				if review.Status.Allowed {
+					return fmt.Errorf("still allowed")
+				}
+				return nil
+			})
+			cp := startPilot(t, asPilot, injectDir, "rbac-missing-"+tc.resource)
+			defer cp.stop()
+			var line string
+			waitFor(t, time.Minute, "a log line naming the missing permission", func() error {
+				for _, l := range strings.Split(cp.logs.String(), "\n") {
+					lower := strings.ToLower(l)
+					if strings.Contains(lower, "forbidden") && strings.Contains(lower, tc.resource) &&
+						strings.Contains(lower, "list") {
+						line = l
+						return nil
+					}
+				}
+				return fmt.Errorf("no such line yet")
+			})
+			t.Logf("reported: %s", line)
+			code, body := cp.get("/ready")
+			if code != http.StatusServiceUnavailable {
+				t.Errorf("/ready answered %d %q without list on %s", code, body, tc.resource)
 			}
-			return fmt.Errorf("no such line yet")
+			if _, err := clusterNames(ctx, cp.xdsAddr); err == nil {
+				t.Errorf("xDS was served from a partial view")
+			}
 		})
-		t.Logf("reported: %s", line)
-		code, body := cp.get("/ready")
-		if code != http.StatusServiceUnavailable {
-			t.Errorf("/ready answered %d %q without list on endpointslices", code, body)
-		}
-		if _, err := clusterNames(ctx, cp.xdsAddr); err == nil {
-			t.Errorf("xDS was served from a partial view")
-		}
-	})
+	}
 }
 
 // mountedInjectorConfig writes the installed injector ConfigMap to a
@@ -213,7 +226,8 @@ func caBundlesPatched(ctx context.Context, env *kubetest.Env) error {
 	return nil
 }
 
-// removeClusterRoleRule drops resource from the chart's ClusterRole.
+// removeClusterRoleRule drops resource from the chart's ClusterRole until
+// the test ends, when the chart's rules are put back.
 func removeClusterRoleRule(ctx context.Context, t *testing.T, env *kubetest.Env, group, resource string) {
 	t.Helper()
 	roles := env.Kube.RbacV1().ClusterRoles()
@@ -221,6 +235,18 @@ func removeClusterRoleRule(ctx context.Context, t *testing.T, env *kubetest.Env,
 	if err != nil {
 		t.Fatal(err)
 	}
+	original := slices.Clone(role.Rules)
+	t.Cleanup(func() {
+		current, err := roles.Get(ctx, role.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Errorf("restore the ClusterRole: %v", err)
+			return
+		}
+		current.Rules = original
+		if _, err := roles.Update(ctx, current, metav1.UpdateOptions{}); err != nil {
+			t.Errorf("restore the ClusterRole: %v", err)
+		}
+	})
 	removed := false
 	rules := role.Rules[:0]
 	for _, r := range role.Rules {
