@@ -8,12 +8,17 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
 	"encoding/pem"
 	"fmt"
 	"math/big"
 	"net"
 	"net/url"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -25,6 +30,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	pb "istio.io/api/security/v1alpha1"
+
+	dto "github.com/prometheus/client_model/go"
 )
 
 // TestCAOverSecureXDS is the workload's view of the CA, with nothing but
@@ -264,4 +271,221 @@ func mustURL(t *testing.T, s string) *url.URL {
 		t.Fatal(fmt.Errorf("%s: %w", s, err))
 	}
 	return u
+}
+
+// TestPluggedInCARotation: an operator plugs in a CA (root and
+// intermediate) while the control plane runs, as the README's `kubectl
+// create secret generic cacerts` does. Without a restart, the published
+// root, new workload certificates, the serving certificates of 15012 and of
+// the webhooks, and the webhook caBundle all move to it, and the expiry
+// gauges follow. A broken update then changes nothing: the working CA stays
+// and the refusal is counted.
+func TestPluggedInCARotation(t *testing.T) {
+	m := newKubeMesh(t)
+	const ns, sa, rev = "ca-rotate", "web", "1-9-0"
+	m.apply(t, "world", `
+apiVersion: v1
+kind: Namespace
+metadata: {name: ca-rotate}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: web, namespace: ca-rotate}
+`)
+	cp := startControlPlane(t, m, withRevision(rev))
+	m.apply(t, "injector", injectorYAML(rev, cp.webhookURL(), "Ignore"))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	injector := "istio-sidecar-injector-" + rev
+
+	firstRoot, _ := publishedRootTLS(t, m, ns)
+	waitFor(t, 30*time.Second, "the mesh root in the injector's caBundle", func() error {
+		return m.expectCABundle(injector, firstRoot)
+	})
+
+	// everythingTrusts checks each place the root reaches.
+	everythingTrusts := func(t *testing.T, root []byte) {
+		t.Helper()
+		waitFor(t, 30*time.Second, "the root in istio-ca-root-cert of "+ns, func() error {
+			got, _ := publishedRootTLS(t, m, ns)
+			if !bytes.Equal(got, root) {
+				return fmt.Errorf("istio-ca-root-cert holds another root")
+			}
+			return nil
+		})
+		waitFor(t, 30*time.Second, "the root in the injector's caBundle", func() error {
+			return m.expectCABundle(injector, root)
+		})
+		waitFor(t, 30*time.Second, "a webhook certificate from the root", func() error {
+			return cp.webhookChainVerifies(root)
+		})
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(root)
+		serverTLS := &tls.Config{RootCAs: pool, ServerName: "istiod-" + rev + ".istio-system.svc", MinVersion: tls.VersionTLS12}
+		waitFor(t, 30*time.Second, "a 15012 certificate from the root", func() error {
+			conn, err := tls.Dial("tcp", cp.secureXDSAddr, withH2(serverTLS.Clone()))
+			if err != nil {
+				return err
+			}
+			return conn.Close()
+		})
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn, err := grpc.NewClient(cp.secureXDSAddr, grpc.WithTransportCredentials(credentials.NewTLS(serverTLS)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		call := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+m.createToken(t, ns, sa, "istio-ca"))
+		resp, err := pb.NewIstioCertificateServiceClient(conn).CreateCertificate(call, &pb.IstioCertificateRequest{
+			Csr: string(newCSR(t, key, "spiffe://cluster.local/ns/"+ns+"/sa/"+sa)), ValidityDuration: 3600})
+		if err != nil {
+			t.Fatalf("CreateCertificate: %v", err)
+		}
+		chain := resp.GetCertChain()
+		if got := strings.TrimSpace(chain[len(chain)-1]); got != strings.TrimSpace(string(root)) {
+			t.Errorf("a new certificate ends with another root than the published one")
+		}
+		leaf, inter := parseChain(t, chain[:len(chain)-1])
+		if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+			t.Errorf("a new workload certificate does not chain to the root: %v", err)
+		}
+	}
+
+	operator := newOperatorCA(t)
+	t.Run("plugging in a CA moves everything to its root", func(t *testing.T) {
+		dir := t.TempDir()
+		for name, data := range operator.files {
+			if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		m.run(t, "", "create", "secret", "generic", "cacerts", "-n", "istio-system",
+			"--from-file="+filepath.Join(dir, "ca-cert.pem"), "--from-file="+filepath.Join(dir, "ca-key.pem"),
+			"--from-file="+filepath.Join(dir, "root-cert.pem"), "--from-file="+filepath.Join(dir, "cert-chain.pem"))
+		everythingTrusts(t, operator.files["root-cert.pem"])
+		if bytes.Equal(operator.files["root-cert.pem"], firstRoot) {
+			t.Fatal("the operator's root is the self-signed one")
+		}
+		if got := cp.metric(t, "citadel_server_root_cert_expiry_timestamp"); got != float64(operator.root.NotAfter.Unix()) {
+			t.Errorf("citadel_server_root_cert_expiry_timestamp = %v, want %v", got, operator.root.NotAfter.Unix())
+		}
+		if got := cp.metric(t, "citadel_server_cert_chain_expiry_timestamp"); got != float64(operator.intermediate.NotAfter.Unix()) {
+			t.Errorf("citadel_server_cert_chain_expiry_timestamp = %v, want %v", got, operator.intermediate.NotAfter.Unix())
+		}
+	})
+
+	t.Run("a broken update keeps the working CA", func(t *testing.T) {
+		wrongKey := newOperatorCA(t).files["ca-key.pem"]
+		patch := fmt.Sprintf(`{"data":{"ca-key.pem":%q}}`, base64.StdEncoding.EncodeToString(wrongKey))
+		m.run(t, "", "patch", "secret", "cacerts", "-n", "istio-system", "--type=merge", "-p", patch)
+		waitFor(t, 30*time.Second, "the refusal to be counted", func() error {
+			if got := cp.metric(t, "meshpilot_ca_root_reloads_total", "result", "error"); got < 1 {
+				return fmt.Errorf("meshpilot_ca_root_reloads_total{result=error} = %v", got)
+			}
+			return nil
+		})
+		everythingTrusts(t, operator.files["root-cert.pem"])
+	})
+}
+
+// operatorCA is what an operator plugs in: a root, and an intermediate that
+// signs, in Istio's four files.
+type operatorCA struct {
+	root, intermediate *x509.Certificate
+	files              map[string][]byte
+}
+
+func newOperatorCA(t *testing.T) operatorCA {
+	t.Helper()
+	newCA := func(name string, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) (*x509.Certificate, *ecdsa.PrivateKey, []byte) {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 120))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmpl := &x509.Certificate{SerialNumber: serial, Subject: pkix.Name{CommonName: name},
+			NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(48 * time.Hour),
+			KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign, BasicConstraintsValid: true, IsCA: true}
+		if parent == nil {
+			parent, parentKey = tmpl, key
+			tmpl.NotAfter = time.Now().Add(72 * time.Hour)
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, key.Public(), parentKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cert, err := x509.ParseCertificate(der)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cert, key, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	}
+	root, rootKey, rootPEM := newCA("operator root", nil, nil)
+	inter, interKey, interPEM := newCA("operator intermediate", root, rootKey)
+	keyDER, err := x509.MarshalPKCS8PrivateKey(interKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return operatorCA{root: root, intermediate: inter, files: map[string][]byte{
+		"ca-cert.pem":    interPEM,
+		"ca-key.pem":     pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}),
+		"cert-chain.pem": append(append([]byte{}, interPEM...), rootPEM...),
+		"root-cert.pem":  rootPEM,
+	}}
+}
+
+// parseChain parses PEM certificates, leaf first.
+func parseChain(t *testing.T, pems []string) (*x509.Certificate, *x509.CertPool) {
+	t.Helper()
+	inter := x509.NewCertPool()
+	var leaf *x509.Certificate
+	for i, p := range pems {
+		block, _ := pem.Decode([]byte(p))
+		if block == nil {
+			t.Fatalf("not PEM: %q", p)
+		}
+		c, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			leaf = c
+		} else {
+			inter.AddCert(c)
+		}
+	}
+	return leaf, inter
+}
+
+// metric is the value of a gauge or counter the control plane exports,
+// matched by name and, if given, one label pair; 0 when absent.
+func (cp *controlPlane) metric(t *testing.T, name string, label ...string) float64 {
+	t.Helper()
+	families, err := cp.srv.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if len(label) == 2 && !slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool {
+				return l.GetName() == label[0] && l.GetValue() == label[1]
+			}) {
+				continue
+			}
+			if g := m.GetGauge(); g != nil {
+				return g.GetValue()
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
 }

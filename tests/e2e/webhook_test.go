@@ -1,7 +1,10 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"os/exec"
@@ -9,14 +12,17 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/meshpilot/meshpilot/pkg/bootstrap"
 	"github.com/meshpilot/meshpilot/pkg/webhook/tags"
 )
 
 // TestRevisionTagsMoveInjection runs two control-plane revisions, each with
-// its own injector webhook that the real API server calls over TLS (their
-// certificates' CA bundles are patched in by the control planes
-// themselves). The revision tag "prod" then moves from 1-7-6 to 1-8-1, and
+// its own injector webhook that the real API server calls over TLS. Both
+// share the one mesh CA of istio-system: each webhook's certificate chains
+// to the root published in istio-ca-root-cert, and each control plane
+// patches that root, and nothing else, into its injector's caBundle. The revision tag "prod" then moves from 1-7-6 to 1-8-1, and
 // Pods created in a namespace labelled istio.io/rev=prod follow it. Last,
 // with a control plane stopped, a webhook that may fail blocks Pods with a
 // clear error, and one that may not lets them through.
@@ -26,10 +32,14 @@ func TestRevisionTagsMoveInjection(t *testing.T) {
 	old := startControlPlane(t, m, withRevision("1-7-6"), withIdentity("pilot-1-7-6"))
 	current := startControlPlane(t, m, withRevision("1-8-1"), withIdentity("pilot-1-8-1"))
 	m.apply(t, "injectors", injectorYAML("1-7-6", old.webhookURL(), "Fail")+"---\n"+injectorYAML("1-8-1", current.webhookURL(), "Fail"))
-	for _, rev := range []string{"1-7-6", "1-8-1"} {
-		waitFor(t, 30*time.Second, "the control plane to patch its CA bundle into "+rev+"'s injector", func() error {
-			return m.expectCABundle(t, "istio-sidecar-injector-"+rev)
+	root, _ := publishedRootTLS(t, m, "istio-system")
+	for rev, cp := range map[string]*controlPlane{"1-7-6": old, "1-8-1": current} {
+		waitFor(t, 30*time.Second, "the control plane to patch the mesh root into "+rev+"'s injector", func() error {
+			return m.expectCABundle("istio-sidecar-injector-"+rev, root)
 		})
+		if err := cp.webhookChainVerifies(root); err != nil {
+			t.Errorf("revision %s: %v", rev, err)
+		}
 	}
 
 	manager := tags.NewManager(tags.Options{Kube: m.kube})
@@ -84,14 +94,33 @@ func withRevision(rev string) func(*bootstrap.Options) {
 
 func (cp *controlPlane) webhookURL() string { return "https://" + cp.srv.WebhookAddr() + "/inject" }
 
-func (m *kubeMesh) expectCABundle(t *testing.T, name string) error {
-	t.Helper()
-	out, err := exec.Command(m.kubectl, "--kubeconfig", m.kubeconfig, "get", "mutatingwebhookconfiguration", name,
-		"-o", "jsonpath={.webhooks[0].clientConfig.caBundle}").CombinedOutput()
-	if err != nil || len(out) == 0 {
-		return fmt.Errorf("caBundle of %s: %v %s", name, err, out)
+// expectCABundle checks that every webhook of the MutatingWebhookConfiguration
+// name trusts exactly root.
+func (m *kubeMesh) expectCABundle(name string, root []byte) error {
+	c, err := m.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	for _, w := range c.Webhooks {
+		if !bytes.Equal(w.ClientConfig.CABundle, root) {
+			return fmt.Errorf("%s/%s has caBundle %q, want the mesh root", name, w.Name, w.ClientConfig.CABundle)
+		}
 	}
 	return nil
+}
+
+// webhookChainVerifies connects to the webhook server as the API server does
+// (by the URL's address) and verifies what it serves against root alone.
+func (cp *controlPlane) webhookChainVerifies(root []byte) error {
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(root) {
+		return fmt.Errorf("no certificate in the root %q", root)
+	}
+	conn, err := tls.Dial("tcp", cp.srv.WebhookAddr(), &tls.Config{RootCAs: roots, ServerName: "127.0.0.1"})
+	if err != nil {
+		return fmt.Errorf("the webhook's serving chain does not verify against the mesh root: %w", err)
+	}
+	return conn.Close()
 }
 
 var podCount int
