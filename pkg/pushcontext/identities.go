@@ -16,6 +16,13 @@ type WorkloadIdentities struct {
 	joined string
 }
 
+// NewWorkloadIdentities makes a set of the given identities.
+func NewWorkloadIdentities(ids ...string) WorkloadIdentities {
+	ids = slices.Clone(ids)
+	slices.Sort(ids)
+	return WorkloadIdentities{joined: strings.Join(slices.Compact(ids), "\n")}
+}
+
 // List returns the identities, sorted; nil when there are none.
 func (w WorkloadIdentities) List() []string {
 	if w.joined == "" {

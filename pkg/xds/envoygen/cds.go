@@ -103,16 +103,17 @@ func (r *cdsRun) fixed(res model.Resource) {
 
 func (r *cdsRun) outbound(svc *model.Service) {
 	rule := r.push.DestinationRuleForProxy(r.proxy, svc.Hostname)
+	peer := peerTLSFor(r.push, svc)
 	for _, p := range svc.Ports {
 		if p.Protocol == model.ProtocolUDP {
 			continue // Envoy sidecars do not proxy UDP, nor does Istio.
 		}
-		r.emit(outboundCluster{svc: svc, port: p, rule: rule, proxyType: r.proxy.Type})
+		r.emit(outboundCluster{svc: svc, port: p, rule: rule, proxyType: r.proxy.Type, peer: peer})
 		if rule == nil {
 			continue
 		}
 		for _, s := range rule.Spec.GetSubsets() {
-			r.emit(outboundCluster{svc: svc, port: p, subset: s.GetName(), rule: rule, proxyType: r.proxy.Type})
+			r.emit(outboundCluster{svc: svc, port: p, subset: s.GetName(), rule: rule, proxyType: r.proxy.Type, peer: peer})
 		}
 	}
 }
@@ -276,7 +277,7 @@ func (g *clusterGeneration) getOutbound(push *pushcontext.PushContext, key outbo
 	}
 	if plainCluster(key) {
 		return g.miss(push, key, nil, func(problemReporter) model.Resource {
-			return templates.get(key.port.Protocol, key.proxyType).resource(OutboundClusterName(key.svc.Hostname, key.port.Port, ""))
+			return templates.get(key.port.Protocol, key.proxyType).resource(key)
 		}, drop)
 	}
 	return g.miss(push, key, key.rule, func(drop problemReporter) model.Resource {

@@ -34,6 +34,26 @@ type outboundCluster struct {
 	// rule is the DestinationRule the proxy resolves for the host; nil if none.
 	rule      *pushcontext.DestinationRule
 	proxyType model.NodeType
+	// peer is what mutual TLS to the service depends on besides the rule.
+	peer peerTLS
+}
+
+// peerTLS is what the client side of mutual TLS knows about a service's
+// servers.
+type peerTLS struct {
+	// identities are the workload identities the server must prove one of.
+	identities pushcontext.WorkloadIdentities
+	// auto is set when auto mTLS applies to the service: the mesh enables
+	// it and the service's namespace does not disable mutual TLS.
+	auto bool
+}
+
+// peerTLSFor is peerTLS of svc in push.
+func peerTLSFor(push *pushcontext.PushContext, svc *model.Service) peerTLS {
+	return peerTLS{
+		identities: push.ServiceIdentities(svc.Hostname),
+		auto:       push.AutoMTLS() && push.NamespaceMTLSMode(svc.Namespace) != model.MTLSDisable,
+	}
 }
 
 // clusterBuilder assembles one cluster: the cluster message, the upstream
@@ -103,6 +123,7 @@ func buildOutboundCluster(o outboundCluster, drop problemReporter) *cluster.Clus
 		istioSNI:     istioMutualSNI(o.svc.Hostname, o.port.Port, o.subset),
 		sidecar:      o.proxyType == model.SidecarProxy,
 		ruleSelector: o.rule != nil && o.rule.Spec.GetWorkloadSelector() != nil,
+		peer:         o.peer,
 	})
 	b.applyProxyProtocol(policy.GetProxyProtocol())
 	if b.c.GetType() == cluster.Cluster_EDS {

@@ -6,7 +6,6 @@ import (
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	proxyprotocolv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/proxy_protocol/v3"
-	rawbufferv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/raw_buffer/v3"
 	xdstype "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -202,22 +201,27 @@ func (b *clusterBuilder) applyProxyProtocol(pp *networking.TrafficPolicy_ProxyPr
 	if pp == nil {
 		return
 	}
-	inner := b.c.TransportSocket
-	if inner == nil {
-		inner = &core.TransportSocket{
-			Name:       "envoy.transport_sockets.raw_buffer",
-			ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: packAny(&rawbufferv3.RawBuffer{})},
-		}
-	}
 	version := core.ProxyProtocolConfig_V1
 	if pp.GetVersion() == networking.TrafficPolicy_ProxyProtocol_V2 {
 		version = core.ProxyProtocolConfig_V2
 	}
-	b.c.TransportSocket = &core.TransportSocket{
-		Name: "envoy.transport_sockets.upstream_proxy_protocol",
-		ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: packAny(&proxyprotocolv3.ProxyProtocolUpstreamTransport{
-			Config:          &core.ProxyProtocolConfig{Version: version},
-			TransportSocket: inner,
-		})},
+	wrap := func(inner *core.TransportSocket) *core.TransportSocket {
+		if inner == nil {
+			inner = rawBufferSocket()
+		}
+		return &core.TransportSocket{
+			Name: "envoy.transport_sockets.upstream_proxy_protocol",
+			ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: packAny(&proxyprotocolv3.ProxyProtocolUpstreamTransport{
+				Config:          &core.ProxyProtocolConfig{Version: version},
+				TransportSocket: inner,
+			})},
+		}
+	}
+	// Under auto mTLS every endpoint's socket, TLS or not, gets the header.
+	for _, m := range b.c.TransportSocketMatches {
+		m.TransportSocket = wrap(m.TransportSocket)
+	}
+	if len(b.c.TransportSocketMatches) == 0 {
+		b.c.TransportSocket = wrap(b.c.TransportSocket)
 	}
 }

@@ -3,6 +3,8 @@ package envoygen
 import (
 	"sync"
 
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -19,10 +21,12 @@ const (
 
 // clusterTemplates marshal the clusters of services without a
 // DestinationRule by splicing: such clusters differ only in their name (and
-// the EDS service name, the same string), so the rest is marshalled once
-// per port protocol and proxy kind and the names are prepended. Protobuf
-// merges concatenated fields, so the bytes decode to exactly the cluster
-// buildOutboundCluster makes.
+// the EDS service name, the same string) and, under auto mTLS, in their
+// transport socket matches (which name the service's SNI and identities).
+// The rest is marshalled once per port protocol and proxy kind; the names
+// are prepended and the matches appended. Protobuf merges concatenated
+// fields, so the bytes decode to exactly the cluster buildOutboundCluster
+// makes.
 type clusterTemplates struct {
 	mu     sync.RWMutex
 	byKind map[templateKey]*clusterTemplate
@@ -75,11 +79,19 @@ func (t *clusterTemplates) get(protocol model.Protocol, proxyType model.NodeType
 	return tmpl
 }
 
-// resource returns the marshalled cluster named name.
-func (tmpl *clusterTemplate) resource(name string) model.Resource {
+// resource returns the marshalled cluster of o, a plain cluster.
+func (tmpl *clusterTemplate) resource(o outboundCluster) model.Resource {
+	name := OutboundClusterName(o.svc.Hostname, o.port.Port, "")
+	var matches []byte
+	if o.peer.auto {
+		// The matches are built by the one cluster builder, so that both
+		// paths agree on them by construction.
+		c := buildOutboundCluster(o, problemReporter{})
+		matches = marshalClusterPart(&cluster.Cluster{TransportSocketMatches: c.TransportSocketMatches})
+	}
 	edsLen := len(tmpl.edsConfig) + protowire.SizeTag(edsServiceNameField) + protowire.SizeBytes(len(name))
 	size := protowire.SizeTag(clusterNameField) + protowire.SizeBytes(len(name)) +
-		protowire.SizeTag(clusterEDSConfigField) + protowire.SizeBytes(edsLen) + len(tmpl.rest)
+		protowire.SizeTag(clusterEDSConfigField) + protowire.SizeBytes(edsLen) + len(tmpl.rest) + len(matches)
 	b := make([]byte, 0, size)
 	b = protowire.AppendTag(b, clusterNameField, protowire.BytesType)
 	b = protowire.AppendString(b, name)
@@ -89,7 +101,16 @@ func (tmpl *clusterTemplate) resource(name string) model.Resource {
 	b = protowire.AppendTag(b, edsServiceNameField, protowire.BytesType)
 	b = protowire.AppendString(b, name)
 	b = append(b, tmpl.rest...)
+	b = append(b, matches...)
 	return model.Resource{Name: name, Resource: &anypb.Any{TypeUrl: ClusterType, Value: b}}
+}
+
+func marshalClusterPart(c *cluster.Cluster) []byte {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(c)
+	if err != nil {
+		panic("envoygen: marshal cluster " + c.GetName() + ": " + err.Error())
+	}
+	return b
 }
 
 // plainCluster reports whether o is built from defaults only, so that its

@@ -245,25 +245,37 @@ func resourceNames(res model.Resources) []string {
 }
 
 // Clusters of services without a rule are spliced from a template; they
-// must decode to exactly the cluster the builder makes.
+// must decode to exactly the cluster the builder makes, with auto mTLS's
+// transport socket matches or without.
 func TestClusterTemplateMatchesBuilder(t *testing.T) {
 	var templates clusterTemplates
 	protocols := []model.Protocol{model.ProtocolHTTP, model.ProtocolHTTP2, model.ProtocolGRPC, model.ProtocolTCP, model.ProtocolUnknown, model.ProtocolTLS}
+	peers := map[string]peerTLS{
+		"no auto mTLS":                   {},
+		"auto mTLS, no identities known": {auto: true},
+		"auto mTLS with the identities":  {auto: true, identities: pushcontext.NewWorkloadIdentities("spiffe://cluster.local/ns/app/sa/web", "spiffe://cluster.local/ns/app/sa/web-v2")},
+	}
 	for _, proxyType := range []model.NodeType{model.SidecarProxy, model.Router} {
 		for _, protocol := range protocols {
-			o := outboundCluster{
-				svc:       &model.Service{Hostname: "web.app.svc.cluster.local"},
-				port:      &model.Port{Port: 8080, Protocol: protocol},
-				proxyType: proxyType,
-			}
-			want := buildOutboundCluster(o, problemReporter{})
-			res := templates.get(protocol, proxyType).resource(OutboundClusterName(o.svc.Hostname, 8080, ""))
-			var got cluster.Cluster
-			if err := res.Resource.UnmarshalTo(&got); err != nil {
-				t.Fatalf("%s %s: %v", proxyType, protocol, err)
-			}
-			if diff := cmp.Diff(want, &got, protocmp.Transform()); diff != "" {
-				t.Errorf("%s %s: spliced cluster differs (-built +spliced):\n%s", proxyType, protocol, diff)
+			for peerName, peer := range peers {
+				o := outboundCluster{
+					svc:       &model.Service{Hostname: "web.app.svc.cluster.local"},
+					port:      &model.Port{Port: 8080, Protocol: protocol},
+					proxyType: proxyType,
+					peer:      peer,
+				}
+				want := buildOutboundCluster(o, problemReporter{})
+				if peer.auto != (len(want.TransportSocketMatches) == 2) {
+					t.Errorf("%s %s %s: %d transport socket matches", proxyType, protocol, peerName, len(want.TransportSocketMatches))
+				}
+				res := templates.get(protocol, proxyType).resource(o)
+				var got cluster.Cluster
+				if err := res.Resource.UnmarshalTo(&got); err != nil {
+					t.Fatalf("%s %s %s: %v", proxyType, protocol, peerName, err)
+				}
+				if diff := cmp.Diff(want, &got, protocmp.Transform()); diff != "" {
+					t.Errorf("%s %s %s: spliced cluster differs (-built +spliced):\n%s", proxyType, protocol, peerName, diff)
+				}
 			}
 		}
 	}

@@ -4,11 +4,15 @@ import (
 	"net/netip"
 	"strings"
 
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rawbufferv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/raw_buffer/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"google.golang.org/protobuf/types/known/structpb"
 	networking "istio.io/api/networking/v1"
 
+	"github.com/meshpilot/meshpilot/pkg/model"
 	"github.com/meshpilot/meshpilot/pkg/pushcontext"
 )
 
@@ -43,16 +47,33 @@ type tlsTarget struct {
 	sidecar  bool
 	// ruleSelector is set when the rule has a workloadSelector.
 	ruleSelector bool
+	peer         peerTLS
 }
 
 // applyTLS originates TLS as the rule says. Certificates are always SDS
 // references: the workload's own for ISTIO_MUTUAL, a Kubernetes Secret for
 // credentialName, or pod-mounted files through the agent.
 func (b *clusterBuilder) applyTLS(tls *networking.ClientTLSSettings, t tlsTarget) {
+	if tls == nil {
+		if t.peer.auto && b.c.GetType() == cluster.Cluster_EDS {
+			b.applyAutoMTLS(b.istioMutualTLS(t.peer.identities.List(), t.istioSNI))
+		}
+		return
+	}
 	var ctx *tlsv3.UpstreamTlsContext
 	switch tls.GetMode() {
 	case networking.ClientTLSSettings_ISTIO_MUTUAL:
-		ctx = b.istioMutualTLS(tls, t.istioSNI)
+		// Istio's rule: the rule's subjectAltNames, when it names any,
+		// replace the identities behind the service.
+		sans := tls.GetSubjectAltNames()
+		if len(sans) == 0 {
+			sans = t.peer.identities.List()
+		}
+		sni := tls.GetSni()
+		if sni == "" {
+			sni = t.istioSNI
+		}
+		ctx = b.istioMutualTLS(sans, sni)
 	case networking.ClientTLSSettings_SIMPLE, networking.ClientTLSSettings_MUTUAL:
 		if tls.GetCredentialName() != "" && t.sidecar && !t.ruleSelector {
 			// Istio's rule: a credential would otherwise reach every sidecar
@@ -61,7 +82,7 @@ func (b *clusterBuilder) applyTLS(tls *networking.ClientTLSSettings, t tlsTarget
 			return
 		}
 		ctx = b.originateTLS(tls)
-	default: // DISABLE, or no settings
+	default: // DISABLE
 		return
 	}
 	b.c.TransportSocket = &core.TransportSocket{
@@ -80,14 +101,15 @@ func defaultUpstreamCommonTLS() *tlsv3.CommonTlsContext {
 }
 
 // istioMutualTLS presents the workload's certificate and validates the peer
-// against the mesh root. The "istio" ALPN marks in-mesh traffic for the
-// server's filter chain match.
-func (b *clusterBuilder) istioMutualTLS(tls *networking.ClientTLSSettings, defaultSNI string) *tlsv3.UpstreamTlsContext {
+// against the mesh root and, when sans names any, against those
+// identities. The "istio" ALPN marks in-mesh traffic for the server's
+// filter chain match.
+func (b *clusterBuilder) istioMutualTLS(sans []string, sni string) *tlsv3.UpstreamTlsContext {
 	common := defaultUpstreamCommonTLS()
 	common.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{agentSecret(workloadCertSecret)}
 	common.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{
 		CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
-			DefaultValidationContext:         &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: sanMatchers(tls.GetSubjectAltNames())},
+			DefaultValidationContext:         &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: sanMatchers(sans)},
 			ValidationContextSdsSecretConfig: agentSecret(workloadRootSecret),
 		},
 	}
@@ -95,11 +117,51 @@ func (b *clusterBuilder) istioMutualTLS(tls *networking.ClientTLSSettings, defau
 	if b.http2Options() != nil {
 		common.AlpnProtocols = []string{"istio", "h2"}
 	}
-	sni := tls.GetSni()
-	if sni == "" {
-		sni = defaultSNI
-	}
 	return &tlsv3.UpstreamTlsContext{CommonTlsContext: common, Sni: sni}
+}
+
+// Auto mTLS picks the transport socket per endpoint: the endpoints whose
+// pods carry security.istio.io/tlsMode=istio (EDS copies the label into
+// this metadata) get mutual TLS, every other endpoint plaintext. See
+// Envoy's Cluster.transport_socket_matches: the first match whose fields
+// all appear in the endpoint's envoy.transport_socket_match metadata wins,
+// and an empty match takes the rest.
+const (
+	tlsModeIstioMatch    = "tlsMode-" + model.TLSModeIstio
+	tlsModeDisabledMatch = "tlsMode-disabled"
+	transportSocketRaw   = "envoy.transport_sockets.raw_buffer"
+)
+
+var (
+	tlsModeIstioFields = &structpb.Struct{Fields: map[string]*structpb.Value{
+		"tlsMode": structpb.NewStringValue(model.TLSModeIstio),
+	}}
+	rawBufferConfig = packAny(&rawbufferv3.RawBuffer{})
+)
+
+func (b *clusterBuilder) applyAutoMTLS(ctx *tlsv3.UpstreamTlsContext) {
+	b.c.TransportSocketMatches = []*cluster.Cluster_TransportSocketMatch{
+		{
+			Name:  tlsModeIstioMatch,
+			Match: tlsModeIstioFields,
+			TransportSocket: &core.TransportSocket{
+				Name:       transportSocketTLS,
+				ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: packAny(ctx)},
+			},
+		},
+		{
+			Name:            tlsModeDisabledMatch,
+			Match:           &structpb.Struct{},
+			TransportSocket: rawBufferSocket(),
+		},
+	}
+}
+
+func rawBufferSocket() *core.TransportSocket {
+	return &core.TransportSocket{
+		Name:       transportSocketRaw,
+		ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: rawBufferConfig},
+	}
 }
 
 // originateTLS is SIMPLE (server verified only) or MUTUAL (client
