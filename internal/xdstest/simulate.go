@@ -41,6 +41,16 @@ type Request struct {
 	// SNI, when set, makes the connection TLS with that server name, as
 	// the TLS inspector reports it to filter chain matching.
 	SNI string
+	// TLS makes the connection TLS without a server name; ALPN is what its
+	// client offers, and ClientCertificate says whether it presents one
+	// (as a sidecar does under mutual TLS).
+	TLS               bool
+	ALPN              []string
+	ClientCertificate bool
+	// Inbound makes the connection arrive at the proxy's workload: iptables
+	// redirects it to the inbound listener (traffic_direction INBOUND),
+	// whose chains match the original destination port.
+	Inbound bool
 	// Host is the Host header (:authority); Path the :path, query included.
 	Host    string
 	Path    string
@@ -72,6 +82,9 @@ const (
 	// OutcomeUnsupported: the configuration uses something the simulation
 	// does not model; Result.Detail says what.
 	OutcomeUnsupported Outcome = "unsupported"
+	// OutcomeTLSRefused: the chain terminates TLS, requires a client
+	// certificate, and the client presented none; the handshake fails.
+	OutcomeTLSRefused Outcome = "TLS handshake refused"
 )
 
 // Result is where a request went, step by step; fields after the step at
@@ -81,9 +94,12 @@ type Result struct {
 	Detail      string // why it stopped, for every outcome but routed
 	Listener    string
 	FilterChain string // its name, or "#<index>" when unnamed
-	RouteConfig string
-	VirtualHost string
-	Route       string
+	// TLSTerminated is set when the chain terminates TLS, and
+	// ClientCertRequired when it requires a client certificate.
+	TLSTerminated, ClientCertRequired bool
+	RouteConfig                       string
+	VirtualHost                       string
+	Route                             string
 	// HashPolicy describes the route's hash policies ("header:x-user",
 	// "cookie:session", "query_parameter:q", "source_ip").
 	HashPolicy []string
@@ -189,6 +205,15 @@ func (s *Simulation) Route(req Request) Result {
 		return stop(res, OutcomeNoListener, fmt.Sprintf("listener %s: no filter chain matches", l.GetName()))
 	}
 	res.FilterChain = name
+	if ts := chain.GetTransportSocket(); ts != nil {
+		refused, detail, ok := terminateTLS(&res, ts, req)
+		if !ok {
+			return stop(res, OutcomeUnsupported, detail)
+		}
+		if refused {
+			return stop(res, OutcomeTLSRefused, detail)
+		}
+	}
 	return s.runNetworkFilters(res, chain, req)
 }
 
@@ -202,6 +227,14 @@ func stop(res Result, o Outcome, detail string) Result {
 // redirects every outbound connection there), else the one bound to the
 // destination itself, as at a gateway.
 func (s *Simulation) entryListener(req Request) *listener.Listener {
+	if req.Inbound {
+		for _, l := range s.listeners {
+			if l.GetTrafficDirection() == core.TrafficDirection_INBOUND && boundToPort(l) {
+				return l
+			}
+		}
+		return nil
+	}
 	for _, l := range s.listeners {
 		if l.GetUseOriginalDst().GetValue() && boundToPort(l) {
 			return l

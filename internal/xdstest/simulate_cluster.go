@@ -6,6 +6,7 @@ import (
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	"google.golang.org/protobuf/proto"
 )
 
 // Cluster resolves a cluster by name to the endpoints that receive traffic
@@ -151,4 +152,59 @@ func pickable(eps []Endpoint, weighted bool) []Endpoint {
 		}
 	}
 	return out
+}
+
+// transportSocketMatchKey is the endpoint metadata that Envoy matches
+// transport_socket_matches against.
+const transportSocketMatchKey = "envoy.transport_socket_match"
+
+// TransportSocket names how the proxy connects to one endpoint (ip:port) of
+// an EDS cluster: the name of the transport socket match that applies
+// (under auto mTLS, tlsMode-istio or tlsMode-disabled), else the name of
+// the cluster's transport socket, else "plaintext".
+func (s *Simulation) TransportSocket(clusterName, address string) (string, error) {
+	c := s.clusters[clusterName]
+	if c == nil {
+		return "", fmt.Errorf("cluster %q was not sent", clusterName)
+	}
+	service := c.GetEdsClusterConfig().GetServiceName()
+	if service == "" {
+		service = clusterName
+	}
+	for _, group := range s.assignments[service].GetEndpoints() {
+		for _, lb := range group.GetLbEndpoints() {
+			sa := lb.GetEndpoint().GetAddress().GetSocketAddress()
+			if hostPortOf(sa.GetAddress(), sa.GetPortValue()) == address {
+				return transportSocketFor(c, lb), nil
+			}
+		}
+	}
+	return "", fmt.Errorf("cluster %s has no endpoint %s", clusterName, address)
+}
+
+// transportSocketFor names the transport socket Envoy uses towards one
+// endpoint: the first of the cluster's transport_socket_matches whose
+// every field the endpoint's envoy.transport_socket_match metadata holds
+// with the same value (an empty match takes every endpoint), else the
+// cluster's transport_socket (Cluster.transport_socket_matches,
+// cluster.proto). It is the match's name, the socket's name, or
+// "plaintext" when there is none.
+func transportSocketFor(c *cluster.Cluster, lb *endpoint.LbEndpoint) string {
+	meta := lb.GetMetadata().GetFilterMetadata()[transportSocketMatchKey].GetFields()
+	for _, m := range c.GetTransportSocketMatches() {
+		matched := true
+		for k, want := range m.GetMatch().GetFields() {
+			if got, ok := meta[k]; !ok || !proto.Equal(got, want) {
+				matched = false
+				break
+			}
+		}
+		if matched {
+			return m.GetName()
+		}
+	}
+	if ts := c.GetTransportSocket(); ts != nil {
+		return ts.GetName()
+	}
+	return "plaintext"
 }

@@ -3,17 +3,22 @@ package xdstest
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	"google.golang.org/protobuf/proto"
 )
 
 // matchFilterChain picks the listener's filter chain for req by Envoy's
 // rule (listener_components.proto, FilterChainMatch,
 // https://www.envoyproxy.io/docs/envoy/latest/api-v3/config/listener/v3/listener_components.proto#config-listener-v3-filterchainmatch):
 // the criteria are applied in order (destination port, destination IP,
-// server name, transport protocol, ...), and at each one only the chains
+// server name, transport protocol, application protocols, ...), and at
+// each one only the chains
 // with the most specific value that matches stay; a chain that leaves a
 // criterion unset is the least specific. There is no backtracking: when
 // the chains left at some stage all fail a later one, nothing matches and
@@ -24,7 +29,7 @@ func matchFilterChain(l *listener.Listener, req Request) (chain *listener.Filter
 	candidates := make([]int, 0, len(chains))
 	for i, fc := range chains {
 		m := fc.GetFilterChainMatch()
-		if len(m.GetApplicationProtocols()) > 0 || len(m.GetDirectSourcePrefixRanges()) > 0 ||
+		if len(m.GetDirectSourcePrefixRanges()) > 0 ||
 			m.GetSourceType() != listener.FilterChainMatch_ANY || len(m.GetSourcePrefixRanges()) > 0 ||
 			len(m.GetSourcePorts()) > 0 || m.GetAddressSuffix() != "" || m.GetSuffixLen() != nil {
 			return nil, "", fmt.Sprintf("listener %s: filter chain %d matches on criteria the simulation does not model", l.GetName(), i)
@@ -32,7 +37,7 @@ func matchFilterChain(l *listener.Listener, req Request) (chain *listener.Filter
 		candidates = append(candidates, i)
 	}
 	transport := "raw_buffer"
-	if req.SNI != "" {
+	if req.SNI != "" || req.TLS {
 		transport = "tls" // what the TLS inspector reports
 	}
 	dst, _ := netip.ParseAddr(req.DestinationIP)
@@ -54,6 +59,20 @@ func matchFilterChain(l *listener.Listener, req Request) (chain *listener.Filter
 				return 0
 			case transport:
 				return 1
+			}
+			return -1
+		},
+		// The TLS inspector reports the client's ALPN offer; a chain
+		// matches when it lists any of the offered protocols.
+		func(m *listener.FilterChainMatch) int {
+			protocols := m.GetApplicationProtocols()
+			if len(protocols) == 0 {
+				return 0
+			}
+			for _, p := range req.ALPN {
+				if slices.Contains(protocols, p) {
+					return 1
+				}
 			}
 			return -1
 		},
@@ -141,4 +160,28 @@ func serverNameSpecificity(names []string, sni string) int {
 		}
 	}
 	return best
+}
+
+// terminateTLS applies a chain's transport socket: a DownstreamTlsContext
+// (envoy.transport_sockets.tls) terminates TLS, and with
+// require_client_certificate set a client without a certificate fails the
+// handshake (tls.proto, DownstreamTlsContext). ok is false for a socket
+// the simulation does not model.
+func terminateTLS(res *Result, ts *core.TransportSocket, req Request) (refused bool, detail string, ok bool) {
+	var ctx tlsv3.DownstreamTlsContext
+	if ts.GetTypedConfig().GetTypeUrl() != "type.googleapis.com/"+string(proto.MessageName(&ctx)) {
+		return false, fmt.Sprintf("transport socket %s", ts.GetTypedConfig().GetTypeUrl()), false
+	}
+	if err := ts.GetTypedConfig().UnmarshalTo(&ctx); err != nil {
+		return false, err.Error(), false
+	}
+	if req.SNI == "" && !req.TLS {
+		return true, "the chain expects TLS and the client sent plaintext", true
+	}
+	res.ClientCertRequired = ctx.GetRequireClientCertificate().GetValue()
+	if res.ClientCertRequired && !req.ClientCertificate {
+		return true, "the chain requires a client certificate and the client presented none", true
+	}
+	res.TLSTerminated = true
+	return false, "", true
 }

@@ -31,7 +31,10 @@ type ListenerGenerator struct {
 	originalDstConfig *anypb.Any
 	virtualOutbound   model.Resource
 	tlsInspector      *anypb.Any
-	views             outboundViews
+	// inboundTLSHTTP and inboundTLSTCP terminate mutual TLS on inbound
+	// chains (listener_inbound_tls.go).
+	inboundTLSHTTP, inboundTLSTCP *anypb.Any
+	views                         outboundViews
 
 	// gatewayPrev are the ingress gateway's last listeners, reused while
 	// their inputs stay the same.
@@ -56,6 +59,8 @@ func newListenerGenerator(opts Options) *ListenerGenerator {
 		originalDstConfig: mustPackLR(newOriginalDstConfig()),
 		virtualOutbound:   vo,
 		tlsInspector:      newTLSInspectorConfig(),
+		inboundTLSHTTP:    newInboundTLSContext(true),
+		inboundTLSTCP:     newInboundTLSContext(false),
 	}
 }
 
@@ -95,9 +100,9 @@ func (g *ListenerGenerator) Generate(proxy *model.Proxy, push *pushcontext.PushC
 	if err != nil {
 		return nil, err
 	}
-	chains := inboundChains(push, proxy)
-	inbound, err := gen.get(virtualInboundKey{inboundSignature(chains)}, func() (any, error) {
-		return g.buildVirtualInbound(chains)
+	ports := inboundChainsFor(push, proxy)
+	inbound, err := gen.get(virtualInboundKey{ports.signature()}, func() (any, error) {
+		return g.buildVirtualInbound(ports)
 	})
 	if err != nil {
 		return nil, err
