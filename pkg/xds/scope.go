@@ -48,6 +48,10 @@ type pushPlan struct {
 	// configuration depends on them.
 	ingressChanged bool
 	secrets        []model.NamespacedName
+	// peerAuthnChanged is set when PeerAuthentications changed: inbound
+	// listeners follow them, and clusters (auto mTLS) follow the
+	// namespace-wide ones.
+	peerAuthnChanged bool
 
 	// scopes memoizes scopeFor by what a scope depends on (namespace, and
 	// labels where workload-selector rules exist): many proxies share one.
@@ -110,6 +114,8 @@ func newPushPlan(id uint64, req *model.PushRequest, prev, cur *pushcontext.PushC
 			p.ingressChanged = true
 		case model.KindSecret:
 			p.secrets = append(p.secrets, model.NamespacedName{Namespace: key.Namespace, Name: key.Name})
+		case model.KindPeerAuthentication:
+			p.peerAuthnChanged = true
 		default:
 			p.everything = true
 			return p
@@ -153,6 +159,7 @@ func mergePlans(id uint64, older, newer *pushPlan) *pushPlan {
 		workloadsChanged: older.workloadsChanged || newer.workloadsChanged,
 		ingressChanged:   older.ingressChanged || newer.ingressChanged,
 		secrets:          slices.Concat(older.secrets, newer.secrets),
+		peerAuthnChanged: older.peerAuthnChanged || newer.peerAuthnChanged,
 	}
 	if len(older.rules)+len(newer.rules) > 0 {
 		m.rules = maps.Clone(older.rules)
@@ -330,6 +337,7 @@ func (p *pushPlan) meshScope(proxy *model.Proxy) pushScope {
 	}
 	var sc pushScope
 	sc.endpoints = p.endpointsChanged
+	sc.clusters, sc.listeners = p.peerAuthnChanged, p.peerAuthnChanged
 	for host, change := range p.rules {
 		if !visibleIn(p.prev, ns, host) && !visibleIn(p.cur, ns, host) {
 			continue

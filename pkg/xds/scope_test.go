@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1"
+	security "istio.io/api/security/v1beta1"
 
 	"github.com/meshpilot/meshpilot/pkg/model"
 	"github.com/meshpilot/meshpilot/pkg/pushcontext"
@@ -187,6 +188,19 @@ func TestPushScopes(t *testing.T) {
 			mine: []string{"eds"},
 		},
 		{
+			// Clusters verify servers against the identities behind the
+			// service, so a new one makes the endpoint push a service push.
+			name: "a new workload identity behind the restricted service",
+			change: func(s model.Store) []model.ConfigKey {
+				eps := s.Endpoints(serviceKey("private"))
+				moved := *eps[0]
+				moved.ServiceAccount = "private-v2"
+				s.SetEndpoints(serviceKey("private"), "private-slice", []*model.Endpoint{&moved})
+				return []model.ConfigKey{{Kind: model.KindEndpoints, Namespace: "default", Name: "private"}}
+			},
+			mine: all,
+		},
+		{
 			name: "endpoints of the public service",
 			change: func(s model.Store) []model.ConfigKey {
 				setHTTPEndpoints(s, "a", "10.9.0.3")
@@ -240,6 +254,19 @@ func TestPushScopes(t *testing.T) {
 				s.UpsertNamespace(&model.Namespace{Name: "other", Labels: map[string]string{"team": "x"}})
 				return []model.ConfigKey{{Kind: model.KindNamespace, Name: "other"}}
 			},
+		},
+		{
+			// Inbound listeners follow PeerAuthentications, and clusters
+			// (auto mTLS) the namespace-wide ones; nothing else does.
+			name: "peer authentication",
+			change: func(s model.Store) []model.ConfigKey {
+				s.UpsertConfig(&model.Config{
+					Kind: model.KindPeerAuthentication, Namespace: "other", Name: "default",
+					Spec: &security.PeerAuthentication{Mtls: &security.PeerAuthentication_MutualTLS{Mode: security.PeerAuthentication_MutualTLS_STRICT}},
+				})
+				return []model.ConfigKey{{Kind: model.KindPeerAuthentication, Namespace: "other", Name: "default"}}
+			},
+			mine: []string{"cds", "lds"}, other: []string{"cds", "lds"}, gateway: []string{"cds", "lds"},
 		},
 		{
 			name: "new rule with subsets",
