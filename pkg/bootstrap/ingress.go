@@ -24,8 +24,10 @@ func ingressOwnership(o *Options) model.IngressOwnership {
 // pushContextOptions are the push-context options that o's settings make.
 func pushContextOptions(o *Options) pushcontext.Options {
 	return pushcontext.Options{
-		DomainSuffix:  o.DomainSuffix,
-		RootNamespace: o.RootNamespace,
+		DomainSuffix:    o.DomainSuffix,
+		RootNamespace:   o.RootNamespace,
+		TrustDomain:     o.TrustDomain,
+		DisableAutoMTLS: o.DisableAutoMTLS,
 		Ingress: pushcontext.IngressOptions{
 			Ownership:       ingressOwnership(o),
 			GatewayService:  o.Ingress.Service,

@@ -58,6 +58,9 @@ func (o *Options) applyMeshConfig(path string, explicit func(flag string) bool) 
 	}
 	set("root-namespace", mesh.GetRootNamespace(), func(v string) { o.RootNamespace = v })
 	set("trust-domain", mesh.GetTrustDomain(), func(v string) { o.TrustDomain = v })
+	if auto := mesh.GetEnableAutoMtls(); auto != nil {
+		o.DisableAutoMTLS = !auto.GetValue()
+	}
 	set("ingress-class", mesh.GetIngressClass(), func(v string) { o.Ingress.Class = v })
 	if m := mesh.GetIngressControllerMode(); m != meshv1alpha1.MeshConfig_UNSPECIFIED {
 		set("ingress-controller-mode", m.String(), func(v string) { o.Ingress.Mode = model.IngressMode(v) })

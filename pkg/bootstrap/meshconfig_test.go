@@ -17,6 +17,7 @@ ingressClass: mesh-ingress
 ingressControllerMode: DEFAULT
 ingressService: gateway
 ingressSelector: edge
+enableAutoMtls: false
 defaultConfig:
   discoveryAddress: istiod.istio-system.svc:15012
 someFieldFromANewerIstio: true
@@ -36,6 +37,12 @@ someFieldFromANewerIstio: true
 			}
 			if o.TrustDomain != "example.org" {
 				t.Errorf("trust domain %q, want the file's example.org", o.TrustDomain)
+			}
+			if !o.DisableAutoMTLS {
+				t.Errorf("enableAutoMtls: false did not turn auto mTLS off")
+			}
+			if pc := pushContextOptions(&o); pc.TrustDomain != "example.org" || !pc.DisableAutoMTLS {
+				t.Errorf("push context options %+v do not carry the trust domain and auto mTLS", pc)
 			}
 			if want := (model.NamespacedName{Namespace: "istio-system", Name: "gateway"}); o.Ingress.Service != want {
 				t.Errorf("ingress service %v, want %v", o.Ingress.Service, want)

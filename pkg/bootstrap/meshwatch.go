@@ -5,6 +5,7 @@ import (
 	"maps"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/meshpilot/meshpilot/pkg/dirwatch"
@@ -18,6 +19,7 @@ var meshSettings = []struct {
 }{
 	{"rootNamespace", func(o *Options) string { return o.RootNamespace }},
 	{"trustDomain", func(o *Options) string { return o.TrustDomain }},
+	{"enableAutoMtls", func(o *Options) string { return strconv.FormatBool(!o.DisableAutoMTLS) }},
 	{"ingressClass", func(o *Options) string { return o.Ingress.Class }},
 	{"ingressControllerMode", func(o *Options) string { return string(o.Ingress.Mode) }},
 	{"ingressService", func(o *Options) string { return o.Ingress.Service.String() }},

@@ -38,6 +38,9 @@ type Options struct {
 	// TrustDomain is the SPIFFE trust domain of workload identities
 	// (spiffe://<td>/ns/<ns>/sa/<sa>), the mesh config's trustDomain.
 	TrustDomain string
+	// DisableAutoMTLS turns off auto mTLS, as the mesh config's
+	// enableAutoMtls: false does (it has no flag, as in Istio).
+	DisableAutoMTLS bool
 
 	DebounceAfter time.Duration
 	DebounceMax   time.Duration
