@@ -60,7 +60,8 @@ func seedSidecarWorld(s model.Store, sidecars int) {
 		eps := make([]*model.Endpoint, 0, 2*benchEndpoints)
 		for e := range benchEndpoints {
 			ip := fmt.Sprintf("10.%d.%d.%d", 100+i/250, i%250, e+1)
-			labels := map[string]string{"app": name, "version": fmt.Sprintf("v%d", e%2+1)}
+			// Every pod has a sidecar, as the injector labels it.
+			labels := map[string]string{"app": name, "version": fmt.Sprintf("v%d", e%2+1), model.TLSModeLabel: model.TLSModeIstio}
 			locality := model.Locality{Region: "eu", Zone: fmt.Sprintf("eu-%d", e%2+1)}
 			for _, port := range []struct {
 				name   string
@@ -209,20 +210,24 @@ func cmpOr(a, b string) string {
 // to 100 identical sidecars at 1,000 services, from generation to assembled
 // responses, excluding the push context build and the network. Identical
 // sidecars share one generation per type, so 100 should cost little more
-// than one.
+// than one. autoMTLS=off measures what auto mTLS (transport socket matches
+// in every cluster without a TLS rule) adds.
 func BenchmarkSidecarFullPush(b *testing.B) {
 	for _, n := range []int{1, 100} {
-		b.Run(fmt.Sprintf("sidecars=%d", n), func(b *testing.B) { benchmarkSidecarFullPush(b, n) })
+		for _, auto := range []bool{true, false} {
+			name := fmt.Sprintf("sidecars=%d/autoMTLS=%s", n, map[bool]string{true: "on", false: "off"}[auto])
+			b.Run(name, func(b *testing.B) { benchmarkSidecarFullPush(b, n, auto) })
+		}
 	}
 }
 
-func benchmarkSidecarFullPush(b *testing.B, n int) {
+func benchmarkSidecarFullPush(b *testing.B, n int, autoMTLS bool) {
 	store := model.NewStore()
 	seedSidecarWorld(store, n)
 	set := sidecarBenchGenerators()
 	s := NewServer(Options{
 		Store:       store,
-		PushContext: pushcontext.Options{DomainSuffix: "cluster.local", RootNamespace: "istio-system"},
+		PushContext: pushcontext.Options{DomainSuffix: "cluster.local", RootNamespace: "istio-system", DisableAutoMTLS: !autoMTLS},
 		Generators:  func(*model.Proxy) map[string]Generator { return set },
 	})
 	forced := &model.PushRequest{Full: true}

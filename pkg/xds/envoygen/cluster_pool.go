@@ -218,8 +218,12 @@ func (b *clusterBuilder) applyProxyProtocol(pp *networking.TrafficPolicy_ProxyPr
 		}
 	}
 	// Under auto mTLS every endpoint's socket, TLS or not, gets the header.
-	for _, m := range b.c.TransportSocketMatches {
-		m.TransportSocket = wrap(m.TransportSocket)
+	// The entries may be shared (cluster_tls.go), so they are replaced,
+	// never modified.
+	for i, m := range b.c.TransportSocketMatches {
+		b.c.TransportSocketMatches[i] = &cluster.Cluster_TransportSocketMatch{
+			Name: m.GetName(), Match: m.GetMatch(), TransportSocket: wrap(m.GetTransportSocket()),
+		}
 	}
 	if len(b.c.TransportSocketMatches) == 0 {
 		b.c.TransportSocket = wrap(b.c.TransportSocket)

@@ -41,6 +41,9 @@ type clusterTemplate struct {
 	// rest is the cluster without name and EDS config; edsConfig is the
 	// EdsClusterConfig without service name.
 	rest, edsConfig []byte
+	// h2 is whether the cluster speaks HTTP/2 upstream, which its mutual
+	// TLS announces in ALPN.
+	h2 bool
 }
 
 func (t *clusterTemplates) get(protocol model.Protocol, proxyType model.NodeType) *clusterTemplate {
@@ -57,6 +60,11 @@ func (t *clusterTemplates) get(protocol model.Protocol, proxyType model.NodeType
 		proxyType: proxyType,
 	}
 	c := buildOutboundCluster(probe, problemReporter{})
+	// A plain cluster speaks HTTP/2 by its port's protocol alone (no rule
+	// upgrades it).
+	pb := &clusterBuilder{c: &cluster.Cluster{}}
+	pb.setUpstreamProtocol(protocol, proxyType == model.SidecarProxy)
+	h2 := pb.http2Options() != nil
 	eds := c.EdsClusterConfig
 	c.Name, c.EdsClusterConfig = "", nil
 	eds.ServiceName = ""
@@ -69,7 +77,7 @@ func (t *clusterTemplates) get(protocol model.Protocol, proxyType model.NodeType
 	if err != nil {
 		panic("envoygen: marshal cluster template: " + err.Error())
 	}
-	tmpl = &clusterTemplate{rest: rest, edsConfig: edsBytes}
+	tmpl = &clusterTemplate{rest: rest, edsConfig: edsBytes, h2: h2}
 	t.mu.Lock()
 	if t.byKind == nil {
 		t.byKind = map[templateKey]*clusterTemplate{}
@@ -84,10 +92,8 @@ func (tmpl *clusterTemplate) resource(o outboundCluster) model.Resource {
 	name := OutboundClusterName(o.svc.Hostname, o.port.Port, "")
 	var matches []byte
 	if o.peer.auto {
-		// The matches are built by the one cluster builder, so that both
-		// paths agree on them by construction.
-		c := buildOutboundCluster(o, problemReporter{})
-		matches = marshalClusterPart(&cluster.Cluster{TransportSocketMatches: c.TransportSocketMatches})
+		ctx := istioMutualContext(o.peer.identities.List(), istioMutualSNI(o.svc.Hostname, o.port.Port, ""), tmpl.h2)
+		matches = marshalClusterPart(&cluster.Cluster{TransportSocketMatches: autoMTLSMatches(ctx)})
 	}
 	edsLen := len(tmpl.edsConfig) + protowire.SizeTag(edsServiceNameField) + protowire.SizeBytes(len(name))
 	size := protowire.SizeTag(clusterNameField) + protowire.SizeBytes(len(name)) +

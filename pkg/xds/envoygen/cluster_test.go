@@ -320,3 +320,31 @@ func TestClusterConcurrentGeneration(t *testing.T) {
 		t.Error(e)
 	}
 }
+
+// A rule's proxyProtocol wraps the transport socket of every auto mTLS
+// match, and doing so must leave the matches other clusters share as they
+// were.
+func TestProxyProtocolWrapsAutoMTLSMatches(t *testing.T) {
+	rule := &pushcontext.DestinationRule{Spec: &networking.DestinationRule{
+		Host:          "web.app.svc.cluster.local",
+		TrafficPolicy: &networking.TrafficPolicy{ProxyProtocol: &networking.TrafficPolicy_ProxyProtocol{}},
+	}}
+	o := outboundCluster{
+		svc:  &model.Service{Hostname: "web.app.svc.cluster.local"},
+		port: &model.Port{Port: 8080, Protocol: model.ProtocolHTTP}, proxyType: model.SidecarProxy,
+		rule: rule, peer: peerTLS{auto: true},
+	}
+	c := buildOutboundCluster(o, problemReporter{})
+	if len(c.TransportSocketMatches) != 2 {
+		t.Fatalf("%d transport socket matches, want 2", len(c.TransportSocketMatches))
+	}
+	for _, m := range c.TransportSocketMatches {
+		if got := m.GetTransportSocket().GetName(); got != "envoy.transport_sockets.upstream_proxy_protocol" {
+			t.Errorf("match %s: transport socket %s, want the proxy protocol wrapper", m.GetName(), got)
+		}
+	}
+	plain := buildOutboundCluster(outboundCluster{svc: o.svc, port: o.port, proxyType: o.proxyType, peer: o.peer}, problemReporter{})
+	if got := plain.TransportSocketMatches[1].GetTransportSocket().GetName(); got != transportSocketRaw {
+		t.Errorf("another cluster's plaintext match now uses %s: the shared entry was modified", got)
+	}
+}

@@ -103,19 +103,41 @@ func defaultUpstreamCommonTLS() *tlsv3.CommonTlsContext {
 // istioMutualTLS presents the workload's certificate and validates the peer
 // against the mesh root and, when sans names any, against those
 // identities. The "istio" ALPN marks in-mesh traffic for the server's
-// filter chain match.
+// filter chain match; "h2" follows it when the cluster speaks HTTP/2.
 func (b *clusterBuilder) istioMutualTLS(sans []string, sni string) *tlsv3.UpstreamTlsContext {
-	common := defaultUpstreamCommonTLS()
-	common.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{agentSecret(workloadCertSecret)}
-	common.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{
-		CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
-			DefaultValidationContext:         &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: sanMatchers(sans)},
-			ValidationContextSdsSecretConfig: agentSecret(workloadRootSecret),
-		},
+	return istioMutualContext(sans, sni, b.http2Options() != nil)
+}
+
+// The parts of every ISTIO_MUTUAL context that never vary, built once:
+// every cluster of a full push has one, and messages are only read once
+// built, so sharing them is safe.
+var (
+	istioALPN           = []string{"istio"}
+	istioH2ALPN         = []string{"istio", "h2"}
+	workloadCertSDS     = []*tlsv3.SdsSecretConfig{agentSecret(workloadCertSecret)}
+	workloadRootSDS     = agentSecret(workloadRootSecret)
+	upstreamTLSParams   = defaultUpstreamCommonTLS().TlsParams
+	plaintextMatchEntry = &cluster.Cluster_TransportSocketMatch{
+		Name:            tlsModeDisabledMatch,
+		Match:           &structpb.Struct{},
+		TransportSocket: rawBufferSocket(),
 	}
-	common.AlpnProtocols = []string{"istio"}
-	if b.http2Options() != nil {
-		common.AlpnProtocols = []string{"istio", "h2"}
+)
+
+func istioMutualContext(sans []string, sni string, h2 bool) *tlsv3.UpstreamTlsContext {
+	common := &tlsv3.CommonTlsContext{
+		TlsParams:                      upstreamTLSParams,
+		TlsCertificateSdsSecretConfigs: workloadCertSDS,
+		ValidationContextType: &tlsv3.CommonTlsContext_CombinedValidationContext{
+			CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
+				DefaultValidationContext:         &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: sanMatchers(sans)},
+				ValidationContextSdsSecretConfig: workloadRootSDS,
+			},
+		},
+		AlpnProtocols: istioALPN,
+	}
+	if h2 {
+		common.AlpnProtocols = istioH2ALPN
 	}
 	return &tlsv3.UpstreamTlsContext{CommonTlsContext: common, Sni: sni}
 }
@@ -140,7 +162,11 @@ var (
 )
 
 func (b *clusterBuilder) applyAutoMTLS(ctx *tlsv3.UpstreamTlsContext) {
-	b.c.TransportSocketMatches = []*cluster.Cluster_TransportSocketMatch{
+	b.c.TransportSocketMatches = autoMTLSMatches(ctx)
+}
+
+func autoMTLSMatches(ctx *tlsv3.UpstreamTlsContext) []*cluster.Cluster_TransportSocketMatch {
+	return []*cluster.Cluster_TransportSocketMatch{
 		{
 			Name:  tlsModeIstioMatch,
 			Match: tlsModeIstioFields,
@@ -149,11 +175,7 @@ func (b *clusterBuilder) applyAutoMTLS(ctx *tlsv3.UpstreamTlsContext) {
 				ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: packAny(ctx)},
 			},
 		},
-		{
-			Name:            tlsModeDisabledMatch,
-			Match:           &structpb.Struct{},
-			TransportSocket: rawBufferSocket(),
-		},
+		plaintextMatchEntry,
 	}
 }
 
