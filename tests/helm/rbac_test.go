@@ -1,6 +1,7 @@
 package helm
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -198,11 +199,18 @@ func mountedInjectorConfig(ctx context.Context, t *testing.T, env *kubetest.Env)
 	return dir
 }
 
-// caBundlesPatched checks that the webhook CA Secret exists and that the
-// injector and this revision's validator carry a CA bundle in every webhook.
+// caBundlesPatched checks that the injector and this revision's validator
+// carry, in every webhook, exactly the mesh root that the CA publishes in
+// istio-ca-root-cert: through the chart's RBAC the control plane created
+// the root, published it and patched it in.
 func caBundlesPatched(ctx context.Context, env *kubetest.Env) error {
-	if _, err := env.Kube.CoreV1().Secrets(releaseNamespace).Get(ctx, "meshpilot-webhook-ca", metav1.GetOptions{}); err != nil {
-		return fmt.Errorf("the webhook CA Secret: %w", err)
+	cm, err := env.Kube.CoreV1().ConfigMaps(releaseNamespace).Get(ctx, "istio-ca-root-cert", metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("the published mesh root: %w", err)
+	}
+	root := []byte(cm.Data["root-cert.pem"])
+	if len(root) == 0 {
+		return fmt.Errorf("istio-ca-root-cert has no root-cert.pem")
 	}
 	admission := env.Kube.AdmissionregistrationV1()
 	mwc, err := admission.MutatingWebhookConfigurations().Get(ctx, "istio-sidecar-injector", metav1.GetOptions{})
@@ -210,8 +218,8 @@ func caBundlesPatched(ctx context.Context, env *kubetest.Env) error {
 		return err
 	}
 	for _, w := range mwc.Webhooks {
-		if len(w.ClientConfig.CABundle) == 0 {
-			return fmt.Errorf("%s/%s has no caBundle", mwc.Name, w.Name)
+		if !bytes.Equal(w.ClientConfig.CABundle, root) {
+			return fmt.Errorf("%s/%s: caBundle is not the mesh root", mwc.Name, w.Name)
 		}
 	}
 	vwc, err := admission.ValidatingWebhookConfigurations().Get(ctx, "istio-validator-"+releaseNamespace, metav1.GetOptions{})
@@ -219,8 +227,8 @@ func caBundlesPatched(ctx context.Context, env *kubetest.Env) error {
 		return err
 	}
 	for _, w := range vwc.Webhooks {
-		if len(w.ClientConfig.CABundle) == 0 {
-			return fmt.Errorf("%s/%s has no caBundle", vwc.Name, w.Name)
+		if !bytes.Equal(w.ClientConfig.CABundle, root) {
+			return fmt.Errorf("%s/%s: caBundle is not the mesh root", vwc.Name, w.Name)
 		}
 	}
 	return nil
@@ -294,8 +302,8 @@ func startPilot(t *testing.T, kubeconfig, injectConfigDir, identity string) *pil
 	opts.DebounceAfter = 20 * time.Millisecond
 	opts.ShutdownGrace = time.Second
 	opts.LeaderElection.Namespace = releaseNamespace
-	// The webhooks keep their CA in the release namespace and patch the
-	// chart's webhook configurations, through the same token.
+	// The webhooks' certificate comes from the same CA, and they patch its
+	// root into the chart's webhook configurations, through the same token.
 	opts.Webhook.Addr, opts.Webhook.Namespace = "127.0.0.1:0", releaseNamespace
 	opts.Webhook.InjectConfigDir = injectConfigDir
 	opts.LeaderElection.Identity = identity
