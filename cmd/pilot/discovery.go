@@ -64,7 +64,7 @@ with the CA (istio.v1.auth.IstioCertificateService).`,
 	f.StringSliceVar(&opts.CA.TrustedNodeAccounts, "trusted-node-accounts", opts.CA.TrustedNodeAccounts, "namespace/serviceaccount of node proxies that may ask the CA for the identities of pods on their own node (Istio's CA_TRUSTED_NODE_ACCOUNTS)")
 	f.DurationVar(&opts.CA.WorkloadCertTTL, "workload-cert-ttl", opts.CA.WorkloadCertTTL, "lifetime of a workload certificate whose request asks for none (Istio's DEFAULT_WORKLOAD_CERT_TTL)")
 	f.DurationVar(&opts.CA.MaxWorkloadCertTTL, "max-workload-cert-ttl", opts.CA.MaxWorkloadCertTTL, "longest workload certificate lifetime a request may ask for (Istio's MAX_WORKLOAD_CERT_TTL)")
-	f.DurationVar(&opts.CA.ServingCertTTL, "serving-cert-ttl", opts.CA.ServingCertTTL, "lifetime of the --secure-xds-addr serving certificate; renewed at 80% of it, without a restart")
+	f.DurationVar(&opts.CA.ServingCertTTL, "serving-cert-ttl", opts.CA.ServingCertTTL, "lifetime of the serving certificates of --secure-xds-addr and --webhook-addr, from the mesh CA; renewed at 80% of it, without a restart")
 	f.StringVar(&opts.HTTPAddr, "http-addr", opts.HTTPAddr, "address of the debug server (/ready, /healthz, /debug/...); empty disables it")
 	f.StringVar(&opts.MonitoringAddr, "monitoring-addr", opts.MonitoringAddr, "address of the Prometheus /metrics server; empty disables it")
 	f.BoolVar(&opts.EnableProfiling, "enable-profiling", opts.EnableProfiling, "serve pprof under /debug/pprof/ on --http-addr")

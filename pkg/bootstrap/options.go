@@ -83,7 +83,8 @@ type WebhookOptions struct {
 	// Addr is where the webhooks listen; empty disables them.
 	Addr string
 	// Service and Namespace name the Service the API server calls, for the
-	// serving certificate's names; the CA lives in a Secret of Namespace.
+	// serving certificate's names (the mesh CA signs it; its Secrets live
+	// in Namespace).
 	Service   string
 	Namespace string
 	// InjectConfigDir holds the injection template and values (the files
@@ -95,8 +96,9 @@ type WebhookOptions struct {
 	ExtraCertNames []string
 }
 
-// CAOptions configure the certificate authority served on SecureXDSAddr.
-// Its Secrets live in Webhook.Namespace, the control plane's namespace.
+// CAOptions configure the mesh certificate authority, served on
+// SecureXDSAddr, which also signs the webhooks' serving certificate. Its
+// Secrets live in Webhook.Namespace, the control plane's namespace.
 type CAOptions struct {
 	// TrustedNodeAccounts ("ns/sa") may ask for the identity of a pod on
 	// their own node: the node proxy's account, as istiod's
@@ -107,8 +109,8 @@ type CAOptions struct {
 	// (istiod's DEFAULT_WORKLOAD_CERT_TTL and MAX_WORKLOAD_CERT_TTL).
 	WorkloadCertTTL    time.Duration
 	MaxWorkloadCertTTL time.Duration
-	// ServingCertTTL is the lifetime of the 15012 serving certificate,
-	// renewed at 80% of it.
+	// ServingCertTTL is the lifetime of the serving certificates of 15012
+	// and of the webhooks, each renewed at 80% of it.
 	ServingCertTTL time.Duration
 }
 
