@@ -283,6 +283,41 @@ spec:
 			}
 			return nil
 		},
+	}, {
+		// The injector labels the Pods it gives a sidecar; their endpoints
+		// carry the label to the clusters' auto mTLS match.
+		name: "echo Pod gets a sidecar",
+		apply: func(t *testing.T) {
+			m.apply(t, "rule", fx.render(echoRuleYAML(`loadBalancer: {simple: ROUND_ROBIN}`)))
+			m.run(t, "", "label", "pod", "echo-a", "-n", fx.NS, "security.istio.io/tlsMode=istio")
+		},
+		sidecar: func(s xdstest.Snapshot) error {
+			if err := clusterHas(s, echoCluster, func(c *clusterv3.Cluster) error {
+				return expect("transport socket matches", len(c.GetTransportSocketMatches()), 2)
+			}); err != nil {
+				return err
+			}
+			return expect("endpoints marked for mutual TLS", tlsModeEndpoints(s.Endpoints[echoCluster]), []string{"10.244.0.40:8080"})
+		},
+	}, {
+		name:  "PeerAuthentication STRICT",
+		apply: func(t *testing.T) { m.apply(t, "peer-authentication", fx.render(namespacePeerAuthnYAML("STRICT"))) },
+		sidecar: func(s xdstest.Snapshot) error {
+			return expect("virtualInbound chains for 9000", inboundChains(s, 9000), []string{"0.0.0.0_9000-mtls (requires a client certificate)"})
+		},
+	}, {
+		// A namespace that disables mutual TLS takes plaintext in, and
+		// auto mTLS sends it plaintext.
+		name:  "PeerAuthentication DISABLE",
+		apply: func(t *testing.T) { m.apply(t, "peer-authentication", fx.render(namespacePeerAuthnYAML("DISABLE"))) },
+		sidecar: func(s xdstest.Snapshot) error {
+			if err := expect("virtualInbound chains for 9000", inboundChains(s, 9000), []string{"0.0.0.0_9000"}); err != nil {
+				return err
+			}
+			return clusterHas(s, echoCluster, func(c *clusterv3.Cluster) error {
+				return expect("transport socket matches", len(c.GetTransportSocketMatches()), 0)
+			})
+		},
 	}}
 
 	for _, step := range steps {
@@ -405,6 +440,50 @@ func expectRoute(s xdstest.Snapshot, routeConfig, domain, want string) error {
 
 func routeMatch(m *routev3.RouteMatch) string {
 	return m.GetPath() + m.GetPathSeparatedPrefix() + m.GetPrefix()
+}
+
+// inboundChains names virtualInbound's chains for one destination port,
+// noting those that require a client certificate.
+func inboundChains(s xdstest.Snapshot, port uint32) []string {
+	var out []string
+	for _, fc := range s.Listeners["virtualInbound"].GetFilterChains() {
+		if fc.GetFilterChainMatch().GetDestinationPort().GetValue() != port {
+			continue
+		}
+		name := fc.GetName()
+		ctx := &tlsv3.DownstreamTlsContext{}
+		if ts := fc.GetTransportSocket(); ts != nil && ts.GetTypedConfig().UnmarshalTo(ctx) == nil && ctx.GetRequireClientCertificate().GetValue() {
+			name += " (requires a client certificate)"
+		}
+		out = append(out, name)
+	}
+	return out
+}
+
+// tlsModeEndpoints lists the endpoints whose metadata selects auto mTLS's
+// mutual TLS match.
+func tlsModeEndpoints(cla *endpointv3.ClusterLoadAssignment) []string {
+	var out []string
+	for _, g := range cla.GetEndpoints() {
+		for _, lb := range g.GetLbEndpoints() {
+			mode := lb.GetMetadata().GetFilterMetadata()["envoy.transport_socket_match"].GetFields()["tlsMode"].GetStringValue()
+			if mode == "istio" {
+				sa := lb.GetEndpoint().GetAddress().GetSocketAddress()
+				out = append(out, fmt.Sprintf("%s:%d", sa.GetAddress(), sa.GetPortValue()))
+			}
+		}
+	}
+	return out
+}
+
+func namespacePeerAuthnYAML(mode string) string {
+	return `
+apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata: {name: default, namespace: {{.NS}}}
+spec:
+  mtls: {mode: ` + mode + `}
+`
 }
 
 func inboundClusters(s xdstest.Snapshot) []string {
