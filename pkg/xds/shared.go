@@ -145,7 +145,20 @@ func (c *connection) identity(st *pushState) string {
 		b.WriteString(s)
 		b.WriteByte(0)
 	}
-	if w := push.WorkloadForProxy(p); w != nil {
+	w := push.WorkloadForProxy(p)
+	// Inbound listeners follow the mutual TLS that PeerAuthentications
+	// resolve for the proxy's Pod (Envoy) or its own labels (gRPC), and a
+	// gRPC server the tlsMode label too (PERMISSIVE is STRICT there).
+	b.WriteString("mtls:")
+	writeMTLSPolicy(&b, push.InboundMTLS(p.Namespace, p.Labels))
+	if w != nil {
+		b.WriteByte('/')
+		writeMTLSPolicy(&b, push.InboundMTLS(w.Namespace, w.Labels))
+	}
+	b.WriteByte('/')
+	b.WriteString(p.Labels[model.TLSModeLabel])
+	b.WriteByte(0)
+	if w != nil {
 		for _, svc := range push.ServiceTargets(w) {
 			b.WriteString("target:")
 			b.WriteString(svc.Hostname)
@@ -199,6 +212,16 @@ func (c *connection) identity(st *pushState) string {
 	}
 	c.identityOf, c.identityKey = st, b.String()
 	return c.identityKey
+}
+
+func writeMTLSPolicy(b *strings.Builder, m pushcontext.MTLSPolicy) {
+	b.WriteString(m.Mode.String())
+	for _, p := range m.Ports {
+		b.WriteByte(',')
+		b.WriteString(formatUint(uint64(p.Port)))
+		b.WriteByte('=')
+		b.WriteString(p.Mode.String())
+	}
 }
 
 // workloadPort is the port number that w's endpoint of svc's port has, 0 if w

@@ -10,6 +10,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1"
+	security "istio.io/api/security/v1beta1"
 	typev1beta1 "istio.io/api/type/v1beta1"
 
 	"github.com/meshpilot/meshpilot/pkg/model"
@@ -51,6 +52,22 @@ func seedProxyInputs(s model.Store) {
 	s.UpsertSecret(&model.Secret{Name: "client-ca-cacert", Namespace: "default", CACert: []byte("-----BEGIN CERTIFICATE-----\n")})
 	s.UpsertWorkload(&model.Workload{Name: "client-0", Namespace: "default", IPs: []string{"10.0.0.1"},
 		Labels: map[string]string{"app": "client"}})
+	// Namespace peers has a workload-selecting PeerAuthentication and no
+	// workload-selecting DestinationRule: only the mutual TLS resolved for
+	// a proxy tells its inbound side apart.
+	s.UpsertConfig(&model.Config{Kind: model.KindPeerAuthentication, Namespace: "peers", Name: "api",
+		CreationTime: ruleCreated, Spec: &security.PeerAuthentication{
+			Selector: &typev1beta1.WorkloadSelector{MatchLabels: map[string]string{"app": "api"}},
+			Mtls:     &security.PeerAuthentication_MutualTLS{Mode: security.PeerAuthentication_MutualTLS_STRICT},
+			PortLevelMtls: map[uint32]*security.PeerAuthentication_MutualTLS{
+				9090: {Mode: security.PeerAuthentication_MutualTLS_DISABLE},
+			},
+		}})
+	s.UpsertService(&model.Service{Name: "api", Namespace: "peers", Hostname: "api.peers.svc.cluster.local",
+		Selector: map[string]string{"app": "api"},
+		Ports:    []*model.Port{{Name: "grpc", Port: 8080, Protocol: model.ProtocolGRPC, TargetPort: 8080}}})
+	s.UpsertWorkload(&model.Workload{Name: "api-0", Namespace: "peers", IPs: []string{"10.0.0.2"},
+		Labels: map[string]string{"app": "api"}})
 }
 
 // proxyVariants returns, for each field of model.Proxy, copies of base that
@@ -71,6 +88,9 @@ func proxyVariants(t *testing.T, base model.Proxy) map[string][]model.Proxy {
 				{"rack": "r1", "app": "client"},
 				{"topology.kubernetes.io/region": "west"},
 				{"app": "picky"},
+				{"app": "api"},
+				{"app": "api", model.TLSModeLabel: model.TLSModeIstio},
+				{"app": "client", model.TLSModeLabel: model.TLSModeIstio},
 			} {
 				variants = append(variants, labels)
 			}
@@ -117,12 +137,17 @@ func TestSharingKeyCoversEveryProxyInput(t *testing.T) {
 		"envoy": generatorsFor(&model.Proxy{}),
 		"grpc":  generatorsFor(&model.Proxy{Generator: "grpc"}),
 	}
-	base := model.Proxy{ID: "sidecar~10.0.0.1~client-0.default~default.svc.cluster.local", Type: model.SidecarProxy,
+	bases := []model.Proxy{{ID: "sidecar~10.0.0.1~client-0.default~default.svc.cluster.local", Type: model.SidecarProxy,
 		IPAddresses: []string{"10.0.0.1"}, Namespace: "default", DNSDomain: "default.svc.cluster.local",
-		Labels: map[string]string{"app": "client", "rack": "r1"}, Locality: model.Locality{Region: "east", Zone: "e1"}}
+		Labels: map[string]string{"app": "client", "rack": "r1"}, Locality: model.Locality{Region: "east", Zone: "e1"},
+	}, {ID: "sidecar~10.0.0.2~api-0.peers~peers.svc.cluster.local", Type: model.SidecarProxy,
+		IPAddresses: []string{"10.0.0.2"}, Namespace: "peers", DNSDomain: "peers.svc.cluster.local",
+		Labels: map[string]string{"app": "api"},
+	}}
 	compared := 0
-	for setName, set := range sets {
-		base := base
+	for i := range len(sets) * len(bases) {
+		setName := []string{"envoy", "grpc"}[i%2]
+		set, base := sets[setName], bases[i/2]
 		if setName == "grpc" {
 			base.Generator = "grpc"
 		}
@@ -163,6 +188,13 @@ func fieldValue(p model.Proxy, field string) string {
 func generateAll(t *testing.T, p *model.Proxy, g Generator, typeURL string, pc *pushcontext.PushContext, st *pushState) map[string][]byte {
 	t.Helper()
 	w := &model.WatchedResource{TypeURL: typeURL, Wildcard: typeURL == ClusterType || typeURL == ListenerType || typeURL == SecretType}
+	if typeURL == ListenerType && p.Generator == "grpc" {
+		// A gRPC server asks for its inbound listeners by name, beside
+		// the wildcard.
+		for _, port := range []string{"8080", "9090"} {
+			w.ResourceNames = append(w.ResourceNames, grpcgen.InboundListenerPrefix+"0.0.0.0:"+port)
+		}
+	}
 	parents := func(parent string) model.Resources {
 		return mustGenerate(t, p, generatorsFor(p)[parent], &model.WatchedResource{TypeURL: parent, Wildcard: true}, pc)
 	}
