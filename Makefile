@@ -40,8 +40,9 @@ test-unit: ## Run tests that need no API server.
 bench: ## Run the benchmarks of the hot paths.
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./pkg/...
 
-generate: ## Regenerate committed generated files (CRDs from istio.io/api, also into charts/base/crds; the chart's injection template).
+generate: ## Regenerate committed generated files (CRDs from istio.io/api, also into charts/base/crds; the chart's injection template; Go code of the .proto files in api/).
 	$(GO) run ./hack/crdextract
+	$(GO) run ./hack/protogen
 	rm -f charts/base/crds/*.gen.yaml
 	cp manifests/crds/*.gen.yaml charts/base/crds/
 	cp pkg/webhook/inject/defaults/config.yaml charts/pilot/files/injection-config.yaml
