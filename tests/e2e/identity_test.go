@@ -2,21 +2,17 @@ package e2e
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/metadata"
-	pb "istio.io/api/security/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/meshpilot/meshpilot/pkg/caclient"
 )
 
 // publishedRootTLS waits for the root the CA publishes in ns (ConfigMap
@@ -54,32 +50,22 @@ func identityConn(t *testing.T, m *kubeMesh, cp *controlPlane, ns, sa string) *g
 	defer cancel()
 	_, serverTLS := publishedRootTLS(t, m, ns)
 
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
 	caConn, err := grpc.NewClient(cp.secureXDSAddr, grpc.WithTransportCredentials(credentials.NewTLS(serverTLS.Clone())))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer caConn.Close()
 	token := m.createToken(t, ns, sa, "istio-ca")
-	resp, err := pb.NewIstioCertificateServiceClient(caConn).CreateCertificate(
-		metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token),
-		&pb.IstioCertificateRequest{Csr: string(newCSR(t, key, "spiffe://cluster.local/ns/"+ns+"/sa/"+sa)), ValidityDuration: 3600})
+	cert, err := caclient.New(caclient.Options{
+		Conn:  caConn,
+		Token: func(context.Context) (string, error) { return token, nil },
+		TTL:   time.Hour,
+	}).Certificate(ctx, caclient.Request{Identity: "spiffe://cluster.local/ns/" + ns + "/sa/" + sa})
 	if err != nil {
 		t.Fatalf("certificate for %s/%s: %v", ns, sa, err)
 	}
-	var chain [][]byte
-	for _, c := range resp.GetCertChain()[:len(resp.GetCertChain())-1] { // leaf and intermediates; the root is last
-		block, _ := pem.Decode([]byte(c))
-		if block == nil {
-			t.Fatalf("not PEM: %q", c)
-		}
-		chain = append(chain, block.Bytes)
-	}
 	clientTLS := serverTLS.Clone()
-	clientTLS.Certificates = []tls.Certificate{{Certificate: chain, PrivateKey: key}}
+	clientTLS.Certificates = []tls.Certificate{cert.TLS}
 	conn, err := grpc.NewClient(cp.secureXDSAddr, grpc.WithTransportCredentials(credentials.NewTLS(clientTLS)))
 	if err != nil {
 		t.Fatal(err)

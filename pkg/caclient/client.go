@@ -1,0 +1,150 @@
+package caclient
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/structpb"
+	pb "istio.io/api/security/v1alpha1"
+)
+
+// impersonatedIdentityKey is where, in the request's own metadata (not
+// gRPC metadata), a trusted node proxy names the workload it asks for, as
+// Istio's ztunnel does.
+const impersonatedIdentityKey = "ImpersonatedIdentity"
+
+// Options configure a Client.
+type Options struct {
+	// Conn reaches the CA (15012, over TLS that trusts the mesh root).
+	Conn grpc.ClientConnInterface
+	// Token returns the caller's ServiceAccount token (audience istio-ca),
+	// sent as a bearer token; nil sends none, for a caller that proves
+	// itself with the client certificate of Conn.
+	Token func(ctx context.Context) (string, error)
+	// TTL is the lifetime asked for; 0 leaves it to the CA (24 h by
+	// default).
+	TTL time.Duration
+}
+
+// Client asks the CA for certificates. It is safe for concurrent use.
+type Client struct {
+	opts Options
+	ca   pb.IstioCertificateServiceClient
+}
+
+// New returns a client of the CA behind opts.Conn.
+func New(opts Options) *Client {
+	return &Client{opts: opts, ca: pb.NewIstioCertificateServiceClient(opts.Conn)}
+}
+
+// Certificate is a key pair for one workload identity, with what the CA
+// sent around it.
+type Certificate struct {
+	// Identity is the certificate's SPIFFE identity.
+	Identity string
+	// TLS is the key and the chain (leaf first, then intermediates), ready
+	// for tls.Config.Certificates.
+	TLS tls.Certificate
+	// Leaf is the parsed leaf.
+	Leaf *x509.Certificate
+	// RootPEM is the mesh root the CA sent last in the chain.
+	RootPEM []byte
+}
+
+// NotAfter is when the certificate expires.
+func (c *Certificate) NotAfter() time.Time { return c.Leaf.NotAfter }
+
+// Request says which certificate to ask for.
+type Request struct {
+	// Identity is the SPIFFE identity the certificate must name:
+	// spiffe://<trust domain>/ns/<namespace>/sa/<service account>. The CA
+	// signs only an identity the caller proves (or may impersonate).
+	Identity string
+	// Impersonate asks for Identity on behalf of a workload on the
+	// caller's node; only callers the CA trusts as node proxies may.
+	Impersonate bool
+}
+
+// Certificate makes a new ECDSA P-256 key and asks the CA to certify it.
+func (c *Client) Certificate(ctx context.Context, req Request) (*Certificate, error) {
+	id, err := url.Parse(req.Identity)
+	if err != nil || id.Scheme != "spiffe" || id.Host == "" {
+		return nil, fmt.Errorf("caclient: %q is not a SPIFFE identity", req.Identity)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("caclient: key: %w", err)
+	}
+	csrDER, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
+		Subject: pkix.Name{Organization: []string{id.Host}},
+		URIs:    []*url.URL{id},
+	}, key)
+	if err != nil {
+		return nil, fmt.Errorf("caclient: CSR: %w", err)
+	}
+	msg := &pb.IstioCertificateRequest{
+		Csr:              string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: csrDER})),
+		ValidityDuration: int64(c.opts.TTL / time.Second),
+	}
+	if req.Impersonate {
+		msg.Metadata = &structpb.Struct{Fields: map[string]*structpb.Value{
+			impersonatedIdentityKey: structpb.NewStringValue(req.Identity),
+		}}
+	}
+	if c.opts.Token != nil {
+		token, err := c.opts.Token(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("caclient: token: %w", err)
+		}
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+	}
+	resp, err := c.ca.CreateCertificate(ctx, msg)
+	if err != nil {
+		return nil, fmt.Errorf("caclient: certificate for %s: %w", req.Identity, err)
+	}
+	return assemble(req.Identity, key, resp.GetCertChain())
+}
+
+// assemble checks the CA's answer: PEM certificates, the leaf first and
+// the root last, the leaf naming the identity asked for and holding key.
+func assemble(identity string, key *ecdsa.PrivateKey, pems []string) (*Certificate, error) {
+	if len(pems) < 2 {
+		return nil, fmt.Errorf("caclient: the CA sent %d certificates, want the leaf and the root at least", len(pems))
+	}
+	var chain [][]byte
+	for _, p := range pems[:len(pems)-1] {
+		block, _ := pem.Decode([]byte(p))
+		if block == nil || block.Type != "CERTIFICATE" {
+			return nil, errors.New("caclient: the CA sent a chain element that is not a PEM certificate")
+		}
+		chain = append(chain, block.Bytes)
+	}
+	leaf, err := x509.ParseCertificate(chain[0])
+	if err != nil {
+		return nil, fmt.Errorf("caclient: leaf: %w", err)
+	}
+	if len(leaf.URIs) != 1 || leaf.URIs[0].String() != identity {
+		return nil, fmt.Errorf("caclient: the CA certified %v, not %s", leaf.URIs, identity)
+	}
+	if pub, ok := leaf.PublicKey.(*ecdsa.PublicKey); !ok || !pub.Equal(&key.PublicKey) {
+		return nil, errors.New("caclient: the leaf does not certify the key sent")
+	}
+	return &Certificate{
+		Identity: identity,
+		TLS:      tls.Certificate{Certificate: chain, PrivateKey: key, Leaf: leaf},
+		Leaf:     leaf,
+		RootPEM:  []byte(pems[len(pems)-1]),
+	}, nil
+}
