@@ -1,0 +1,10 @@
+// Package hbone speaks HBONE, Istio ambient mode's tunnel: mutual TLS 1.3
+// (ALPN "h2") carrying HTTP/2, with one CONNECT stream per application
+// connection and ":authority" set to the destination "ip:port".
+//
+// Its one job is the protocol: a Server that terminates tunnels and relays
+// each to its destination, and a Dialer that opens tunnels over pooled
+// HTTP/2 connections. Which certificate to serve, which destinations are
+// allowed and how to reach them are the caller's decisions, given as
+// callbacks; nothing here knows Kubernetes or xDS.
+package hbone

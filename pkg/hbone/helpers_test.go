@@ -1,0 +1,170 @@
+package hbone
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/meshpilot/meshpilot/internal/testcerts"
+)
+
+const (
+	idA = "spiffe://cluster.local/ns/default/sa/a"
+	idB = "spiffe://cluster.local/ns/default/sa/b"
+	idC = "spiffe://cluster.local/ns/default/sa/c"
+	idD = "spiffe://cluster.local/ns/other/sa/d"
+)
+
+// mesh is one trust domain's root and a few workload certificates.
+type mesh struct {
+	ca         *testcerts.CA
+	a, b, c, d tls.Certificate
+}
+
+func newMesh(t testing.TB) *mesh {
+	ca := testcerts.NewCA(t, "cluster.local")
+	return &mesh{ca: ca, a: ca.Issue(t, idA), b: ca.Issue(t, idB), c: ca.Issue(t, idC), d: ca.Issue(t, idD)}
+}
+
+func (m *mesh) roots() *x509.CertPool { return m.ca.Pool }
+
+// syncBuffer collects log output from many goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// echo is a destination that reads until the source half-closes, then
+// answers "echo:" and what it read, then closes. Answering only after EOF
+// proves the source's half-close crossed the tunnel.
+func echo(t testing.TB, addr string) netip.AddrPort {
+	t.Helper()
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				got, err := io.ReadAll(c)
+				if err != nil {
+					return
+				}
+				c.Write(append([]byte("echo:"), got...))
+			}()
+		}
+	}()
+	return netip.MustParseAddrPort(l.Addr().String())
+}
+
+// node is a Server listening on some loopback addresses, each standing for a
+// workload it serves: the certificate is picked by the address dialled.
+type node struct {
+	srv      *Server
+	counters *Counters
+	log      *syncBuffer
+	port     uint16
+	dials    atomic.Int64
+}
+
+type nodeOpts struct {
+	certs   map[netip.Addr]*tls.Certificate // listening address → served certificate
+	allowed map[netip.Addr]bool             // destinations Authorize lets through
+	roots   *x509.CertPool
+}
+
+func newNode(t testing.TB, o nodeOpts) *node {
+	t.Helper()
+	n := &node{counters: &Counters{}, log: &syncBuffer{}}
+	srv, err := NewServer(ServerConfig{
+		Certificate: func(local netip.AddrPort) (*tls.Certificate, error) {
+			if c := o.certs[local.Addr()]; c != nil {
+				return c, nil
+			}
+			return nil, errors.New("no workload at this address")
+		},
+		Roots: func() *x509.CertPool { return o.roots },
+		Authorize: func(_ context.Context, s StreamInfo) error {
+			if !o.allowed[s.Dest.Addr()] {
+				return fmt.Errorf("%s is not a local workload", s.Dest.Addr())
+			}
+			return nil
+		},
+		Dial: func(ctx context.Context, dest netip.AddrPort) (net.Conn, error) {
+			n.dials.Add(1)
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", dest.String())
+		},
+		Metrics: n.counters,
+		Log:     slog.New(slog.NewTextHandler(n.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.srv = srv
+	// All listeners share one port, as :15008 does on every address.
+	first := true
+	for addr := range o.certs {
+		port := "0"
+		if !first {
+			port = fmt.Sprint(n.port)
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort(addr.String(), port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first {
+			n.port = uint16(l.Addr().(*net.TCPAddr).Port)
+			first = false
+		}
+		go srv.Serve(l)
+	}
+	t.Cleanup(func() { srv.Close() })
+	return n
+}
+
+func (n *node) at(ip string) netip.AddrPort {
+	return netip.AddrPortFrom(netip.MustParseAddr(ip), n.port)
+}
+
+// eventually polls cond for up to 5 s; the data path's effects are
+// asynchronous (a reset frame, a closed socket).
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -1,0 +1,87 @@
+package hbone
+
+import (
+	"io"
+	"sync"
+)
+
+// A tunnel's copy buffer starts small and grows only when reads keep filling
+// it, as ztunnel's does: an idle stream holds 1 KiB per direction, a bulk
+// transfer ends up with 256 KiB reads.
+var bufSizes = [...]int{1 << 10, 16 << 10, 256 << 10}
+
+var bufPools [len(bufSizes)]sync.Pool
+
+func init() {
+	for i, n := range bufSizes {
+		bufPools[i].New = func() any { b := make([]byte, n); return &b }
+	}
+}
+
+// growBuf is one direction's buffer and how far it has grown.
+type growBuf struct {
+	b     *[]byte
+	level int
+	full  int // consecutive reads that filled the buffer
+}
+
+func newGrowBuf() *growBuf {
+	return &growBuf{b: bufPools[0].Get().(*[]byte)}
+}
+
+// fillsToGrow is how many full reads in a row earn a bigger buffer, so that a
+// single burst does not pin a large buffer to a chatty but small stream.
+const fillsToGrow = 4
+
+// observe records a read of n bytes and grows the buffer when reads keep
+// filling it.
+func (g *growBuf) observe(n int) {
+	if n < len(*g.b) {
+		g.full = 0
+		return
+	}
+	g.full++
+	if g.full < fillsToGrow || g.level == len(bufSizes)-1 {
+		return
+	}
+	bufPools[g.level].Put(g.b)
+	g.level++
+	g.b = bufPools[g.level].Get().(*[]byte)
+	g.full = 0
+}
+
+func (g *growBuf) release() {
+	if g.b != nil {
+		bufPools[g.level].Put(g.b)
+		g.b = nil
+	}
+}
+
+// copyGrowing copies src to dst until src ends or either fails, flushing
+// after each write when flush is non-nil. It returns the bytes written and
+// the error that stopped it (nil at src's EOF).
+func copyGrowing(dst io.Writer, src io.Reader, flush func()) (int64, error) {
+	g := newGrowBuf()
+	defer g.release()
+	var total int64
+	for {
+		n, rerr := src.Read(*g.b)
+		if n > 0 {
+			w, werr := dst.Write((*g.b)[:n])
+			total += int64(w)
+			if werr != nil {
+				return total, werr
+			}
+			if flush != nil {
+				flush()
+			}
+			g.observe(n)
+		}
+		if rerr == io.EOF {
+			return total, nil
+		}
+		if rerr != nil {
+			return total, rerr
+		}
+	}
+}
