@@ -218,7 +218,8 @@ func TestConvertPod(t *testing.T) {
 				Name: "p", Namespace: "ns", IPs: []string{"10.244.1.5", "fd00::5"},
 				Labels:         map[string]string{labelRegion: "eu", labelZone: "eu-1a", labelSubzone: "rack1", "app": "x"},
 				ServiceAccount: "sa", NodeName: "node1",
-				Locality: model.Locality{Region: "eu", Zone: "eu-1a", SubZone: "rack1"},
+				Locality:     model.Locality{Region: "eu", Zone: "eu-1a", SubZone: "rack1"},
+				WorkloadName: "p", CanonicalName: "x", CanonicalRevision: "latest",
 			},
 		},
 		{
@@ -231,14 +232,57 @@ func TestConvertPod(t *testing.T) {
 			},
 			want: &model.Workload{
 				Name: "p", Namespace: "ns", IPs: []string{"10.244.1.6"},
-				Labels:   map[string]string{labelRegion: "eu", labelIstioLocality: "us.us-2b"},
-				Locality: model.Locality{Region: "us", Zone: "us-2b"},
+				Labels:       map[string]string{labelRegion: "eu", labelIstioLocality: "us.us-2b"},
+				Locality:     model.Locality{Region: "us", Zone: "us-2b"},
+				WorkloadName: "p", CanonicalName: "p", CanonicalRevision: "latest",
 			},
 		},
 		{
 			name: "pending pod without IPs",
 			pod:  &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"}},
-			want: &model.Workload{Name: "p", Namespace: "ns"},
+			want: &model.Workload{Name: "p", Namespace: "ns", WorkloadName: "p", CanonicalName: "p", CanonicalRevision: "latest"},
+		},
+		{
+			name: "ambient pod of a deployment, ready, captured, on a network",
+			pod: &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: "web-7d4b9-x2x", GenerateName: "web-7d4b9-", Namespace: "ns",
+					Labels:      map[string]string{"pod-template-hash": "7d4b9", "version": "v2", model.NetworkLabel: "net1"},
+					Annotations: map[string]string{model.AmbientRedirectionAnnotation: model.AmbientRedirectionEnabled},
+					OwnerReferences: []metav1.OwnerReference{
+						{Kind: "Node", Name: "not-the-controller"},
+						{Kind: "ReplicaSet", Name: "web-7d4b9", Controller: ptr(true)},
+					}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{
+					{Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}, {Name: "dns", ContainerPort: 53, Protocol: corev1.ProtocolUDP}}},
+					{Ports: []corev1.ContainerPort{{Name: "grpc", ContainerPort: 9090, Protocol: corev1.ProtocolTCP}, {Name: "http", ContainerPort: 1}}},
+				}},
+				Status: corev1.PodStatus{PodIP: "10.244.1.7",
+					Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+			},
+			want: &model.Workload{
+				Name: "web-7d4b9-x2x", Namespace: "ns", IPs: []string{"10.244.1.7"},
+				Labels:       map[string]string{"pod-template-hash": "7d4b9", "version": "v2", model.NetworkLabel: "net1"},
+				Network:      "net1",
+				WorkloadName: "web", CanonicalName: "web", CanonicalRevision: "v2",
+				Ready: true, Redirected: true,
+				NamedPorts: []model.NamedPort{{Name: "grpc", Port: 9090}, {Name: "http", Port: 8080}},
+			},
+		},
+		{
+			name: "terminating pod of a cronjob is not ready; another annotation value is not capture",
+			pod: &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: "backup-28123456-abcde", GenerateName: "backup-28123456-", Namespace: "ns",
+					DeletionTimestamp: &metav1.Time{},
+					Annotations:       map[string]string{model.AmbientRedirectionAnnotation: "pending"},
+					OwnerReferences:   []metav1.OwnerReference{{Kind: "Job", Name: "backup-28123456", Controller: ptr(true)}}},
+				Spec: corev1.PodSpec{HostNetwork: true},
+				Status: corev1.PodStatus{PodIP: "10.0.0.9",
+					Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+			},
+			want: &model.Workload{
+				Name: "backup-28123456-abcde", Namespace: "ns", IPs: []string{"10.0.0.9"},
+				WorkloadName: "backup", CanonicalName: "backup", CanonicalRevision: "latest", HostNetwork: true,
+			},
 		},
 	}
 	for _, tc := range cases {

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"fmt"
+	"maps"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -189,12 +190,24 @@ func (in *Ingester) lookupWorkload(key model.NamespacedName) *model.Workload {
 
 func (in *Ingester) upsertPod(w *model.Workload) {
 	key := w.Key()
-	if old, ok := in.workloads[key]; ok && sameWorkload(old, w) {
+	old, had := in.workloads[key]
+	if had && old.Equal(w) {
 		return
 	}
 	in.workloads[key] = w
 	in.store.UpsertWorkload(w)
-	in.reconvertSlicesOf(key)
+	// Endpoints copy a few of the Pod's fields; a change of the others
+	// (readiness, capture, canonical names) reaches node proxies alone.
+	if !had || endpointFieldsChanged(old, w) {
+		in.reconvertSlicesOf(key)
+	}
+}
+
+// endpointFieldsChanged reports whether the endpoints that target a Pod
+// must be converted again: ConvertEndpointSlice reads these fields of it.
+func endpointFieldsChanged(old, w *model.Workload) bool {
+	return old.ServiceAccount != w.ServiceAccount || old.NodeName != w.NodeName ||
+		old.Locality != w.Locality || !maps.Equal(old.Labels, w.Labels)
 }
 
 func (in *Ingester) deletePod(key model.NamespacedName) {

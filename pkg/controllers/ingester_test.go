@@ -160,6 +160,8 @@ func TestIngesterPushesOnlyEffectiveChanges(t *testing.T) {
 	pending.Status = corev1.PodStatus{Phase: corev1.PodPending}
 	ready := testPod("p", labels, "sa")
 	ready.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	scheduled := testPod("p", labels, "sa")
+	scheduled.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}
 	svcKey := model.ConfigKey{Kind: model.KindService, Namespace: "ns", Name: "reviews"}
 	epsKey := model.ConfigKey{Kind: model.KindEndpoints, Namespace: "ns", Name: "reviews"}
 	podKey := model.ConfigKey{Kind: model.KindWorkload, Namespace: "ns", Name: "p"}
@@ -188,9 +190,17 @@ func TestIngesterPushesOnlyEffectiveChanges(t *testing.T) {
 			want: []model.ConfigKey{svcKey},
 		},
 		{
-			name:   "pod status conditions only",
+			// Node proxies are sent a workload's readiness (WDS status);
+			// its endpoints take theirs from the EndpointSlice.
+			name:   "pod readiness reaches the workload, not its endpoints",
 			before: []any{oneEndpointSlice("s", "p"), testPod("p", labels, "sa")},
 			update: []any{ready},
+			want:   []model.ConfigKey{podKey},
+		},
+		{
+			name:   "pod status conditions other than Ready",
+			before: []any{oneEndpointSlice("s", "p"), testPod("p", labels, "sa")},
+			update: []any{scheduled},
 		},
 		{
 			// No proxy runs in a Pod without an IP: only the endpoints

@@ -161,7 +161,8 @@ func TestKubeSourcePushesOnlyEffectiveChanges(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+		// Readiness is sent to node proxies; the other conditions are not.
+		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}
 		pod, err = kube.CoreV1().Pods(ns).UpdateStatus(ctx, pod, metav1.UpdateOptions{})
 		if err != nil {
 			t.Fatal(err)

@@ -92,10 +92,20 @@ func TestTrimObject(t *testing.T) {
 		Annotations: map[string]string{"keep": "me"}}
 	pod := &corev1.Pod{
 		ObjectMeta: meta(),
-		Spec: corev1.PodSpec{ServiceAccountName: "sa", NodeName: "n1",
-			Containers: []corev1.Container{{Name: "app", Image: "big", Env: []corev1.EnvVar{{Name: "A", Value: "B"}}}}},
+		Spec: corev1.PodSpec{ServiceAccountName: "sa", NodeName: "n1", HostNetwork: true,
+			Containers: []corev1.Container{
+				{Name: "app", Image: "big", Env: []corev1.EnvVar{{Name: "A", Value: "B"}},
+					Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080, HostPort: 80}, {ContainerPort: 9000}}},
+				{Name: "portless", Image: "big"},
+			},
+			InitContainers: []corev1.Container{
+				{Name: "setup", Ports: []corev1.ContainerPort{{Name: "x", ContainerPort: 1}}},
+				{Name: "sidecar", RestartPolicy: ptr(corev1.ContainerRestartPolicyAlways),
+					Ports: []corev1.ContainerPort{{Name: "admin", ContainerPort: 15000}}},
+			}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.244.1.5", PodIPs: []corev1.PodIP{{IP: "10.244.1.5"}},
-			Conditions: []corev1.PodCondition{{Type: corev1.PodReady}}},
+			Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue},
+				{Type: corev1.PodReady, Status: corev1.ConditionTrue, Reason: "r", Message: "m"}}},
 	}
 	onlyLastApplied := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "s",
 		Annotations: map[string]string{annotationLastApplied: "{}"}}}
@@ -107,8 +117,12 @@ func TestTrimObject(t *testing.T) {
 		{
 			name: "pod keeps only what is read",
 			in:   pod,
-			want: &corev1.Pod{ObjectMeta: wantMeta, Spec: corev1.PodSpec{ServiceAccountName: "sa", NodeName: "n1"},
-				Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.244.1.5", PodIPs: []corev1.PodIP{{IP: "10.244.1.5"}}}},
+			want: &corev1.Pod{ObjectMeta: wantMeta, Spec: corev1.PodSpec{ServiceAccountName: "sa", NodeName: "n1", HostNetwork: true,
+				Containers: []corev1.Container{{Name: "app", Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}}},
+				InitContainers: []corev1.Container{{Name: "sidecar", RestartPolicy: ptr(corev1.ContainerRestartPolicyAlways),
+					Ports: []corev1.ContainerPort{{Name: "admin", ContainerPort: 15000}}}}},
+				Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.244.1.5", PodIPs: []corev1.PodIP{{IP: "10.244.1.5"}},
+					Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}},
 		},
 		{
 			name: "service metadata",

@@ -38,15 +38,19 @@ func trimMeta(meta metav1.Object) {
 }
 
 // trimPod keeps the metadata and the few spec and status fields that
-// ConvertPod reads; containers, volumes and conditions are dropped.
+// ConvertPod reads: of the containers only their ports, of the conditions
+// only Ready; volumes, images and the rest are dropped.
 func trimPod(pod *corev1.Pod) *corev1.Pod {
 	trimMeta(&pod.ObjectMeta)
-	return &corev1.Pod{
+	out := &corev1.Pod{
 		TypeMeta:   pod.TypeMeta,
 		ObjectMeta: pod.ObjectMeta,
 		Spec: corev1.PodSpec{
 			ServiceAccountName: pod.Spec.ServiceAccountName,
 			NodeName:           pod.Spec.NodeName,
+			HostNetwork:        pod.Spec.HostNetwork,
+			Containers:         trimContainers(pod.Spec.Containers, false),
+			InitContainers:     trimContainers(pod.Spec.InitContainers, true),
 		},
 		Status: corev1.PodStatus{
 			Phase:  pod.Status.Phase,
@@ -54,6 +58,36 @@ func trimPod(pod *corev1.Pod) *corev1.Pod {
 			PodIPs: pod.Status.PodIPs,
 		},
 	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			out.Status.Conditions = []corev1.PodCondition{{Type: c.Type, Status: c.Status}}
+			break
+		}
+	}
+	return out
+}
+
+// trimContainers keeps the named ports of containers; of init containers,
+// only those of sidecars (restartPolicy Always), the only ones that serve.
+func trimContainers(cs []corev1.Container, init bool) []corev1.Container {
+	var out []corev1.Container
+	for i := range cs {
+		c := &cs[i]
+		if init && (c.RestartPolicy == nil || *c.RestartPolicy != corev1.ContainerRestartPolicyAlways) {
+			continue
+		}
+		var ports []corev1.ContainerPort
+		for _, p := range c.Ports {
+			if p.Name != "" {
+				ports = append(ports, corev1.ContainerPort{Name: p.Name, ContainerPort: p.ContainerPort, Protocol: p.Protocol})
+			}
+		}
+		if len(ports) == 0 {
+			continue
+		}
+		out = append(out, corev1.Container{Name: c.Name, Ports: ports, RestartPolicy: c.RestartPolicy})
+	}
+	return out
 }
 
 // trimSecret keeps a Secret's identity, type and the data keys that

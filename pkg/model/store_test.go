@@ -40,7 +40,8 @@ func TestStoreAnnouncesOnlyRealChanges(t *testing.T) {
 }
 
 // A workload change is announced (and so pushed in full) only when some
-// proxy may see it: the rest reaches proxies through endpoints.
+// proxy may see it: a workload without IPs is no proxy's, and node proxies
+// see every field of one with IPs.
 func TestStoreAnnouncesWorkloadChangesProxiesSee(t *testing.T) {
 	pod := func(sa string, labels map[string]string, ips ...string) *Workload {
 		return &Workload{Name: "p", Namespace: "ns", ServiceAccount: sa, Labels: labels, IPs: ips}
@@ -61,7 +62,20 @@ func TestStoreAnnouncesWorkloadChangesProxiesSee(t *testing.T) {
 		{"a pod gets its IP", pod("sa", v1), func(s Store) { s.UpsertWorkload(pod("sa", v1, "10.0.0.1")) }, []ConfigKey{podKey}},
 		{"a pod's IP changes", pod("sa", v1, "10.0.0.1"), func(s Store) { s.UpsertWorkload(pod("sa", v1, "10.0.0.2")) }, []ConfigKey{podKey}},
 		{"a running pod relabelled", pod("sa", v1, "10.0.0.1"), func(s Store) { s.UpsertWorkload(pod("sa", v2, "10.0.0.1")) }, []ConfigKey{podKey}},
-		{"a running pod's service account changes", pod("sa", v1, "10.0.0.1"), func(s Store) { s.UpsertWorkload(pod("other", v1, "10.0.0.1")) }, nil},
+		// Node proxies are sent the identity, readiness and capture of
+		// every workload with an IP (WDS).
+		{"a running pod's service account changes", pod("sa", v1, "10.0.0.1"), func(s Store) { s.UpsertWorkload(pod("other", v1, "10.0.0.1")) }, []ConfigKey{podKey}},
+		{"a running pod becomes ready", pod("sa", v1, "10.0.0.1"), func(s Store) {
+			w := pod("sa", v1, "10.0.0.1")
+			w.Ready = true
+			s.UpsertWorkload(w)
+		}, []ConfigKey{podKey}},
+		{"a running pod's capture is in place", pod("sa", v1, "10.0.0.1"), func(s Store) {
+			w := pod("sa", v1, "10.0.0.1")
+			w.Redirected = true
+			s.UpsertWorkload(w)
+		}, []ConfigKey{podKey}},
+		{"a running pod stored again unchanged", pod("sa", v1, "10.0.0.1"), func(s Store) { s.UpsertWorkload(pod("sa", v1, "10.0.0.1")) }, nil},
 		{"a running pod is deleted", pod("sa", v1, "10.0.0.1"), func(s Store) { s.DeleteWorkload(NamespacedName{"ns", "p"}) }, []ConfigKey{podKey}},
 	}
 	for _, tc := range cases {
@@ -80,8 +94,8 @@ func TestStoreAnnouncesWorkloadChangesProxiesSee(t *testing.T) {
 	}
 	// What is not announced is still stored: the next full build reads it.
 	s := NewStore()
-	s.UpsertWorkload(pod("sa", v1, "10.0.0.1"))
-	s.UpsertWorkload(pod("other", v1, "10.0.0.1"))
+	s.UpsertWorkload(pod("", v1))
+	s.UpsertWorkload(pod("other", v1))
 	if ws := s.Workloads(); len(ws) != 1 || ws[0].ServiceAccount != "other" {
 		t.Errorf("workloads %+v, want the pod with its new service account", ws)
 	}
