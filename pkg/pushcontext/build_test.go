@@ -31,6 +31,9 @@ type view struct {
 	// namespace, and Identities the identities behind each service.
 	MTLS       map[string]string
 	Identities map[string][]string
+	// Addresses is what WDS reads: uids, the workload or service behind
+	// each "<network>/<ip>", and the ambient namespaces.
+	Addresses []string
 }
 
 var (
@@ -75,6 +78,23 @@ func observe(pc *PushContext) view {
 		}
 		v.Workloads[addr(i)] = workloadName(w)
 		v.Targets[workloadName(w)] = hostnamesOrNil(pc.ServiceTargets(w))
+		if a := pc.WorkloadByAddress("", addr(i)); a != nil {
+			v.Addresses = append(v.Addresses, "/"+addr(i)+" "+pc.WorkloadUID(a))
+		}
+	}
+	_, uids := pc.AddressedWorkloads()
+	v.Addresses = append(v.Addresses, uids...)
+	for _, svc := range pc.Services() {
+		for _, vip := range svc.ClusterIPs {
+			if s := pc.ServiceByVIP("", vip); s != nil {
+				v.Addresses = append(v.Addresses, "/"+vip+" "+s.Hostname)
+			}
+		}
+	}
+	for _, ns := range viewNamespaces {
+		if pc.AmbientNamespace(ns) {
+			v.Addresses = append(v.Addresses, "ambient "+ns)
+		}
 	}
 	for _, svc := range pc.Services() {
 		v.Identities[svc.Hostname] = pc.ServiceIdentities(svc.Hostname).List()
@@ -124,7 +144,7 @@ func incrementalStore() model.Store {
 func TestIncrementalBuild(t *testing.T) {
 	store := incrementalStore()
 	pc := Build(store, testOpts, nil, nil)
-	all := []string{indexServices, indexDestinationRules, indexResolution, indexEndpoints, indexWorkloads, indexServiceTargets, indexIngress, indexCredentials, indexPeerAuthentication}
+	all := []string{indexServices, indexDestinationRules, indexResolution, indexEndpoints, indexWorkloads, indexServiceTargets, indexIngress, indexCredentials, indexPeerAuthentication, indexAddresses}
 
 	steps := []struct {
 		name string
@@ -137,11 +157,12 @@ func TestIncrementalBuild(t *testing.T) {
 		wantNewEntries []string
 	}{
 		{
-			name: "namespace change reuses everything",
+			name: "namespace change rebuilds the address index only (ambient labels)",
 			change: func(*PushContext) *model.PushRequest {
 				store.UpsertNamespace(&model.Namespace{Name: "ns-0", Labels: map[string]string{"x": "y"}})
 				return pushRequest(key(model.KindNamespace, "", "ns-0"))
 			},
+			wantRebuilt: []string{indexAddresses},
 		},
 		{
 			name: "destination rule change rebuilds rules and the affected subset lists",
@@ -169,13 +190,13 @@ func TestIncrementalBuild(t *testing.T) {
 			wantNewEntries: []string{"svc-0", "svc-1", "svc-10", "svc-11", "svc-2", "svc-4", "svc-5", "svc-6", "svc-7", "svc-8", "svc-9"},
 		},
 		{
-			name: "workload change rebuilds the workload indexes only",
+			name: "workload change rebuilds the workload and address indexes only",
 			change: func(*PushContext) *model.PushRequest {
 				store.UpsertWorkload(pod("ns-1", "svc-1-pod", map[string]string{"app": "svc-0"}, addr(3)))
 				store.UpsertWorkload(pod("ns-1", "extra", map[string]string{"app": "svc-1"}, addr(35)))
 				return pushRequest(key(model.KindWorkload, "ns-1", "svc-1-pod"), key(model.KindWorkload, "ns-1", "extra"))
 			},
-			wantRebuilt: []string{indexWorkloads, indexServiceTargets},
+			wantRebuilt: []string{indexWorkloads, indexServiceTargets, indexAddresses},
 		},
 		{
 			name: "service change rebuilds services and only that service's entry",
@@ -183,7 +204,7 @@ func TestIncrementalBuild(t *testing.T) {
 				store.UpsertService(newService("ns-2", "svc-2", model.ExportTo{"ns-3"}))
 				return pushRequest(key(model.KindService, "ns-2", "svc-2"))
 			},
-			wantRebuilt:    []string{indexServices, indexResolution, indexEndpoints, indexServiceTargets},
+			wantRebuilt:    []string{indexServices, indexResolution, indexEndpoints, indexServiceTargets, indexAddresses},
 			wantNewEntries: []string{"svc-2"},
 		},
 		{
@@ -192,7 +213,7 @@ func TestIncrementalBuild(t *testing.T) {
 				store.SetEndpoints(svcName(7), "extra", []*model.Endpoint{newEndpoint("10.7.7.7", "grpc", version("v2"))})
 				return pushRequest(key(model.KindNamespace, "", "ns-1"), key(model.KindEndpoints, "ns-3", "svc-7"))
 			},
-			wantRebuilt:    []string{indexEndpoints},
+			wantRebuilt:    []string{indexEndpoints, indexAddresses},
 			wantNewEntries: []string{"svc-7"},
 		},
 		{
@@ -223,7 +244,7 @@ func TestIncrementalBuild(t *testing.T) {
 				store.DeleteService(svcName(4))
 				return pushRequest(key(model.KindService, "ns-0", "svc-4"))
 			},
-			wantRebuilt:    []string{indexServices, indexResolution, indexEndpoints, indexServiceTargets},
+			wantRebuilt:    []string{indexServices, indexResolution, indexEndpoints, indexServiceTargets, indexAddresses},
 			wantNewEntries: []string{},
 		},
 		{
@@ -281,6 +302,7 @@ func TestIncrementalBuild(t *testing.T) {
 				indexIngress:            pc.ingress == prev.ingress,
 				indexCredentials:        pc.credentials == prev.credentials,
 				indexPeerAuthentication: pc.peerAuthn == prev.peerAuthn,
+				indexAddresses:          pc.addresses == prev.addresses,
 			}
 			for _, name := range all {
 				if identity[name] != reused[name] {

@@ -20,6 +20,9 @@ type Options struct {
 	// false): clients then use mutual TLS only where a DestinationRule
 	// says ISTIO_MUTUAL.
 	DisableAutoMTLS bool
+	// ClusterID names this cluster in the uids of workloads that WDS
+	// serves (default "Kubernetes", Istio's).
+	ClusterID string
 }
 
 const (
@@ -38,6 +41,9 @@ func (o Options) withDefaults() Options {
 	if o.TrustDomain == "" {
 		o.TrustDomain = defaultTrustDomain
 	}
+	if o.ClusterID == "" {
+		o.ClusterID = defaultClusterID
+	}
 	o.Ingress = o.Ingress.withDefaults()
 	return o
 }
@@ -45,7 +51,7 @@ func (o Options) withDefaults() Options {
 // equal compares options that went through withDefaults.
 func (o Options) equal(p Options) bool {
 	return o.DomainSuffix == p.DomainSuffix && o.RootNamespace == p.RootNamespace && o.Ingress.equal(p.Ingress) &&
-		o.TrustDomain == p.TrustDomain && o.DisableAutoMTLS == p.DisableAutoMTLS
+		o.TrustDomain == p.TrustDomain && o.DisableAutoMTLS == p.DisableAutoMTLS && o.ClusterID == p.ClusterID
 }
 
 // PushContext is an immutable snapshot of the store with precomputed indexes.
@@ -71,6 +77,8 @@ type PushContext struct {
 	// credentials depends on DestinationRules and Secrets.
 	credentials *credentialIndex
 	peerAuthn   *peerAuthnIndex
+	// addresses is what workload discovery reads (addresses.go).
+	addresses *addressIndex
 
 	// versions hands out endpoint entry versions. The whole chain of
 	// snapshots built from one another shares it, so a version never repeats
@@ -234,6 +242,13 @@ func Build(store model.Store, opts Options, prev *PushContext, req *model.PushRe
 		pc.peerAuthn = prev.peerAuthn
 		pc.build.reused(indexPeerAuthentication)
 	}
+	if plan.full || plan.workloads || plan.services || plan.namespaces {
+		pc.addresses = buildAddressIndex(store.Workloads(), pc.services.all, store.Namespaces(), opts.ClusterID)
+		pc.build.rebuilt(indexAddresses)
+	} else {
+		pc.addresses = prev.addresses
+		pc.build.reused(indexAddresses)
+	}
 	pc.buildDuration = time.Since(pc.buildTime)
 	return pc
 }
@@ -250,6 +265,8 @@ type buildPlan struct {
 	// secrets by Secret changes alone.
 	ingress, secrets bool
 	peerAuthn        bool
+	// namespaces is set by Namespace changes (their ambient labels).
+	namespaces bool
 	// endpoints lists the services whose endpoints must be re-read from the
 	// store even if their entries could otherwise be reused.
 	endpoints map[model.NamespacedName]struct{}
@@ -281,7 +298,7 @@ func planBuild(opts Options, prev *PushContext, req *model.PushRequest) buildPla
 		case model.KindPeerAuthentication:
 			plan.peerAuthn = true
 		case model.KindNamespace:
-			// No index depends on namespaces yet.
+			plan.namespaces = true
 		default:
 			// A kind this package does not know may feed anything.
 			return buildPlan{full: true}

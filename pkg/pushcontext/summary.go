@@ -19,6 +19,7 @@ const (
 	indexIngress            = "ingress"
 	indexCredentials        = "credentials"
 	indexPeerAuthentication = "peerAuthentication"
+	indexAddresses          = "addresses"
 )
 
 // BuildInfo records what the Build that made a snapshot recomputed.
