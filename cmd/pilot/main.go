@@ -1,5 +1,6 @@
 // Command pilot is the meshpilot control plane: `pilot discovery` serves xDS
-// from Kubernetes or a YAML directory, `pilot tag` manages revision tags,
+// from Kubernetes or a YAML directory, `pilot nodeproxy` runs the ambient
+// node proxy, `pilot tag` manages revision tags,
 // and `pilot version` prints the version.
 package main
 
@@ -16,7 +17,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: false,
 	}
-	root.AddCommand(newDiscoveryCommand(), newVersionCommand(), newTagCommand())
+	root.AddCommand(newDiscoveryCommand(), newNodeProxyCommand(), newVersionCommand(), newTagCommand())
 	if err := root.Execute(); err != nil {
 		os.Exit(1)
 	}

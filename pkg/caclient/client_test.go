@@ -10,6 +10,7 @@ import (
 	"encoding/pem"
 	"net"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -202,5 +203,32 @@ func TestAssembleRefusesBadAnswers(t *testing.T) {
 	}
 	if got, err := assemble(webID, key, []string{sign(key, webID), root}); err != nil || got.Identity != webID {
 		t.Errorf("a good answer: %v", err)
+	}
+}
+
+func TestTokenFile(t *testing.T) {
+	dir := t.TempDir()
+	path := dir + "/istio-token"
+	read := TokenFile(path)
+	if _, err := read(context.Background()); err == nil {
+		t.Error("a missing token file gave a token")
+	}
+	for _, tc := range []struct{ content, want string }{{"abc\n", "abc"}, {"  def  ", "def"}} {
+		if err := os.WriteFile(path, []byte(tc.content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		md, err := BearerToken(read).GetRequestMetadata(context.Background())
+		if err != nil || md["authorization"] != "Bearer "+tc.want {
+			t.Errorf("%q: %v, %v", tc.content, md, err)
+		}
+	}
+	if err := os.WriteFile(path, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := BearerToken(read).GetRequestMetadata(context.Background()); err == nil {
+		t.Error("an empty token file gave a token")
+	}
+	if !BearerToken(read).RequireTransportSecurity() {
+		t.Error("a token may be sent without TLS")
 	}
 }

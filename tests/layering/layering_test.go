@@ -12,6 +12,10 @@ import (
 
 const module = "github.com/meshpilot/meshpilot/"
 
+// controlPlane are the packages of the control plane's own stages.
+var controlPlane = []string{"pkg/model", "pkg/validation", "pkg/controllers", "pkg/pushcontext", "pkg/xds",
+	"pkg/bootstrap", "pkg/ca", "pkg/webhook", "pkg/dirwatch"}
+
 func TestStagesImportOnlyEarlierStages(t *testing.T) {
 	cases := []struct {
 		stage     string
@@ -27,6 +31,14 @@ func TestStagesImportOnlyEarlierStages(t *testing.T) {
 		{"pkg/xds/envoygen", []string{"pkg/xds/grpcgen"}},
 		{"pkg/xds/grpcgen", []string{"pkg/xds/envoygen"}},
 		{"pkg/xds/loadassign", []string{"pkg/xds/envoygen", "pkg/xds/grpcgen"}},
+		// The data plane is a client of the control plane: it reaches it
+		// over xDS and the CA's API only, sharing nothing but the wire
+		// types (pkg/workloadapi).
+		{"pkg/nodeproxy", controlPlane},
+		{"pkg/hbone", controlPlane},
+		{"pkg/netns", controlPlane},
+		{"pkg/origdst", controlPlane},
+		{"pkg/caclient", controlPlane},
 	}
 	for _, tc := range cases {
 		t.Run(tc.stage, func(t *testing.T) {

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/meshpilot/meshpilot/internal/version"
+	"github.com/meshpilot/meshpilot/pkg/caclient"
+	"github.com/meshpilot/meshpilot/pkg/nodeproxy"
+)
+
+// nodeProxyFlags are `pilot nodeproxy`'s settings, named after ztunnel's
+// environment where it has one.
+type nodeProxyFlags struct {
+	xdsAddress, caRoot, tokenFile      string
+	node, podName, podNamespace, podIP string
+	netnsTemplate, httpAddr, domain    string
+	logLevel, logFormat                string
+	drain                              time.Duration
+}
+
+func newNodeProxyCommand() *cobra.Command {
+	var f nodeProxyFlags
+	cmd := &cobra.Command{
+		Use:   "nodeproxy",
+		Short: "Run the ambient node proxy: HBONE on :15008 for the node's ambient workloads",
+		Long: `Run the node proxy of ambient mode, one per node (as a DaemonSet). It
+connects to the control plane on 15012 with its ServiceAccount token, learns
+the mesh's workloads over WDS, gets a certificate for each ambient workload
+on its node from the CA (by impersonation), and, inside each such workload's
+network namespace, terminates HBONE on :15008 with that workload's
+certificate and tunnels the workload's captured outbound connections
+(:15001) to their destinations.`,
+		Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error { return runNodeProxy(f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.xdsAddress, "xds-address", envOr("XDS_ADDRESS", "istiod.istio-system.svc:15012"), "the control plane's TLS xDS and CA address; its host is the name checked in the serving certificate")
+	fl.StringVar(&f.caRoot, "ca-root-cert", "/var/run/secrets/istio/root-cert.pem", "the mesh root (the istio-ca-root-cert ConfigMap's root-cert.pem), which the control plane's certificate must chain to")
+	fl.StringVar(&f.tokenFile, "token-file", "/var/run/secrets/tokens/istio-token", "the node proxy's projected ServiceAccount token, audience istio-ca, bound to its Pod")
+	fl.StringVar(&f.node, "node-name", os.Getenv("NODE_NAME"), "the node's name; the proxy serves the ambient Pods whose spec.nodeName it is")
+	fl.StringVar(&f.podName, "pod-name", os.Getenv("POD_NAME"), "the node proxy's Pod, for its xDS node ID")
+	fl.StringVar(&f.podNamespace, "pod-namespace", envOr("POD_NAMESPACE", "istio-system"), "the node proxy's namespace")
+	fl.StringVar(&f.podIP, "pod-ip", os.Getenv("INSTANCE_IP"), "the node proxy's IP, for its xDS node ID")
+	fl.StringVar(&f.netnsTemplate, "netns-path", "/var/run/netns/{namespace}_{name}", "where a workload's network namespace is, with {namespace} and {name} replaced")
+	fl.StringVar(&f.httpAddr, "http-addr", ":15020", "/metrics, /healthz/ready and /debug/ (certs, workloads, tunnels); empty disables")
+	fl.StringVar(&f.domain, "cluster-domain", "cluster.local", "the cluster's DNS domain")
+	fl.DurationVar(&f.drain, "drain", 10*time.Second, "how long open tunnels may finish on SIGTERM")
+	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fl.StringVar(&f.logFormat, "log-format", "text", "text or json")
+	return cmd
+}
+
+func envOr(key, fallback string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return fallback
+}
+
+func runNodeProxy(f nodeProxyFlags) error {
+	logger, err := newLogger(f.logLevel, f.logFormat, os.Stderr)
+	if err != nil {
+		return err
+	}
+	if f.node == "" {
+		return errors.New("--node-name (or NODE_NAME) is required")
+	}
+	rootPEM, err := os.ReadFile(f.caRoot)
+	if err != nil {
+		return fmt.Errorf("--ca-root-cert: %w", err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(rootPEM) {
+		return fmt.Errorf("--ca-root-cert: %s holds no PEM certificate", f.caRoot)
+	}
+	host, _, err := net.SplitHostPort(f.xdsAddress)
+	if err != nil {
+		return fmt.Errorf("--xds-address: %w", err)
+	}
+	conn, err := grpc.NewClient(f.xdsAddress,
+		grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: roots, ServerName: host, MinVersion: tls.VersionTLS12})),
+		grpc.WithPerRPCCredentials(caclient.BearerToken(caclient.TokenFile(f.tokenFile))))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	registry := prometheus.NewRegistry()
+	proxy, err := nodeproxy.New(nodeproxy.Options{
+		Node: f.node, Conn: conn, IP: f.podIP, PodName: f.podName, Namespace: f.podNamespace, Domain: f.domain,
+		PodNetns: func(namespace, name string) (string, error) {
+			return strings.NewReplacer("{namespace}", namespace, "{name}", name).Replace(f.netnsTemplate), nil
+		},
+		Metrics: nodeproxy.NewMetrics(registry),
+		Log:     logger,
+	})
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if f.httpAddr != "" {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
+		mux.Handle("/debug/", proxy.DebugHandler())
+		mux.HandleFunc("/healthz/ready", func(w http.ResponseWriter, _ *http.Request) {
+			select {
+			case <-proxy.Synced():
+				fmt.Fprintln(w, "ready")
+			default:
+				http.Error(w, "waiting for the first WDS response", http.StatusServiceUnavailable)
+			}
+		})
+		srv := &http.Server{Addr: f.httpAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				logger.Error("http server failed", "err", err)
+			}
+		}()
+		defer srv.Close()
+	}
+	logger.Info("starting the node proxy", "version", version.String(), "node", f.node, "xds", f.xdsAddress)
+	return proxy.Run(ctx, f.drain)
+}

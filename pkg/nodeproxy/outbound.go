@@ -1,0 +1,114 @@
+package nodeproxy
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"sync/atomic"
+	"time"
+
+	"github.com/meshpilot/meshpilot/pkg/hbone"
+	"github.com/meshpilot/meshpilot/pkg/netns"
+	"github.com/meshpilot/meshpilot/pkg/origdst"
+	"github.com/meshpilot/meshpilot/pkg/workloadapi"
+)
+
+// acceptOutbound serves the workload's captured outbound connections.
+func (lw *localWorkload) acceptOutbound() {
+	for {
+		c, err := lw.outL.Accept()
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				lw.p.log.Error("outbound accept failed; the workload's capture stops", "workload", lw.name(), "err", err)
+			}
+			return
+		}
+		go lw.serveOutbound(c)
+	}
+}
+
+// route is where one outbound connection goes.
+type route struct {
+	dest netip.AddrPort
+	// target is the workload reached, nil for a destination outside the
+	// mesh (passed through as plain TCP).
+	target *workloadapi.Workload
+}
+
+// serveOutbound sends one captured connection on: to an HBONE workload
+// through a tunnel under this workload's certificate, to any other
+// destination (a workload without HBONE, or outside the mesh) as plain
+// TCP from the workload's namespace.
+func (lw *localWorkload) serveOutbound(c net.Conn) {
+	if !lw.track(c) {
+		c.Close()
+		return
+	}
+	defer lw.untrack(c)
+	defer c.Close()
+	orig, err := origdst.Lookup(c)
+	if err != nil {
+		lw.p.log.Warn("outbound connection without an original destination", "workload", lw.name(), "err", err)
+		lw.p.m.refused(hbone.Outbound, "original-destination")
+		return
+	}
+	r := lw.p.resolve(orig)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	up, err := lw.dialRoute(ctx, r)
+	cancel()
+	if err != nil {
+		lw.p.log.Warn("outbound connection refused", "workload", lw.name(), "dest", r.dest.String(), "err", err)
+		return
+	}
+	if !lw.track(up) {
+		up.Close()
+		return
+	}
+	defer lw.untrack(up)
+	pipe(c, up)
+}
+
+func (lw *localWorkload) dialRoute(ctx context.Context, r route) (net.Conn, error) {
+	if r.target == nil || r.target.GetTunnelProtocol() != workloadapi.TunnelProtocol_HBONE {
+		lw.p.m.passthrough.Inc()
+		return netns.Dial(ctx, lw.netns, r.dest, markedDialer())
+	}
+	src, err := lw.p.certs.get(identity(lw.w))
+	if err != nil {
+		lw.p.m.refused(hbone.Outbound, "no-certificate")
+		return nil, err
+	}
+	return lw.dialer.Dial(ctx, src, hbone.Target{
+		// In-pod mode: the destination's node proxy listens on :15008 in
+		// the destination's own namespace, so the tunnel goes to its IP.
+		Node:     netip.AddrPortFrom(r.dest.Addr(), HBONEPort),
+		Dest:     r.dest,
+		Identity: identity(r.target),
+	})
+}
+
+// next spreads connections to a service over its endpoints.
+var next atomic.Uint64
+
+// resolve finds where orig leads: a service VIP becomes one of its
+// workloads (on the target port it serves the service port on), a workload
+// address that workload, anything else itself.
+func (p *Proxy) resolve(orig netip.AddrPort) route {
+	if svc := p.dir.ServiceByVIP(orig.Addr()); svc != nil {
+		eps := p.dir.Endpoints(svc, uint32(orig.Port()))
+		if len(eps) == 0 {
+			return route{dest: orig}
+		}
+		ep := eps[next.Add(1)%uint64(len(eps))]
+		ips := workloadIPs(ep.Workload)
+		if len(ips) == 0 {
+			return route{dest: orig}
+		}
+		return route{dest: netip.AddrPortFrom(ips[0], uint16(ep.Port)), target: ep.Workload}
+	}
+	if w := p.dir.WorkloadByIP(orig.Addr()); w != nil {
+		return route{dest: orig, target: w}
+	}
+	return route{dest: orig}
+}

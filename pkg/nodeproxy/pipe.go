@@ -1,0 +1,49 @@
+package nodeproxy
+
+import (
+	"errors"
+	"io"
+	"net"
+	"sync"
+)
+
+// halfCloser is a connection whose write side can be closed alone.
+type halfCloser interface {
+	CloseWrite() error
+}
+
+// pipe copies a to b and b to a until both directions end. Each side's end
+// of input is passed on as a half-close, so a client that shuts its write
+// side still gets the reply; when either copy fails both connections are
+// closed, so neither end waits forever. It returns the bytes each way.
+func pipe(a, b net.Conn) (aToB, bToA int64) {
+	var wg sync.WaitGroup
+	var once sync.Once
+	closeBoth := func() {
+		once.Do(func() {
+			a.Close()
+			b.Close()
+		})
+	}
+	copyHalf := func(dst, src net.Conn, n *int64) {
+		defer wg.Done()
+		var err error
+		*n, err = io.Copy(dst, src)
+		if err != nil && !errors.Is(err, net.ErrClosed) {
+			closeBoth()
+			return
+		}
+		if hc, ok := dst.(halfCloser); ok {
+			if hc.CloseWrite() == nil {
+				return
+			}
+		}
+		closeBoth()
+	}
+	wg.Add(2)
+	go copyHalf(b, a, &aToB)
+	go copyHalf(a, b, &bToA)
+	wg.Wait()
+	closeBoth()
+	return aToB, bToA
+}

@@ -1,0 +1,236 @@
+package nodeproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/meshpilot/meshpilot/pkg/caclient"
+	"github.com/meshpilot/meshpilot/pkg/hbone"
+	"github.com/meshpilot/meshpilot/pkg/workloadapi"
+)
+
+// The node proxy's ports, as ztunnel's: HBONE in, and the capture of the
+// workloads' outbound connections.
+const (
+	HBONEPort    = 15008
+	OutboundPort = 15001
+)
+
+// SocketMark marks every socket the node proxy opens in a workload's
+// network namespace (Istio's 0x539), so that the capture rules let them
+// out instead of redirecting them back to the proxy.
+const SocketMark = 0x539
+
+// Options configure a Proxy.
+type Options struct {
+	// Node is the node's name, as the Pods' spec.nodeName says.
+	Node string
+	// Conn reaches the control plane on 15012 (TLS trusting the mesh
+	// root, the node proxy's ServiceAccount token on every call): both
+	// WDS and the CA.
+	Conn grpc.ClientConnInterface
+	// IP, PodName and Namespace name the node proxy in its xDS node ID;
+	// Domain is the cluster domain (cluster.local).
+	IP, PodName, Namespace, Domain string
+	// PodNetns returns the path of a workload's network namespace
+	// (/var/run/netns/..., /proc/<pid>/ns/net). The CNI plugin's agent
+	// answers it on a real node; tests name their namespaces.
+	PodNetns func(namespace, name string) (string, error)
+	// CertTTL is the workload certificate lifetime asked for; 0 leaves it
+	// to the CA.
+	CertTTL time.Duration
+	Metrics *Metrics
+	Log     *slog.Logger
+}
+
+// Proxy is a running node proxy.
+type Proxy struct {
+	opts  Options
+	log   *slog.Logger
+	dir   *Directory
+	certs *certStore
+	wds   *wdsClient
+	m     *Metrics
+
+	mu     sync.Mutex
+	local  map[string]*localWorkload // by workload UID
+	closed bool
+}
+
+// New checks opts and returns a proxy; Run starts it.
+func New(opts Options) (*Proxy, error) {
+	switch {
+	case opts.Node == "":
+		return nil, errors.New("nodeproxy: Options.Node is required")
+	case opts.Conn == nil:
+		return nil, errors.New("nodeproxy: Options.Conn is required")
+	case opts.PodNetns == nil:
+		return nil, errors.New("nodeproxy: Options.PodNetns is required")
+	}
+	if opts.Domain == "" {
+		opts.Domain = "cluster.local"
+	}
+	if opts.Log == nil {
+		opts.Log = slog.Default()
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = NewMetrics(nil)
+	}
+	p := &Proxy{
+		opts:  opts,
+		log:   opts.Log,
+		dir:   NewDirectory(),
+		m:     opts.Metrics,
+		local: map[string]*localWorkload{},
+	}
+	p.certs = newCertStore(caclient.New(caclient.Options{Conn: opts.Conn, TTL: opts.CertTTL}), opts.Log)
+	p.certs.onChange = p.m.certsChanged
+	p.wds = &wdsClient{
+		conn: opts.Conn, dir: p.dir, log: opts.Log.With("stream", "wds"), synced: make(chan struct{}),
+		node:       xdsNode(opts.IP, opts.PodName, opts.Namespace, opts.Domain),
+		onResponse: p.m.wdsResponse,
+	}
+	return p, nil
+}
+
+// Directory is what the proxy knows of the mesh.
+func (p *Proxy) Directory() *Directory { return p.dir }
+
+// Synced is closed once the first WDS response has been applied.
+func (p *Proxy) Synced() <-chan struct{} { return p.wds.synced }
+
+// Run serves until ctx ends, then drains for up to drain and returns.
+func (p *Proxy) Run(ctx context.Context, drain time.Duration) error {
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); p.wds.run(ctx) }()
+	go func() { defer wg.Done(); p.certLoop(ctx) }()
+	for {
+		changed := p.dir.Changed()
+		p.reconcile()
+		select {
+		case <-ctx.Done():
+			p.shutdown(drain)
+			wg.Wait()
+			return nil
+		case <-changed:
+		}
+	}
+}
+
+// certLoop keeps the workloads' certificates: after each change of the
+// set of local workloads and whenever a renewal is due.
+func (p *Proxy) certLoop(ctx context.Context) {
+	for {
+		changed := p.dir.Changed()
+		next := p.certs.sync(ctx)
+		timer := time.NewTimer(time.Until(next))
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-changed:
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
+}
+
+// reconcile brings the listeners in step with the local ambient workloads:
+// a workload that arrived gets its listeners; one that left loses them,
+// with its tunnels.
+func (p *Proxy) reconcile() {
+	want := p.dir.LocalWorkloads(p.opts.Node)
+	ids := make([]string, 0, len(want))
+	wanted := make(map[string]*workloadapi.Workload, len(want))
+	for _, w := range want {
+		ids = append(ids, identity(w))
+		wanted[w.GetUid()] = w
+	}
+	p.certs.want(ids)
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	for uid, lw := range p.local {
+		if w, ok := wanted[uid]; ok && sameAddresses(w, lw.w) {
+			lw.w = w
+			continue
+		}
+		p.log.Info("workload left the node proxy", "workload", lw.name())
+		lw.close()
+		delete(p.local, uid)
+	}
+	for uid, w := range wanted {
+		if _, ok := p.local[uid]; ok {
+			continue
+		}
+		lw, err := p.startWorkload(w)
+		if err != nil {
+			// Retried at the next change; its traffic stays where the
+			// capture sends it (refused) until then.
+			p.log.Error("workload not served", "workload", w.GetNamespace()+"/"+w.GetName(), "err", err)
+			p.m.workloadErrors.Inc()
+			continue
+		}
+		p.local[uid] = lw
+	}
+	p.m.localWorkloads.Set(float64(len(p.local)))
+}
+
+func sameAddresses(a, b *workloadapi.Workload) bool {
+	x, y := workloadIPs(a), workloadIPs(b)
+	if len(x) != len(y) {
+		return false
+	}
+	for i := range x {
+		if x[i] != y[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func (p *Proxy) shutdown(drain time.Duration) {
+	p.mu.Lock()
+	p.closed = true
+	local := p.local
+	p.local = map[string]*localWorkload{}
+	p.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), drain)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, lw := range local {
+		wg.Add(1)
+		go func() { defer wg.Done(); lw.drain(ctx) }()
+	}
+	wg.Wait()
+}
+
+// localFor returns the served workload that owns ip.
+func (p *Proxy) localFor(ip netip.Addr) *localWorkload {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, lw := range p.local {
+		for _, a := range workloadIPs(lw.w) {
+			if a == ip {
+				return lw
+			}
+		}
+	}
+	return nil
+}
+
+// hboneMetrics is what the HBONE library counts into.
+func (p *Proxy) hboneMetrics() hbone.Metrics { return p.m }
+
+func errorf(format string, args ...any) error { return fmt.Errorf("nodeproxy: "+format, args...) }
