@@ -8,6 +8,7 @@ import (
 	"github.com/meshpilot/meshpilot/pkg/xds/envoygen"
 	"github.com/meshpilot/meshpilot/pkg/xds/grpcgen"
 	"github.com/meshpilot/meshpilot/pkg/xds/loadassign"
+	"github.com/meshpilot/meshpilot/pkg/xds/wdsgen"
 )
 
 // generatorSets holds one generator set per kind of client. The sets are
@@ -17,6 +18,8 @@ import (
 type generatorSets struct {
 	grpc  map[string]xds.Generator
 	envoy map[string]xds.Generator
+	// node serves node proxies (ztunnel): workload discovery only.
+	node map[string]xds.Generator
 }
 
 // GeneratorGRPC is the node metadata GENERATOR value of proxyless gRPC
@@ -29,7 +32,10 @@ func newGeneratorSets(log *slog.Logger, domainSuffix string) *generatorSets {
 	assignments := new(loadassign.Cache)
 	grpcSet := grpcgen.New(grpcgen.Options{Logger: log, DomainSuffix: domainSuffix, LoadAssignments: assignments})
 	envoySet := envoygen.New(envoygen.Options{Logger: log, DomainSuffix: domainSuffix, LoadAssignments: assignments})
-	sets := &generatorSets{grpc: map[string]xds.Generator{}, envoy: map[string]xds.Generator{}}
+	sets := &generatorSets{grpc: map[string]xds.Generator{}, envoy: map[string]xds.Generator{}, node: map[string]xds.Generator{}}
+	for typeURL, g := range wdsgen.New(wdsgen.Options{Logger: log}).ByTypeURL() {
+		sets.node[typeURL] = g
+	}
 	for typeURL, g := range grpcSet.ByTypeURL() {
 		sets.grpc[typeURL] = g
 	}
@@ -39,9 +45,13 @@ func newGeneratorSets(log *slog.Logger, domainSuffix string) *generatorSets {
 	return sets
 }
 
-// forProxy picks the set by what the client asked for in its node metadata:
-// proxyless gRPC, or Envoy (sidecars and routers) by default.
+// forProxy picks the set by the node type (node proxies), then by what the
+// client asked for in its node metadata: proxyless gRPC, or Envoy (sidecars
+// and routers) by default.
 func (g *generatorSets) forProxy(p *model.Proxy) map[string]xds.Generator {
+	if p.Type == model.NodeProxy {
+		return g.node
+	}
 	if p.Generator == GeneratorGRPC {
 		return g.grpc
 	}

@@ -7,6 +7,9 @@ type NodeType string
 const (
 	SidecarProxy NodeType = "sidecar"
 	Router       NodeType = "router"
+	// NodeProxy is a per-node proxy of ambient mode, Istio's "ztunnel":
+	// it is served workload discovery, over delta ADS.
+	NodeProxy NodeType = "ztunnel"
 )
 
 // Proxy is a connected xDS client, as parsed from its node.

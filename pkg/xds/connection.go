@@ -105,6 +105,8 @@ type generated struct {
 	resource *anypb.Any
 	hash     uint64
 	version  string
+	// aliases are subscribed names this resource answers (delta only).
+	aliases []string
 }
 
 func (s *Server) newConnection(delta bool) *connection {
@@ -301,15 +303,27 @@ func (c *connection) generateOwn(w *watch, req *model.PushRequest, st *pushState
 		if r.Resource == nil {
 			continue
 		}
-		if !w.resource.Wildcard {
-			if _, found := slices.BinarySearch(w.resource.ResourceNames, r.Name); !found {
-				continue
-			}
+		if !w.resource.Wildcard && !subscribedTo(w.resource.ResourceNames, r) {
+			continue
 		}
 		h := xxhash.Sum64(r.Resource.GetValue())
-		out = append(out, generated{name: r.Name, resource: r.Resource, hash: h, version: hashString(h)})
+		out = append(out, generated{name: r.Name, resource: r.Resource, hash: h, version: hashString(h), aliases: r.Aliases})
 	}
 	return out, nil
+}
+
+// subscribedTo reports whether the sorted names include r's name or one of
+// its aliases.
+func subscribedTo(names []string, r model.Resource) bool {
+	if _, found := slices.BinarySearch(names, r.Name); found {
+		return true
+	}
+	for _, a := range r.Aliases {
+		if _, found := slices.BinarySearch(names, a); found {
+			return true
+		}
+	}
+	return false
 }
 
 // runGenerator calls g and turns a panic into an error: a bug that one

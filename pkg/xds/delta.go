@@ -88,7 +88,7 @@ func (c *deltaStream) applySubscriptions(w *watch, req *discoveryv3.DeltaDiscove
 	defer c.mu.Unlock()
 	wildcard := w.resource.Wildcard
 	wasWildcard := wildcard
-	if first && fullStateType(w.typeURL) && len(req.GetResourceNamesSubscribe()) == 0 {
+	if first && deltaWildcardType(w.typeURL) && len(req.GetResourceNamesSubscribe()) == 0 {
 		wildcard = true
 	}
 	names := w.resource.ResourceNames
@@ -196,7 +196,7 @@ func (c *deltaStream) respond(w *watch, req *model.PushRequest, planID uint64, a
 		Nonce:             c.s.nextNonce(),
 	}
 	for i, it := range changed {
-		resp.Resources[i] = &discoveryv3.Resource{Name: it.name, Version: it.version, Resource: it.resource}
+		resp.Resources[i] = &discoveryv3.Resource{Name: it.name, Version: it.version, Resource: it.resource, Aliases: it.aliases}
 	}
 	if err := c.send(func() error { return c.stream.Send(resp) }); err != nil {
 		return err
@@ -229,6 +229,10 @@ func removedNames(w *watch, items []generated, added []string) []string {
 	present := make(map[string]struct{}, len(items))
 	for _, it := range items {
 		present[it.name] = struct{}{}
+		// A name answered under another resource's name (an alias) exists.
+		for _, a := range it.aliases {
+			present[a] = struct{}{}
+		}
 	}
 	var removed []string
 	for name := range w.sent {

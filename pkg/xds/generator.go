@@ -37,6 +37,11 @@ const (
 	ClusterType  = resourcev3.ClusterType
 	EndpointType = resourcev3.EndpointType
 	SecretType   = resourcev3.SecretType
+	// AddressType is workload discovery (WDS) for node proxies, served
+	// over delta ADS only (see deltaOnlyType); AuthorizationType are their
+	// authorization policies.
+	AddressType       = "type.googleapis.com/istio.workload.Address"
+	AuthorizationType = "type.googleapis.com/istio.security.Authorization"
 )
 
 // pushOrder is the order a full push sends types in: clusters before their
@@ -49,6 +54,24 @@ var pushOrder = map[string]int{ClusterType: 0, EndpointType: 1, ListenerType: 2,
 // an empty first subscription means "everything" (wildcard).
 func fullStateType(typeURL string) bool {
 	return typeURL == ListenerType || typeURL == ClusterType
+}
+
+// deltaWildcardType reports whether a delta client that subscribes to no
+// names in its first request of the type asks for everything. The xDS
+// spec says so of LDS and CDS; Istio's own types (WDS) follow the same
+// rule, so ztunnel's first request with no names is a wildcard.
+func deltaWildcardType(typeURL string) bool {
+	return fullStateType(typeURL) || typeURL == AddressType || typeURL == AuthorizationType
+}
+
+// deltaOnlyType reports whether typeURL is served over delta ADS only.
+// Workload discovery is made of per-resource changes and removals: Istio's
+// generator for it pushes only the changed addresses, which a SotW client
+// would take for the whole set, and ztunnel only speaks delta. An empty
+// SotW answer would tell a client that no workload exists (so no tunnel
+// is needed), so a SotW subscription ends the stream with a clear error.
+func deltaOnlyType(typeURL string) bool {
+	return typeURL == AddressType
 }
 
 // shortType names a type URL in metrics and logs: cds, eds, lds, rds, sds, or

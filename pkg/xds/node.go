@@ -33,8 +33,8 @@ func parseNode(node *corev3.Node) (*model.Proxy, error) {
 		return nil, fmt.Errorf("node id %q: want type~ip~pod.namespace~namespace.svc.domain", node.GetId())
 	}
 	p := &model.Proxy{ID: node.GetId(), Type: model.NodeType(parts[0]), DNSDomain: parts[3]}
-	if p.Type != model.SidecarProxy && p.Type != model.Router {
-		return nil, fmt.Errorf("node id %q: type %q is neither sidecar nor router", p.ID, parts[0])
+	if p.Type != model.SidecarProxy && p.Type != model.Router && p.Type != model.NodeProxy {
+		return nil, fmt.Errorf("node id %q: type %q is not sidecar, router or ztunnel", p.ID, parts[0])
 	}
 
 	meta := node.GetMetadata().GetFields()

@@ -51,7 +51,15 @@ func TestParseNode(t *testing.T) {
 		{name: "nil node", node: nil, wantErr: "must carry a node"},
 		{name: "empty id", node: &corev3.Node{}, wantErr: "want type~ip"},
 		{name: "three fields", node: &corev3.Node{Id: "sidecar~10.0.0.1~x.default"}, wantErr: "want type~ip"},
-		{name: "unknown type", node: &corev3.Node{Id: "ztunnel~10.0.0.1~x.default~default.svc.cluster.local"}, wantErr: "neither sidecar nor router"},
+		{
+			name: "node proxy (ztunnel)",
+			node: &corev3.Node{Id: "ztunnel~10.0.0.5~ztunnel-x2x.istio-system~istio-system.svc.cluster.local"},
+			want: &model.Proxy{
+				ID: "ztunnel~10.0.0.5~ztunnel-x2x.istio-system~istio-system.svc.cluster.local", Type: model.NodeProxy,
+				IPAddresses: []string{"10.0.0.5"}, Namespace: "istio-system", DNSDomain: "istio-system.svc.cluster.local",
+			},
+		},
+		{name: "unknown type", node: &corev3.Node{Id: "waypoint~10.0.0.1~x.default~default.svc.cluster.local"}, wantErr: "not sidecar, router or ztunnel"},
 		{name: "bad ip in id", node: &corev3.Node{Id: "sidecar~not-an-ip~x.default~default.svc.cluster.local"}, wantErr: "invalid IP"},
 		{name: "bad instance ip", node: &corev3.Node{Id: proxyID("x"), Metadata: meta(map[string]any{"INSTANCE_IPS": "10.0.0.1,,"})}, wantErr: "invalid IP"},
 		{name: "no namespace anywhere", node: &corev3.Node{Id: "sidecar~10.0.0.1~x~.svc.cluster.local"}, wantErr: "no namespace"},

@@ -52,6 +52,9 @@ type pushPlan struct {
 	// listeners follow them, and clusters (auto mTLS) follow the
 	// namespace-wide ones.
 	peerAuthnChanged bool
+	// addressesChanged is set when Pods, Services or Namespaces changed:
+	// what node proxies are sent (WDS) is made of them.
+	addressesChanged bool
 
 	// scopes memoizes scopeFor by what a scope depends on (namespace, and
 	// labels where workload-selector rules exist): many proxies share one.
@@ -67,6 +70,9 @@ type changedService struct {
 type pushScope struct {
 	all                                             bool
 	clusters, listeners, routes, endpoints, secrets bool
+	// addresses regenerates WDS; its generation is the whole set, and the
+	// server sends only the Addresses that differ.
+	addresses bool
 }
 
 // newPushPlan works out what req can affect. prev is the push context served
@@ -93,6 +99,7 @@ func newPushPlan(id uint64, req *model.PushRequest, prev, cur *pushcontext.PushC
 	for key := range req.ConfigsUpdated {
 		switch key.Kind {
 		case model.KindService:
+			p.addressesChanged = true
 			for _, pc := range []*pushcontext.PushContext{cur, prev} {
 				if svc := pc.ServiceByName(key.Namespace, key.Name); svc != nil {
 					p.services = append(p.services, changedService{namespace: svc.Namespace, hostname: svc.Hostname})
@@ -106,10 +113,12 @@ func newPushPlan(id uint64, req *model.PushRequest, prev, cur *pushcontext.PushC
 			rulesChanged = true
 		case model.KindWorkload:
 			// Other proxies see Pods only through the endpoints the sources
-			// re-emit for them.
+			// re-emit for them; node proxies see them as Addresses.
 			p.workloadsChanged = true
+			p.addressesChanged = true
 		case model.KindNamespace:
-			// Nothing generated depends on namespaces yet.
+			// Only WDS depends on namespaces (their ambient label).
+			p.addressesChanged = true
 		case model.KindIngress, model.KindIngressClass:
 			p.ingressChanged = true
 		case model.KindSecret:
@@ -160,6 +169,7 @@ func mergePlans(id uint64, older, newer *pushPlan) *pushPlan {
 		ingressChanged:   older.ingressChanged || newer.ingressChanged,
 		secrets:          slices.Concat(older.secrets, newer.secrets),
 		peerAuthnChanged: older.peerAuthnChanged || newer.peerAuthnChanged,
+		addressesChanged: older.addressesChanged || newer.addressesChanged,
 	}
 	if len(older.rules)+len(newer.rules) > 0 {
 		m.rules = maps.Clone(older.rules)
@@ -338,6 +348,7 @@ func (p *pushPlan) meshScope(proxy *model.Proxy) pushScope {
 	var sc pushScope
 	sc.endpoints = p.endpointsChanged
 	sc.clusters, sc.listeners = p.peerAuthnChanged, p.peerAuthnChanged
+	sc.addresses = p.addressesChanged
 	for host, change := range p.rules {
 		if !visibleIn(p.prev, ns, host) && !visibleIn(p.cur, ns, host) {
 			continue
@@ -387,6 +398,10 @@ func (p *pushPlan) request(sc pushScope, typeURL string) *model.PushRequest {
 		}
 	case SecretType:
 		if sc.secrets {
+			return p.req
+		}
+	case AddressType:
+		if sc.addresses {
 			return p.req
 		}
 	}

@@ -6,6 +6,8 @@ import (
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/meshpilot/meshpilot/pkg/model"
@@ -30,6 +32,9 @@ func (c *sotwStream) handle(req *discoveryv3.DiscoveryRequest) error {
 		return err
 	}
 	typeURL := req.GetTypeUrl()
+	if deltaOnlyType(typeURL) {
+		return status.Errorf(codes.InvalidArgument, "%s is served over delta ADS only (DeltaAggregatedResources)", typeURL)
+	}
 	if ok, err := c.served(typeURL); err != nil || !ok {
 		if err == nil && c.unservedType(typeURL, req.GetResponseNonce()) {
 			resp := &discoveryv3.DiscoveryResponse{VersionInfo: c.s.current.Load().version, TypeUrl: typeURL, Nonce: c.s.nextNonce()}

@@ -1,0 +1,147 @@
+package wdsgen
+
+import (
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/meshpilot/meshpilot/pkg/model"
+	"github.com/meshpilot/meshpilot/pkg/pushcontext"
+)
+
+// addressSet is every Address of one push context, marshalled. It is built
+// once, by the first connection that asks, and shared by all.
+type addressSet struct {
+	push  *pushcontext.PushContext
+	once  sync.Once
+	ready atomic.Bool
+
+	// items are sorted by name; never mutated once built.
+	items  model.Resources
+	byName map[string]int
+	// backing maps a service's name to the uids of the workloads it
+	// selects, for on-demand subscriptions to its VIP.
+	backing map[string][]string
+	// inputs are what each item was built from, for the next set to reuse.
+	inputs map[string]inputs
+}
+
+// inputs are everything an Address depends on. Workloads and services are
+// immutable and replaced on change, so pointer equality is content
+// equality.
+type inputs struct {
+	workload *model.Workload
+	targets  []*model.Service
+	hbone    bool
+	service  *model.Service
+	// trustDomain and clusterID are mesh-wide, but a change of either must
+	// not reuse what was built with the other.
+	trustDomain, clusterID string
+}
+
+func (a inputs) equal(b inputs) bool {
+	return a.workload == b.workload && a.service == b.service && a.hbone == b.hbone &&
+		a.trustDomain == b.trustDomain && a.clusterID == b.clusterID && slices.Equal(a.targets, b.targets)
+}
+
+// setFor returns push's address set, building it if needed from the most
+// recent set that is ready.
+func (g *AddressGenerator) setFor(push *pushcontext.PushContext) *addressSet {
+	g.mu.Lock()
+	var set, prev *addressSet
+	for _, s := range g.sets {
+		if s.push == push {
+			set = s
+		}
+		if s.ready.Load() {
+			prev = s
+		}
+	}
+	if set == nil {
+		set = &addressSet{push: push}
+		g.sets = append(g.sets, set)
+		if len(g.sets) > keptSets {
+			g.sets = slices.Delete(g.sets, 0, len(g.sets)-keptSets)
+		}
+	}
+	g.mu.Unlock()
+	set.once.Do(func() {
+		set.build(prev, g)
+		set.ready.Store(true)
+	})
+	return set
+}
+
+// build makes every Address of s.push, reusing prev's marshalled resource
+// where the inputs are the same.
+func (s *addressSet) build(prev *addressSet, g *AddressGenerator) {
+	push := s.push
+	workloads, uids := push.AddressedWorkloads()
+	services := push.Services()
+	n := len(workloads) + len(services)
+	s.items = make(model.Resources, 0, n)
+	s.inputs = make(map[string]inputs, n)
+	s.backing = map[string][]string{}
+	td, cluster := push.TrustDomain(), push.ClusterID()
+
+	emit := func(name string, in inputs, build func() *anyAddress) {
+		if prev != nil {
+			if old, ok := prev.inputs[name]; ok && old.equal(in) {
+				s.items = append(s.items, prev.items[prev.byName[name]])
+				s.inputs[name] = in
+				return
+			}
+		}
+		a := build()
+		if a == nil {
+			return
+		}
+		any, err := a.marshal()
+		if err != nil {
+			// Cannot happen for messages built here; skip the one
+			// resource rather than fail every node proxy's push.
+			g.log.Error("marshalling an Address failed; leaving it out", "name", name, "err", err)
+			return
+		}
+		s.items = append(s.items, model.Resource{Name: name, Resource: any})
+		s.inputs[name] = in
+	}
+
+	for i, w := range workloads {
+		targets := push.ServiceTargets(w)
+		in := inputs{workload: w, targets: targets, hbone: push.TunnelsTo(w), trustDomain: td, clusterID: cluster}
+		emit(uids[i], in, func() *anyAddress { return workloadAddress(push, w, uids[i], targets, in.hbone) })
+		for _, svc := range targets {
+			s.backing[serviceName(svc)] = append(s.backing[serviceName(svc)], uids[i])
+		}
+	}
+	for _, svc := range services {
+		in := inputs{service: svc, trustDomain: td, clusterID: cluster}
+		emit(serviceName(svc), in, func() *anyAddress { return serviceAddress(svc) })
+	}
+	// Names are unique: uids start with the cluster and contain "//",
+	// which no namespace or hostname does.
+	slices.SortFunc(s.items, func(a, b model.Resource) int { return strings.Compare(a.Name, b.Name) })
+	s.byName = make(map[string]int, len(s.items))
+	for i, it := range s.items {
+		s.byName[it.Name] = i
+	}
+}
+
+// anyAddress is an Address about to be marshalled.
+type anyAddress struct{ msg proto.Message }
+
+// marshal encodes deterministically: a workload's services are a map, and
+// the same content must give the same bytes, or every push would look
+// like a change to the server's per-resource versions.
+func (a *anyAddress) marshal() (*anypb.Any, error) {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(a.msg)
+	if err != nil {
+		return nil, err
+	}
+	return &anypb.Any{TypeUrl: AddressType, Value: b}, nil
+}
