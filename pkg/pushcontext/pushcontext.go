@@ -187,8 +187,11 @@ func Build(store model.Store, opts Options, prev *PushContext, req *model.PushRe
 		pc.build.reused(indexResolution)
 	}
 
+	// Read (and sorted) once per build, for the two indexes made of them.
+	var workloads []*model.Workload
 	if plan.full || plan.workloads {
-		pc.workloads = buildWorkloadIndex(store.Workloads())
+		workloads = store.Workloads()
+		pc.workloads = buildWorkloadIndex(workloads)
 		pc.build.rebuilt(indexWorkloads)
 	} else {
 		pc.workloads = prev.workloads
@@ -243,7 +246,10 @@ func Build(store model.Store, opts Options, prev *PushContext, req *model.PushRe
 		pc.build.reused(indexPeerAuthentication)
 	}
 	if plan.full || plan.workloads || plan.services || plan.namespaces {
-		pc.addresses = buildAddressIndex(store.Workloads(), pc.services.all, store.Namespaces(), opts.ClusterID)
+		if workloads == nil {
+			workloads = store.Workloads()
+		}
+		pc.addresses = buildAddressIndex(workloads, pc.services.all, store.Namespaces(), opts.ClusterID)
 		pc.build.rebuilt(indexAddresses)
 	} else {
 		pc.addresses = prev.addresses

@@ -84,3 +84,30 @@ func BenchmarkWDSPodChurn(b *testing.B) {
 		prev = push
 	}
 }
+
+// BenchmarkWDSPodChurnGenerateOnly is BenchmarkWDSPodChurn without the
+// push context build: what WDS itself costs per Pod churn at this size.
+func BenchmarkWDSPodChurnGenerateOnly(b *testing.B) {
+	store := benchMesh()
+	prev := pushcontext.Build(store, pushcontext.Options{}, nil, nil)
+	g := New(Options{}).Addresses
+	proxy := &model.Proxy{Type: model.NodeProxy}
+	if _, err := g.Generate(proxy, prev, wildcard, &model.PushRequest{Full: true}); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		b.StopTimer()
+		i++
+		pod := benchPod("ns-0", "app-0", 0, fmt.Sprintf("v%d", i))
+		store.UpsertWorkload(pod)
+		req := model.NewPushRequest(model.ConfigKey{Kind: model.KindWorkload, Namespace: pod.Namespace, Name: pod.Name}, time.Now())
+		push := pushcontext.Build(store, pushcontext.Options{}, prev, req)
+		b.StartTimer()
+		if _, err := g.Generate(proxy, push, wildcard, req); err != nil {
+			b.Fatal(err)
+		}
+		prev = push
+	}
+}

@@ -26,8 +26,24 @@ type addressSet struct {
 	// backing maps a service's name to the uids of the workloads it
 	// selects, for on-demand subscriptions to its VIP.
 	backing map[string][]string
-	// inputs are what each item was built from, for the next set to reuse.
-	inputs map[string]inputs
+	// inputs are what each item was built from, for the next set to reuse,
+	// and services the push context's services they were matched against.
+	inputs   map[string]inputs
+	services []*model.Service
+}
+
+func (s *addressSet) input(name string) (inputs, bool) {
+	if s == nil {
+		return inputs{}, false
+	}
+	in, ok := s.inputs[name]
+	return in, ok
+}
+
+// sameSlice reports whether two slices are the same shared slice: push
+// contexts that reuse their services index hand out the same one.
+func sameSlice[T any](a, b []T) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
 // inputs are everything an Address depends on. Workloads and services are
@@ -87,6 +103,11 @@ func (s *addressSet) build(prev *addressSet, g *AddressGenerator) {
 	s.inputs = make(map[string]inputs, n)
 	s.backing = map[string][]string{}
 	td, cluster := push.TrustDomain(), push.ClusterID()
+	// With the same services, a workload that did not change is selected
+	// by the same ones: take them from prev instead of matching selectors
+	// again (most of a Pod churn's cost at scale).
+	sameServices := prev != nil && sameSlice(prev.services, services)
+	s.services = services
 
 	emit := func(name string, in inputs, build func() *anyAddress) {
 		if prev != nil {
@@ -112,7 +133,12 @@ func (s *addressSet) build(prev *addressSet, g *AddressGenerator) {
 	}
 
 	for i, w := range workloads {
-		targets := push.ServiceTargets(w)
+		var targets []*model.Service
+		if old, ok := prev.input(uids[i]); ok && sameServices && old.workload == w {
+			targets = old.targets
+		} else {
+			targets = push.ServiceTargets(w)
+		}
 		in := inputs{workload: w, targets: targets, hbone: push.TunnelsTo(w), trustDomain: td, clusterID: cluster}
 		emit(uids[i], in, func() *anyAddress { return workloadAddress(push, w, uids[i], targets, in.hbone) })
 		for _, svc := range targets {
