@@ -33,10 +33,13 @@ type certStore struct {
 	rootPEM []byte
 	// onChange is told when the set of held certificates changes.
 	onChange func(held int, earliestExpiry time.Time)
+	// kick wakes the sync loop when want adds an identity.
+	kick chan struct{}
 }
 
 func newCertStore(ca *caclient.Client, log *slog.Logger) *certStore {
-	return &certStore{ca: ca, log: log, now: time.Now, certs: map[string]*caclient.Certificate{}, wanted: map[string]bool{}}
+	return &certStore{ca: ca, log: log, now: time.Now, certs: map[string]*caclient.Certificate{}, wanted: map[string]bool{},
+		kick: make(chan struct{}, 1)}
 }
 
 // errNoCertificate: the identity has no certificate (yet).
@@ -67,8 +70,16 @@ func (s *certStore) want(identities []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	next := make(map[string]bool, len(identities))
+	added := false
 	for _, id := range identities {
 		next[id] = true
+		added = added || !s.wanted[id]
+	}
+	if added {
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
 	}
 	for id := range s.certs {
 		if !next[id] {

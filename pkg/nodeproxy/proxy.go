@@ -125,18 +125,17 @@ func (p *Proxy) Run(ctx context.Context, drain time.Duration) error {
 	}
 }
 
-// certLoop keeps the workloads' certificates: after each change of the
-// set of local workloads and whenever a renewal is due.
+// certLoop keeps the workloads' certificates: when a workload arrives on
+// the node and whenever a renewal is due.
 func (p *Proxy) certLoop(ctx context.Context) {
 	for {
-		changed := p.dir.Changed()
 		next := p.certs.sync(ctx)
 		timer := time.NewTimer(time.Until(next))
 		select {
 		case <-ctx.Done():
 			timer.Stop()
 			return
-		case <-changed:
+		case <-p.certs.kick:
 		case <-timer.C:
 		}
 		timer.Stop()

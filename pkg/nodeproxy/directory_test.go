@@ -1,0 +1,83 @@
+package nodeproxy
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/meshpilot/meshpilot/pkg/workloadapi"
+)
+
+func workloadAddr(uid, ns, name, node, ip string, hbone bool, services map[string][]uint32) *workloadapi.Address {
+	w := &workloadapi.Workload{Uid: uid, Namespace: ns, Name: name, Node: node, ServiceAccount: name,
+		Addresses: [][]byte{netip.MustParseAddr(ip).AsSlice()}, Services: map[string]*workloadapi.PortList{}}
+	if hbone {
+		w.TunnelProtocol = workloadapi.TunnelProtocol_HBONE
+	}
+	for key, ports := range services {
+		w.Services[key] = &workloadapi.PortList{Ports: []*workloadapi.Port{{ServicePort: ports[0], TargetPort: ports[1]}}}
+	}
+	return &workloadapi.Address{Type: &workloadapi.Address_Workload{Workload: w}}
+}
+
+func serviceAddr(ns, host, vip string) *workloadapi.Address {
+	return &workloadapi.Address{Type: &workloadapi.Address_Service{Service: &workloadapi.Service{
+		Namespace: ns, Hostname: host,
+		Addresses: []*workloadapi.NetworkAddress{{Address: netip.MustParseAddr(vip).AsSlice()}},
+		Ports:     []*workloadapi.Port{{ServicePort: 80, TargetPort: 8080}},
+	}}}
+}
+
+func TestDirectory(t *testing.T) {
+	d := NewDirectory()
+	changed := d.Changed()
+	d.Apply(map[string]*workloadapi.Address{
+		"Kubernetes//Pod/app/b-1":     workloadAddr("Kubernetes//Pod/app/b-1", "app", "b-1", "node-2", "10.0.0.11", true, map[string][]uint32{"app/b.app.svc.cluster.local": {80, 8080}}),
+		"Kubernetes//Pod/app/b-2":     workloadAddr("Kubernetes//Pod/app/b-2", "app", "b-2", "node-1", "10.0.0.12", true, map[string][]uint32{"app/b.app.svc.cluster.local": {80, 9090}}),
+		"Kubernetes//Pod/app/c":       workloadAddr("Kubernetes//Pod/app/c", "app", "c", "node-1", "10.0.0.13", false, nil),
+		"app/b.app.svc.cluster.local": serviceAddr("app", "b.app.svc.cluster.local", "10.96.0.10"),
+	}, nil)
+	select {
+	case <-changed:
+	default:
+		t.Fatal("Apply did not wake Changed's waiters")
+	}
+
+	if w := d.WorkloadByIP(netip.MustParseAddr("10.0.0.12")); w.GetName() != "b-2" {
+		t.Errorf("WorkloadByIP(10.0.0.12) = %v", w.GetName())
+	}
+	if w := d.WorkloadByIP(netip.MustParseAddr("::ffff:10.0.0.12")); w.GetName() != "b-2" {
+		t.Errorf("a mapped IPv4 address did not find its workload: %v", w.GetName())
+	}
+	svc := d.ServiceByVIP(netip.MustParseAddr("10.96.0.10"))
+	if svc.GetHostname() != "b.app.svc.cluster.local" {
+		t.Fatalf("ServiceByVIP = %v", svc)
+	}
+	eps := d.Endpoints(svc, 80)
+	if len(eps) != 2 || eps[0].Workload.GetName() != "b-1" || eps[0].Port != 8080 || eps[1].Port != 9090 {
+		t.Errorf("endpoints of port 80: %+v", eps)
+	}
+	if eps := d.Endpoints(svc, 81); len(eps) != 0 {
+		t.Errorf("a port the service lacks has endpoints: %+v", eps)
+	}
+	local := d.LocalWorkloads("node-1")
+	if len(local) != 1 || local[0].GetName() != "b-2" {
+		t.Errorf("node-1's HBONE workloads: %v (c has no tunnel, b-1 is on node-2)", local)
+	}
+	if got := identity(local[0]); got != "spiffe://cluster.local/ns/app/sa/b-2" {
+		t.Errorf("identity with the default trust domain: %s", got)
+	}
+
+	d.Apply(nil, []string{"Kubernetes//Pod/app/b-2", "app/b.app.svc.cluster.local"})
+	if d.WorkloadByIP(netip.MustParseAddr("10.0.0.12")) != nil || d.ServiceByVIP(netip.MustParseAddr("10.96.0.10")) != nil {
+		t.Error("removed addresses are still found")
+	}
+	if got := d.LocalWorkloads("node-1"); len(got) != 0 {
+		t.Errorf("node-1 still has %v", got)
+	}
+	if w, s := d.Size(); w != 2 || s != 0 {
+		t.Errorf("size %d workloads, %d services; want 2 and 0", w, s)
+	}
+	if v := d.knownVersions(); len(v) != 2 {
+		t.Errorf("versions kept for %d resources, want 2", len(v))
+	}
+}
