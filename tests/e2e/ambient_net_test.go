@@ -1,0 +1,115 @@
+package e2e
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+
+	"github.com/meshpilot/meshpilot/internal/netnstest"
+	"github.com/meshpilot/meshpilot/pkg/nodeproxy"
+)
+
+// podNet is one pod's network namespace on the test's pod network.
+type podNet struct {
+	name, path string
+	ip         netip.Addr
+}
+
+// podNetwork builds what a node's CNI would: a namespace per pod, all on
+// one bridge (in a namespace of its own, standing for the nodes' network),
+// 10.<k>.0.<10+i>/24. The bridge namespace is returned too: it reaches
+// every pod, as a client outside the mesh would. Everything is deleted
+// when the test ends.
+func podNetwork(t *testing.T, pods int) (fabric podNet, out []podNet) {
+	t.Helper()
+	netnstest.RequireRoot(t)
+	tag := fmt.Sprintf("%d", os.Getpid()%100000)
+	k := 100 + os.Getpid()%50
+	fabric = podNet{name: "mpf" + tag, path: "/var/run/netns/mpf" + tag, ip: netip.AddrFrom4([4]byte{10, byte(k), 0, 1})}
+	sh(t, "ip", "netns", "add", fabric.name)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "delete", fabric.name).Run() })
+	sh(t, "ip", "-n", fabric.name, "link", "set", "lo", "up")
+	sh(t, "ip", "-n", fabric.name, "link", "add", "br0", "type", "bridge")
+	sh(t, "ip", "-n", fabric.name, "addr", "add", fabric.ip.String()+"/24", "dev", "br0")
+	sh(t, "ip", "-n", fabric.name, "link", "set", "br0", "up")
+	for i := range pods {
+		p := podNet{name: fmt.Sprintf("mpp%s%d", tag, i), ip: netip.AddrFrom4([4]byte{10, byte(k), 0, byte(10 + i)})}
+		p.path = "/var/run/netns/" + p.name
+		sh(t, "ip", "netns", "add", p.name)
+		t.Cleanup(func() { _ = exec.Command("ip", "netns", "delete", p.name).Run() })
+		host, peer := fmt.Sprintf("vh%s%d", tag, i), fmt.Sprintf("vp%s%d", tag, i)
+		sh(t, "ip", "-n", fabric.name, "link", "add", host, "type", "veth", "peer", "name", peer, "netns", p.name)
+		sh(t, "ip", "-n", fabric.name, "link", "set", host, "master", "br0", "up")
+		sh(t, "ip", "-n", p.name, "link", "set", "lo", "up")
+		sh(t, "ip", "-n", p.name, "addr", "add", p.ip.String()+"/24", "dev", peer)
+		sh(t, "ip", "-n", p.name, "link", "set", peer, "up")
+		// Service VIPs are reached through the capture; a default route
+		// lets the kernel accept the connect before nftables redirects it.
+		sh(t, "ip", "-n", p.name, "route", "add", "default", "via", fabric.ip.String())
+		out = append(out, p)
+	}
+	return fabric, out
+}
+
+func sh(t *testing.T, name string, args ...string) {
+	t.Helper()
+	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+}
+
+// captureOutbound installs in a pod's namespace the redirection the CNI
+// issue will install on its own: every outbound TCP connection goes to the
+// node proxy's :15001, except the node proxy's own (socket mark 0x539) and
+// loopback.
+func captureOutbound(t *testing.T, p podNet) {
+	t.Helper()
+	f, err := os.Open(p.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	c, err := nftables.New(nftables.WithNetNSFd(int(f.Fd())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := c.AddTable(&nftables.Table{Family: nftables.TableFamilyIPv4, Name: "meshpilot_capture"})
+	chain := c.AddChain(&nftables.Chain{
+		Name: "output", Table: table, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityNATDest,
+	})
+	c.AddRule(&nftables.Rule{Table: table, Chain: chain, Exprs: []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(nodeproxy.SocketMark)},
+		&expr.Verdict{Kind: expr.VerdictReturn},
+	}})
+	c.AddRule(&nftables.Rule{Table: table, Chain: chain, Exprs: []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname("lo")},
+		&expr.Verdict{Kind: expr.VerdictReturn},
+	}})
+	c.AddRule(&nftables.Rule{Table: table, Chain: chain, Exprs: []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
+		&expr.Immediate{Register: 1, Data: binaryutil.BigEndian.PutUint16(nodeproxy.OutboundPort)},
+		&expr.Redir{RegisterProtoMin: 1},
+	}})
+	if err := c.Flush(); err != nil {
+		t.Fatalf("nftables in %s: %v", p.name, err)
+	}
+}
+
+// ifname is an interface name as nftables compares it: NUL-padded to 16.
+func ifname(n string) []byte {
+	b := make([]byte, 16)
+	copy(b, n)
+	return b
+}
