@@ -14,18 +14,49 @@ import (
 	"github.com/meshpilot/meshpilot/pkg/workloadapi"
 )
 
-// acceptOutbound serves the workload's captured outbound connections.
-func (lw *localWorkload) acceptOutbound() {
+// accept serves one of the workload's capture listeners.
+func (lw *localWorkload) accept(l net.Listener, serve func(net.Conn)) {
 	for {
-		c, err := lw.outL.Accept()
+		c, err := l.Accept()
 		if err != nil {
 			if !errors.Is(err, net.ErrClosed) {
-				lw.p.log.Error("outbound accept failed; the workload's capture stops", "workload", lw.name(), "err", err)
+				lw.p.log.Error("accept failed; this capture of the workload stops", "workload", lw.name(), "listener", l.Addr().String(), "err", err)
 			}
 			return
 		}
-		go lw.serveOutbound(c)
+		go serve(c)
 	}
+}
+
+// servePlaintextInbound passes a connection that reached the workload
+// without HBONE (a client outside the mesh) on to the workload, and only
+// to it: no policy refuses plaintext yet, as under PERMISSIVE.
+func (lw *localWorkload) servePlaintextInbound(c net.Conn) {
+	if !lw.track(c) {
+		c.Close()
+		return
+	}
+	defer lw.untrack(c)
+	defer c.Close()
+	orig, err := origdst.Lookup(c)
+	if err != nil || !lw.owns(orig.Addr()) {
+		lw.p.log.Warn("plaintext inbound connection refused", "workload", lw.name(), "dest", orig.String(), "err", err)
+		lw.p.m.refused(hbone.Inbound, "plaintext-destination")
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	up, err := netns.Dial(ctx, lw.netns, orig, markedDialer())
+	cancel()
+	if err != nil {
+		lw.p.m.refused(hbone.Inbound, string(hbone.ReasonDial))
+		return
+	}
+	if !lw.track(up) {
+		up.Close()
+		return
+	}
+	defer lw.untrack(up)
+	pipe(c, up)
 }
 
 // route is where one outbound connection goes.

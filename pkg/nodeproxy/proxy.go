@@ -21,6 +21,9 @@ import (
 const (
 	HBONEPort    = 15008
 	OutboundPort = 15001
+	// InboundPlaintextPort takes connections that reach a workload
+	// without HBONE (from outside the mesh), captured in its namespace.
+	InboundPlaintextPort = 15006
 )
 
 // SocketMark marks every socket the node proxy opens in a workload's
@@ -99,9 +102,6 @@ func New(opts Options) (*Proxy, error) {
 	}
 	return p, nil
 }
-
-// Directory is what the proxy knows of the mesh.
-func (p *Proxy) Directory() *Directory { return p.dir }
 
 // Synced is closed once the first WDS response has been applied.
 func (p *Proxy) Synced() <-chan struct{} { return p.wds.synced }

@@ -16,16 +16,17 @@ import (
 
 // localWorkload is one ambient workload on the node, served in its own
 // network namespace as ztunnel's in-pod mode does: an HBONE listener on
-// :15008 that presents its certificate, and the capture of its outbound
-// connections on :15001, tunnelled under its certificate.
+// :15008 that presents its certificate, the capture of its outbound
+// connections on :15001, tunnelled under its certificate, and of the
+// plaintext ones reaching it on :15006.
 type localWorkload struct {
 	p     *Proxy
 	w     *workloadapi.Workload
 	netns string
 
-	inbound   *hbone.Server
-	inL, outL net.Listener
-	dialer    *hbone.Dialer
+	inbound           *hbone.Server
+	inL, outL, plainL net.Listener
+	dialer            *hbone.Dialer
 
 	mu       sync.Mutex
 	outbound map[net.Conn]struct{}
@@ -89,8 +90,14 @@ func (p *Proxy) startWorkload(w *workloadapi.Workload) (*localWorkload, error) {
 		lw.inL.Close()
 		return nil, errorf("listen on :%d in %s: %w", OutboundPort, path, err)
 	}
+	if lw.plainL, err = netns.Listen(path, netip.AddrPortFrom(any4, InboundPlaintextPort), nil); err != nil {
+		lw.inL.Close()
+		lw.outL.Close()
+		return nil, errorf("listen on :%d in %s: %w", InboundPlaintextPort, path, err)
+	}
 	go func() { _ = lw.inbound.Serve(lw.inL) }()
-	go lw.acceptOutbound()
+	go lw.accept(lw.outL, lw.serveOutbound)
+	go lw.accept(lw.plainL, lw.servePlaintextInbound)
 	log.Info("serving workload", "netns", path, "identity", identity(w))
 	return lw, nil
 }
@@ -144,6 +151,7 @@ func (lw *localWorkload) stopListening() {
 	}
 	lw.inL.Close()
 	lw.outL.Close()
+	lw.plainL.Close()
 }
 
 // drain stops accepting and lets open tunnels finish until ctx ends.

@@ -8,13 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/nftables"
-	"github.com/google/nftables/binaryutil"
-	"github.com/google/nftables/expr"
-	"golang.org/x/sys/unix"
-
 	"github.com/meshpilot/meshpilot/internal/netnstest"
-	"github.com/meshpilot/meshpilot/pkg/nodeproxy"
 )
 
 // podNet is one pod's network namespace on the test's pod network.
@@ -64,52 +58,4 @@ func sh(t *testing.T, name string, args ...string) {
 	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
 		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
 	}
-}
-
-// captureOutbound installs in a pod's namespace the redirection the CNI
-// issue will install on its own: every outbound TCP connection goes to the
-// node proxy's :15001, except the node proxy's own (socket mark 0x539) and
-// loopback.
-func captureOutbound(t *testing.T, p podNet) {
-	t.Helper()
-	f, err := os.Open(p.path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	c, err := nftables.New(nftables.WithNetNSFd(int(f.Fd())))
-	if err != nil {
-		t.Fatal(err)
-	}
-	table := c.AddTable(&nftables.Table{Family: nftables.TableFamilyIPv4, Name: "meshpilot_capture"})
-	chain := c.AddChain(&nftables.Chain{
-		Name: "output", Table: table, Type: nftables.ChainTypeNAT,
-		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityNATDest,
-	})
-	c.AddRule(&nftables.Rule{Table: table, Chain: chain, Exprs: []expr.Any{
-		&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(nodeproxy.SocketMark)},
-		&expr.Verdict{Kind: expr.VerdictReturn},
-	}})
-	c.AddRule(&nftables.Rule{Table: table, Chain: chain, Exprs: []expr.Any{
-		&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname("lo")},
-		&expr.Verdict{Kind: expr.VerdictReturn},
-	}})
-	c.AddRule(&nftables.Rule{Table: table, Chain: chain, Exprs: []expr.Any{
-		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
-		&expr.Immediate{Register: 1, Data: binaryutil.BigEndian.PutUint16(nodeproxy.OutboundPort)},
-		&expr.Redir{RegisterProtoMin: 1},
-	}})
-	if err := c.Flush(); err != nil {
-		t.Fatalf("nftables in %s: %v", p.name, err)
-	}
-}
-
-// ifname is an interface name as nftables compares it: NUL-padded to 16.
-func ifname(n string) []byte {
-	b := make([]byte, 16)
-	copy(b, n)
-	return b
 }

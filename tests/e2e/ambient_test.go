@@ -25,6 +25,7 @@ import (
 	"github.com/meshpilot/meshpilot/internal/testcerts"
 	"github.com/meshpilot/meshpilot/internal/testlog"
 	"github.com/meshpilot/meshpilot/pkg/caclient"
+	"github.com/meshpilot/meshpilot/pkg/capture"
 	"github.com/meshpilot/meshpilot/pkg/netns"
 	"github.com/meshpilot/meshpilot/pkg/nodeproxy"
 )
@@ -55,8 +56,12 @@ func TestAmbientHBONE(t *testing.T) {
 	for name, p := range map[string]podNet{"a": a, "b": b, "c": c, "d": d} {
 		servers[name] = startEcho(t, p)
 	}
+	// The capture the CNI agent will install; here the test does.
 	for _, p := range []podNet{a, b, d} {
-		captureOutbound(t, p)
+		if err := capture.Install(p.path, capture.Ports{Outbound: nodeproxy.OutboundPort,
+			Inbound: nodeproxy.InboundPlaintextPort, HBONE: nodeproxy.HBONEPort, Mark: nodeproxy.SocketMark}); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	netnsOf := map[string]string{"ambient-demo/a": a.path, "ambient-demo/b": b.path, "ambient-demo/d": d.path, "plain/c": c.path}
@@ -88,6 +93,16 @@ func TestAmbientHBONE(t *testing.T) {
 		want := `peer=spiffe://cluster.local/ns/ambient-demo/sa/a`
 		if !strings.Contains(node2Logs.String(), want) {
 			t.Errorf("node-2's log has no tunnel from %s:\n%s", want, node2Logs.String())
+		}
+	})
+	t.Run("a client outside the mesh reaches B in plaintext through its capture", func(t *testing.T) {
+		if err := echoOnce(fabric, netip.AddrPortFrom(b.ip, 8080), "plaintext in"); err != nil {
+			t.Fatal(err)
+		}
+		// The node proxy dials B from inside B's namespace; a connection
+		// that bypassed it would come from the client's address.
+		if got := servers["b"].lastPeer(); got == fabric.ip {
+			t.Errorf("B saw the client (%s) itself: the connection bypassed the node proxy", got)
 		}
 	})
 	t.Run("a destination outside the mesh is passed through", func(t *testing.T) {

@@ -39,6 +39,7 @@ func TestStagesImportOnlyEarlierStages(t *testing.T) {
 		{"pkg/netns", controlPlane},
 		{"pkg/origdst", controlPlane},
 		{"pkg/caclient", controlPlane},
+		{"pkg/capture", controlPlane},
 		// The CNI plugin and installer run on nodes, beside the node proxy:
 		// they decide ambient membership from the API server themselves.
 		{"pkg/cni", controlPlane},
