@@ -137,6 +137,7 @@ type halfCloser interface {
 }
 
 // BenchmarkThroughput sends one long stream; compare MB/s of tcp and hbone.
+// tcp-relay and tls-relay are the floors described in bench_floor_test.go.
 func BenchmarkThroughput(b *testing.B) {
 	tp := newTopology(b)
 	d := tp.dialer(b)
@@ -146,6 +147,7 @@ func BenchmarkThroughput(b *testing.B) {
 		buf := make([]byte, 1<<20)
 		b.SetBytes(int64(len(buf)))
 		b.ResetTimer()
+		cpu := cpuTime()
 		for range b.N {
 			if _, err := c.Write(buf); err != nil {
 				b.Fatal(err)
@@ -157,9 +159,19 @@ func BenchmarkThroughput(b *testing.B) {
 		if err := binary.Read(c, binary.BigEndian, &got); err != nil || got != int64(b.N*len(buf)) {
 			b.Fatalf("destination got %d bytes (%v), want %d", got, err, b.N*len(buf))
 		}
+		// CPU per byte, both proxy ends and the destination together:
+		// steadier than MB/s when the cores are shared.
+		b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N*len(buf)), "cpu-ns/B")
 	}
 	b.Run("tcp", func(b *testing.B) {
 		run(b, func() halfCloser { return tp.plain(b, tp.sink).(*net.TCPConn) })
+	})
+	tcpRelay, tlsRelay := tp.tcpRelay(b), tp.tlsRelay(b)
+	b.Run("tcp-relay", func(b *testing.B) {
+		run(b, func() halfCloser { return tp.plain(b, tcpRelay).(*net.TCPConn) })
+	})
+	b.Run("tls-relay", func(b *testing.B) {
+		run(b, func() halfCloser { return tp.tlsClient(b, tlsRelay) })
 	})
 	b.Run("hbone", func(b *testing.B) {
 		run(b, func() halfCloser {

@@ -265,7 +265,7 @@ func (d *Dialer) newConn(ctx context.Context, key poolKey, src *tls.Certificate)
 		return nil, fmt.Errorf("hbone: dial %s: %w", key.node, err)
 	}
 	roots := d.cfg.Roots()
-	tc := tls.Client(raw, &tls.Config{
+	tc := newBatchedTLS(raw, &tls.Config{
 		MinVersion:   tls.VersionTLS13,
 		NextProtos:   []string{ALPN},
 		Certificates: []tls.Certificate{*src},
@@ -282,7 +282,7 @@ func (d *Dialer) newConn(ctx context.Context, key poolKey, src *tls.Certificate)
 			}
 			return nil
 		},
-	})
+	}, tls.Client)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		raw.Close()
 		d.log.Info("hbone outbound handshake failed", "node", key.node, "src", key.src, "want", key.dst, "err", err)

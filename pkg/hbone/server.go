@@ -183,7 +183,7 @@ func (s *Server) ServeConn(c net.Conn) {
 	local = netip.AddrPortFrom(local.Addr().Unmap(), local.Port())
 	remote = netip.AddrPortFrom(remote.Addr().Unmap(), remote.Port())
 
-	tc := tls.Server(c, s.tlsConfig(local))
+	tc := newBatchedTLS(c, s.tlsConfig(local), tls.Server)
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.HandshakeTimeout)
 	err := tc.HandshakeContext(ctx)
 	cancel()
