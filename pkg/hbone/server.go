@@ -114,9 +114,12 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		// scratch buffer of the server's frame size per open stream, so a
 		// larger size would cost every idle tunnel that much memory.
 		MaxReadFrameSize: 16 << 10,
-		// ztunnel's send buffer; the flow-control window a client may fill.
-		MaxUploadBufferPerStream:     256 << 10,
-		MaxUploadBufferPerConnection: 4 << 20,
+		// The window a client may fill before the node proxy has passed
+		// the bytes on. 256 KiB (ztunnel's send buffer) ran dry between
+		// window updates at a few hundred MB/s; the buffer behind it is
+		// allocated only as data arrives, so an idle stream costs nothing.
+		MaxUploadBufferPerStream:     1 << 20,
+		MaxUploadBufferPerConnection: 16 << 20,
 	}
 	s.base = &http.Server{}
 	if err := http2.ConfigureServer(s.base, s.h2); err != nil {
