@@ -171,3 +171,79 @@ func TestListenAndDialAcrossVeth(t *testing.T) {
 		t.Errorf("listened on b's address inside a")
 	}
 }
+
+// The same after switches that fail at each step: a path that does not
+// exist (nothing to open), one that is no namespace (setns refuses it),
+// and work that fails inside. Each failure must leave its thread where it
+// started; the successful switches run meanwhile on the same scheduler
+// threads, so a thread handed back in the wrong namespace would show.
+func TestNoThreadLeftInsideAfterFailures(t *testing.T) {
+	a, b := netnstest.Pair(t)
+	orig, unlock := lockedCurrent(t)
+	unlock()
+	paths := []string{a.Path, b.Path, "/var/run/netns/meshpilot-absent", "/dev/null", a.Path}
+	boom := errors.New("boom")
+	var wg sync.WaitGroup
+	for i := range 400 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			path := paths[i%len(paths)]
+			failInside := i%len(paths) == len(paths)-1
+			err := Do(path, func() error {
+				if failInside {
+					return boom
+				}
+				return nil
+			})
+			switch {
+			case path == a.Path && failInside:
+				if !errors.Is(err, boom) {
+					t.Errorf("Do(%s) = %v, want fn's error", path, err)
+				}
+			case path == a.Path || path == b.Path:
+				if err != nil {
+					t.Errorf("Do(%s): %v", path, err)
+				}
+			default:
+				if err == nil {
+					t.Errorf("Do(%s) succeeded", path)
+				}
+			}
+			if errors.Is(err, ErrNotRestored) {
+				t.Errorf("a thread could not return: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	tasks, err := filepath.Glob("/proc/self/task/*/ns/net")
+	if err != nil || len(tasks) == 0 {
+		t.Fatalf("threads: %v %v", tasks, err)
+	}
+	for _, task := range tasks {
+		id, err := IDOf(task)
+		if errors.Is(err, os.ErrNotExist) {
+			continue // a thread that ended meanwhile
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id != orig {
+			t.Errorf("thread %s is in namespace %v, not the original %v", task, id, orig)
+		}
+	}
+	// And the thread-self view, from goroutines the scheduler places on
+	// whichever threads it has: every one of them is home.
+	for range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			if id, err := Current(); err != nil || id != orig {
+				t.Errorf("a goroutine runs in namespace %v (%v), not the original %v", id, err, orig)
+			}
+		}()
+	}
+	wg.Wait()
+}
