@@ -19,9 +19,12 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/meshpilot/meshpilot/internal/version"
 	"github.com/meshpilot/meshpilot/pkg/caclient"
+	"github.com/meshpilot/meshpilot/pkg/cni/agentapi"
 	"github.com/meshpilot/meshpilot/pkg/nodeproxy"
 )
 
@@ -32,6 +35,7 @@ type nodeProxyFlags struct {
 	node, podName, podNamespace, podIP string
 	netnsTemplate, httpAddr, domain    string
 	logLevel, logFormat                string
+	cniSocket, kubeconfig, trustDomain string
 	drain                              time.Duration
 }
 
@@ -46,7 +50,9 @@ the mesh's workloads over WDS, gets a certificate for each ambient workload
 on its node from the CA (by impersonation), and, inside each such workload's
 network namespace, terminates HBONE on :15008 with that workload's
 certificate and tunnels the workload's captured outbound connections
-(:15001) to their destinations.`,
+(:15001) to their destinations. Its node agent (--cni-socket) installs each
+new ambient pod's capture when the CNI plugin asks, opens the pod's
+listeners, and annotates the Pod so that peers start using HBONE.`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error { return runNodeProxy(f) },
 	}
@@ -61,6 +67,9 @@ certificate and tunnels the workload's captured outbound connections
 	fl.StringVar(&f.netnsTemplate, "netns-path", "/var/run/netns/{namespace}_{name}", "where a workload's network namespace is, with {namespace} and {name} replaced")
 	fl.StringVar(&f.httpAddr, "http-addr", ":15020", "/metrics, /healthz/ready and /debug/ (certs, workloads, tunnels); empty disables")
 	fl.StringVar(&f.domain, "cluster-domain", "cluster.local", "the cluster's DNS domain")
+	fl.StringVar(&f.cniSocket, "cni-socket", agentapi.DefaultSocketPath, "the node agent's Unix socket, where the CNI plugin asks for each new ambient pod's capture; empty disables the agent")
+	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig the node agent reads and annotates Pods with (default: $KUBECONFIG, ~/.kube/config, or the pod's service account)")
+	fl.StringVar(&f.trustDomain, "trust-domain", "cluster.local", "the mesh's trust domain, for the identity of a pod captured before WDS tells of it")
 	fl.DurationVar(&f.drain, "drain", 10*time.Second, "how long open tunnels may finish on SIGTERM")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.StringVar(&f.logFormat, "log-format", "text", "text or json")
@@ -72,6 +81,18 @@ func envOr(key, fallback string) string {
 		return v
 	}
 	return fallback
+}
+
+// kubeClient reads the kubeconfig at path, else the default places and
+// then the pod's ServiceAccount.
+func kubeClient(path string) (kubernetes.Interface, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = path
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	return kubernetes.NewForConfig(cfg)
 }
 
 func runNodeProxy(f nodeProxyFlags) error {
@@ -101,12 +122,19 @@ func runNodeProxy(f nodeProxyFlags) error {
 		return err
 	}
 	defer conn.Close()
+	var kube kubernetes.Interface
+	if f.cniSocket != "" {
+		if kube, err = kubeClient(f.kubeconfig); err != nil {
+			return fmt.Errorf("node agent (--cni-socket): %w", err)
+		}
+	}
 	registry := prometheus.NewRegistry()
 	proxy, err := nodeproxy.New(nodeproxy.Options{
 		Node: f.node, Conn: conn, IP: f.podIP, PodName: f.podName, Namespace: f.podNamespace, Domain: f.domain,
 		PodNetns: func(namespace, name string) (string, error) {
 			return strings.NewReplacer("{namespace}", namespace, "{name}", name).Replace(f.netnsTemplate), nil
 		},
+		Kube: kube, CNISocket: f.cniSocket, TrustDomain: f.trustDomain,
 		Metrics: nodeproxy.NewMetrics(registry),
 		Log:     logger,
 	})

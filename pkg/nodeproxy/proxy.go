@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/meshpilot/meshpilot/pkg/caclient"
+	"github.com/meshpilot/meshpilot/pkg/cni/agentapi"
 	"github.com/meshpilot/meshpilot/pkg/hbone"
 	"github.com/meshpilot/meshpilot/pkg/workloadapi"
 )
@@ -49,8 +52,17 @@ type Options struct {
 	// CertTTL is the workload certificate lifetime asked for; 0 leaves it
 	// to the CA.
 	CertTTL time.Duration
-	Metrics *Metrics
-	Log     *slog.Logger
+	// Kube and CNISocket enable the node agent (agent.go): the CNI plugin
+	// asks it, over the Unix socket, to capture each new ambient pod, and
+	// it reads and annotates Pods with Kube. A nil Kube or an empty
+	// CNISocket leaves the agent off: the capture is then someone else's.
+	Kube      kubernetes.Interface
+	CNISocket string
+	// TrustDomain is the mesh's, for the identity of a pod captured before
+	// WDS tells of it; cluster.local by default.
+	TrustDomain string
+	Metrics     *Metrics
+	Log         *slog.Logger
 }
 
 // Proxy is a running node proxy.
@@ -62,8 +74,14 @@ type Proxy struct {
 	wds   *wdsClient
 	m     *Metrics
 
+	// reconcileMu makes reconciles (from WDS changes and from the agent)
+	// run one at a time, each from a fresh view, so that a late one never
+	// undoes a newer one.
+	reconcileMu sync.Mutex
+	agent       agentState
+
 	mu     sync.Mutex
-	local  map[string]*localWorkload // by workload UID
+	local  map[string]*localWorkload // by podKey
 	closed bool
 }
 
@@ -80,6 +98,9 @@ func New(opts Options) (*Proxy, error) {
 	if opts.Domain == "" {
 		opts.Domain = "cluster.local"
 	}
+	if opts.TrustDomain == "" {
+		opts.TrustDomain = "cluster.local"
+	}
 	if opts.Log == nil {
 		opts.Log = slog.Default()
 	}
@@ -92,6 +113,7 @@ func New(opts Options) (*Proxy, error) {
 		dir:   NewDirectory(),
 		m:     opts.Metrics,
 		local: map[string]*localWorkload{},
+		agent: newAgentState(),
 	}
 	p.certs = newCertStore(caclient.New(caclient.Options{Conn: opts.Conn, TTL: opts.CertTTL}), opts.Log)
 	p.certs.onChange = p.m.certsChanged
@@ -109,6 +131,23 @@ func (p *Proxy) Synced() <-chan struct{} { return p.wds.synced }
 // Run serves until ctx ends, then drains for up to drain and returns.
 func (p *Proxy) Run(ctx context.Context, drain time.Duration) error {
 	var wg sync.WaitGroup
+	if p.agentEnabled() {
+		// Pods captured before a restart are served again before the
+		// socket takes new ones, so their traffic finds listeners at once.
+		p.rediscover(ctx)
+		l, err := agentapi.Listen(p.opts.CNISocket)
+		if err != nil {
+			return errorf("node agent socket %s: %w", p.opts.CNISocket, err)
+		}
+		p.log.Info("node agent listening", "socket", p.opts.CNISocket)
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = agentapi.Serve(l, p) }()
+		// Closing the socket first means no ADD starts serving a pod
+		// while the proxy shuts down.
+		defer wg.Wait()
+		stop := context.AfterFunc(ctx, func() { l.Close() })
+		defer stop()
+	}
 	wg.Add(2)
 	go func() { defer wg.Done(); p.wds.run(ctx) }()
 	go func() { defer wg.Done(); p.certLoop(ctx) }()
@@ -142,52 +181,75 @@ func (p *Proxy) certLoop(ctx context.Context) {
 	}
 }
 
-// reconcile brings the listeners in step with the local ambient workloads:
-// a workload that arrived gets its listeners; one that left loses them,
-// with its tunnels.
-func (p *Proxy) reconcile() {
-	want := p.dir.LocalWorkloads(p.opts.Node)
-	ids := make([]string, 0, len(want))
-	wanted := make(map[string]*workloadapi.Workload, len(want))
-	for _, w := range want {
-		ids = append(ids, identity(w))
-		wanted[w.GetUid()] = w
+// reconcile brings the listeners in step with the local ambient workloads
+// (WDS's HBONE ones and the agent's captured pods): a workload that
+// arrived gets its listeners; one that left loses them, with its tunnels.
+// It returns why each workload it could not serve was not, by podKey.
+func (p *Proxy) reconcile() map[string]error {
+	p.reconcileMu.Lock()
+	defer p.reconcileMu.Unlock()
+	wanted := p.desired()
+	ids := make([]string, 0, len(wanted))
+	for _, s := range wanted {
+		ids = append(ids, identity(s.w))
 	}
 	p.certs.want(ids)
 
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	failed := map[string]error{}
 	if p.closed {
-		return
+		for key := range wanted {
+			failed[key] = errorf("the node proxy is shutting down")
+		}
+		return failed
 	}
-	for uid, lw := range p.local {
-		if w, ok := wanted[uid]; ok && sameAddresses(w, lw.w) {
-			lw.w = w
+	for key, lw := range p.local {
+		// An empty netns is WDS's path, resolved by PodNetns when started.
+		if s, ok := wanted[key]; ok && sameAddresses(s.w, lw.w) && (s.netns == "" || s.netns == lw.netns) {
+			lw.w = s.w
 			continue
 		}
 		p.log.Info("workload left the node proxy", "workload", lw.name())
 		lw.close()
-		delete(p.local, uid)
+		delete(p.local, key)
 	}
-	for uid, w := range wanted {
-		if _, ok := p.local[uid]; ok {
+	for key, s := range wanted {
+		if _, ok := p.local[key]; ok {
 			continue
 		}
-		lw, err := p.startWorkload(w)
+		lw, err := p.startWorkload(s.w, s.netns)
 		if err != nil {
 			// Retried at the next change; its traffic stays where the
 			// capture sends it (refused) until then.
-			p.log.Error("workload not served", "workload", w.GetNamespace()+"/"+w.GetName(), "err", err)
+			p.log.Error("workload not served", "workload", key, "err", err)
 			p.m.workloadErrors.Inc()
+			failed[key] = err
 			continue
 		}
-		p.local[uid] = lw
+		p.local[key] = lw
 	}
 	p.m.localWorkloads.Set(float64(len(p.local)))
+	return failed
 }
+
+// served is one workload the proxy should serve, and the namespace the
+// agent captured it in ("" when only WDS knows it).
+type served struct {
+	w     *workloadapi.Workload
+	netns string
+}
+
+// podKey names a local workload by its Pod, "<namespace>/<name>": the same
+// before WDS knows it (the agent's record) and after, so the listeners
+// opened at CNI ADD are kept when WDS's workload replaces the record.
+func podKey(w *workloadapi.Workload) string { return w.GetNamespace() + "/" + w.GetName() }
 
 func sameAddresses(a, b *workloadapi.Workload) bool {
 	x, y := workloadIPs(a), workloadIPs(b)
+	// The CNI result and WDS may list a dual-stack pod's IPs in another order.
+	slices.SortFunc(x, netip.Addr.Compare)
+	slices.SortFunc(y, netip.Addr.Compare)
 	if len(x) != len(y) {
 		return false
 	}

@@ -51,10 +51,14 @@ func markSocket(_, _ string, c syscall.RawConn) error {
 	return serr
 }
 
-func (p *Proxy) startWorkload(w *workloadapi.Workload) (*localWorkload, error) {
-	path, err := p.opts.PodNetns(w.GetNamespace(), w.GetName())
-	if err != nil {
-		return nil, errorf("network namespace of %s/%s: %w", w.GetNamespace(), w.GetName(), err)
+// startWorkload opens w's listeners in the namespace at path; an empty
+// path is looked up with Options.PodNetns.
+func (p *Proxy) startWorkload(w *workloadapi.Workload, path string) (*localWorkload, error) {
+	var err error
+	if path == "" {
+		if path, err = p.opts.PodNetns(w.GetNamespace(), w.GetName()); err != nil {
+			return nil, errorf("network namespace of %s/%s: %w", w.GetNamespace(), w.GetName(), err)
+		}
 	}
 	lw := &localWorkload{p: p, w: w, netns: path, outbound: map[net.Conn]struct{}{}, done: make(chan struct{})}
 	log := p.log.With("workload", lw.name())

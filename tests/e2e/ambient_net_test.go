@@ -26,7 +26,7 @@ func podNetwork(t *testing.T, pods int) (fabric podNet, out []podNet) {
 	t.Helper()
 	netnstest.RequireRoot(t)
 	tag := fmt.Sprintf("%d", os.Getpid()%100000)
-	k := 100 + os.Getpid()%50
+	k := freeSubnet(t, 100+os.Getpid()%50)
 	fabric = podNet{name: "mpf" + tag, path: "/var/run/netns/mpf" + tag, ip: netip.AddrFrom4([4]byte{10, byte(k), 0, 1})}
 	sh(t, "ip", "netns", "add", fabric.name)
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "delete", fabric.name).Run() })
@@ -58,4 +58,23 @@ func sh(t *testing.T, name string, args ...string) {
 	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
 		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
 	}
+}
+
+// freeSubnet returns the first k from start on (wrapping within 100-149)
+// such that no network namespace already holds an address in 10.k.0.0/24:
+// another test run's pods with the same addresses would make a pod's IP
+// name two namespaces.
+func freeSubnet(t *testing.T, start int) int {
+	t.Helper()
+	out, err := exec.Command("ip", "-all", "netns", "exec", "ip", "-o", "-4", "addr", "show").CombinedOutput()
+	if err != nil {
+		return start // no namespace yet, or no way to tell: keep the default
+	}
+	for i := range 50 {
+		k := 100 + (start-100+i)%50
+		if !strings.Contains(string(out), fmt.Sprintf(" 10.%d.0.", k)) {
+			return k
+		}
+	}
+	return start
 }

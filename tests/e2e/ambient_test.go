@@ -300,6 +300,15 @@ func setPodIP(t *testing.T, m *kubeMesh, ns, name string, ip netip.Addr) {
 // would: its token bound to its Pod, over TLS trusting the published root.
 func startNodeProxy(t *testing.T, m *kubeMesh, cp *controlPlane, node string, netnsOf map[string]string, logs io.Writer) *nodeproxy.Proxy {
 	t.Helper()
+	p, _ := startNodeProxyWith(t, m, cp, node, netnsOf, logs, nil)
+	return p
+}
+
+// startNodeProxyWith is startNodeProxy with more options (the node agent's)
+// set by with, and a stop that ends the proxy as SIGTERM would.
+func startNodeProxyWith(t *testing.T, m *kubeMesh, cp *controlPlane, node string, netnsOf map[string]string, logs io.Writer,
+	with func(*nodeproxy.Options)) (*nodeproxy.Proxy, func()) {
+	t.Helper()
 	_, serverTLS := publishedRootTLS(t, m, "istio-system")
 	token := m.createBoundToken(t, "istio-system", "ztunnel", "istio-ca", "ztunnel-"+node)
 	conn, err := grpc.NewClient(cp.secureXDSAddr, grpc.WithTransportCredentials(credentials.NewTLS(serverTLS)),
@@ -308,7 +317,7 @@ func startNodeProxy(t *testing.T, m *kubeMesh, cp *controlPlane, node string, ne
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	p, err := nodeproxy.New(nodeproxy.Options{
+	opts := nodeproxy.Options{
 		Node: node, Conn: conn, IP: "127.0.0.1", PodName: "ztunnel-" + node, Namespace: "istio-system",
 		PodNetns: func(ns, name string) (string, error) {
 			if path, ok := netnsOf[ns+"/"+name]; ok {
@@ -317,15 +326,26 @@ func startNodeProxy(t *testing.T, m *kubeMesh, cp *controlPlane, node string, ne
 			return "", fmt.Errorf("no network namespace for %s/%s", ns, name)
 		},
 		Log: slog.New(slog.NewTextHandler(logs, nil)),
-	})
+	}
+	if with != nil {
+		with(&opts)
+	}
+	p, err := nodeproxy.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); _ = p.Run(ctx, time.Second) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return p
+	go func() {
+		defer close(done)
+		if err := p.Run(ctx, time.Second); err != nil {
+			t.Errorf("node proxy %s: %v", node, err)
+		}
+	}()
+	var once sync.Once
+	stop := func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return p, stop
 }
 
 // createBoundToken is a token bound to a Pod, as the kubelet projects into

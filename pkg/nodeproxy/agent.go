@@ -1,0 +1,240 @@
+package nodeproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/meshpilot/meshpilot/pkg/capture"
+	"github.com/meshpilot/meshpilot/pkg/cni/agentapi"
+	"github.com/meshpilot/meshpilot/pkg/workloadapi"
+)
+
+// RedirectionAnnotation is what the agent writes on a Pod once its capture
+// and listeners are in place, as istio-cni does; from then on the control
+// plane sends the workload with HBONE, so peers start tunnelling to it.
+const RedirectionAnnotation = "ambient.istio.io/redirection"
+
+// capturePorts are the node proxy's own ports, which the capture sends a
+// pod's traffic to.
+var capturePorts = capture.Ports{Outbound: OutboundPort, Inbound: InboundPlaintextPort, HBONE: HBONEPort, Mark: SocketMark}
+
+// capturedPod is the agent's record of a pod it captured: enough to serve
+// it before WDS knows it (a new pod has no IP in the API server at CNI ADD
+// time), and the namespace to serve it in after.
+type capturedPod struct {
+	w     *workloadapi.Workload
+	netns string
+	// seen: WDS has told of the pod. Its later disappearance from WDS means
+	// the Pod was deleted (without a DEL reaching us), and it is dropped.
+	seen bool
+}
+
+// agentState is the node agent's memory, by podKey.
+type agentState struct {
+	mu       sync.Mutex
+	captured map[string]*capturedPod
+	// released are pods whose DEL came while WDS may still send them with
+	// HBONE (the annotation's removal not yet seen): not served again until
+	// WDS stops doing so, or a new ADD.
+	released map[string]bool
+}
+
+func newAgentState() agentState {
+	return agentState{captured: map[string]*capturedPod{}, released: map[string]bool{}}
+}
+
+func (p *Proxy) agentEnabled() bool { return p.opts.Kube != nil && p.opts.CNISocket != "" }
+
+// desired is every workload the proxy should serve now: WDS's HBONE
+// workloads on the node, and the pods the agent captured, in the
+// namespace it captured them in.
+func (p *Proxy) desired() map[string]served {
+	out := map[string]served{}
+	hbone := map[string]bool{}
+	for _, w := range p.dir.LocalWorkloads(p.opts.Node) {
+		out[podKey(w)] = served{w: w}
+		hbone[podKey(w)] = true
+	}
+	a := &p.agent
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for key := range a.released {
+		if !hbone[key] {
+			delete(a.released, key)
+			continue
+		}
+		delete(out, key)
+	}
+	for key, rec := range a.captured {
+		known := p.dir.podWorkload(rec.w.GetNamespace(), rec.w.GetName(), p.opts.Node) != nil
+		switch {
+		case known:
+			rec.seen = true
+		case rec.seen:
+			p.log.Info("captured pod left WDS: no longer served", "workload", key)
+			delete(a.captured, key)
+			continue
+		}
+		s := out[key]
+		if s.w == nil {
+			// Not HBONE in WDS yet: the record stands in for it.
+			s.w = rec.w
+		}
+		s.netns = rec.netns
+		out[key] = s
+	}
+	return out
+}
+
+// podWorkload returns WDS's workload for the Pod namespace/name on node,
+// whatever its tunnel protocol; nil if WDS does not list it.
+func (d *Directory) podWorkload(namespace, name, node string) *workloadapi.Workload {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	for _, a := range d.byName {
+		if w := a.GetWorkload(); w != nil && w.GetNamespace() == namespace && w.GetName() == name && w.GetNode() == node {
+			return w
+		}
+	}
+	return nil
+}
+
+// HandleCNI is the node agent's answer to the CNI plugin (agentapi.Handler).
+func (p *Proxy) HandleCNI(ctx context.Context, req agentapi.Request) error {
+	switch req.Command {
+	case agentapi.CommandAdd:
+		return p.cniAdd(ctx, req)
+	case agentapi.CommandDel:
+		return p.cniDel(ctx, req)
+	}
+	return fmt.Errorf("unknown command %q", req.Command)
+}
+
+// cniAdd captures a new pod in three steps, in this order: the rules in its
+// namespace, the proxy's listeners there, then the annotation. A peer
+// tunnels to the pod only after the annotation, so it always finds both.
+// A failed step undoes the earlier ones: the pod does not start half
+// captured.
+func (p *Proxy) cniAdd(ctx context.Context, req agentapi.Request) error {
+	key := req.PodNamespace + "/" + req.PodName
+	pod, err := p.opts.Kube.CoreV1().Pods(req.PodNamespace).Get(ctx, req.PodName, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("read Pod %s: %w", key, err)
+	}
+	switch {
+	case req.PodUID != "" && req.PodUID != string(pod.UID):
+		return fmt.Errorf("pod %s is uid %s in the API server, not %s: a different Pod of the same name", key, pod.UID, req.PodUID)
+	case pod.Spec.NodeName != p.opts.Node:
+		return fmt.Errorf("pod %s runs on node %q, this agent serves %q", key, pod.Spec.NodeName, p.opts.Node)
+	}
+	ips := req.PodIPs
+	if len(ips) == 0 {
+		// The plugin found no IP in the primary plugin's result; the
+		// namespace itself says which addresses the pod has.
+		if ips, err = namespaceAddrs(req.Netns); err != nil {
+			return fmt.Errorf("addresses of pod %s: %w", key, err)
+		}
+	}
+	if err := capture.Install(req.Netns, capturePorts); err != nil {
+		return err
+	}
+	if err := p.serveCaptured(key, podWorkload(pod, ips, p.opts.TrustDomain), req.Netns); err != nil {
+		return errors.Join(err, capture.Remove(req.Netns))
+	}
+	if err := p.annotate(ctx, pod.Namespace, pod.Name, true); err != nil {
+		p.forgetCaptured(key)
+		return errors.Join(fmt.Errorf("annotate Pod %s: %w", key, err), capture.Remove(req.Netns))
+	}
+	p.log.Info("pod captured", "pod", key, "netns", req.Netns, "ips", ips)
+	return nil
+}
+
+// cniDel undoes cniAdd in reverse order. It succeeds for a pod never seen,
+// a namespace already gone and a Pod already deleted: the runtime repeats
+// DEL, and sends it after failures.
+func (p *Proxy) cniDel(ctx context.Context, req agentapi.Request) error {
+	key := req.PodNamespace + "/" + req.PodName
+	p.agent.mu.Lock()
+	rec := p.agent.captured[key]
+	delete(p.agent.captured, key)
+	p.agent.released[key] = true
+	p.agent.mu.Unlock()
+	p.reconcile()
+
+	path := req.Netns
+	if path == "" && rec != nil {
+		path = rec.netns
+	}
+	var errs []error
+	if path != "" {
+		if _, err := os.Stat(path); err == nil {
+			errs = append(errs, capture.Remove(path))
+		}
+	}
+	if err := p.annotate(ctx, req.PodNamespace, req.PodName, false); err != nil && !apierrors.IsNotFound(err) {
+		errs = append(errs, fmt.Errorf("remove the annotation of Pod %s: %w", key, err))
+	}
+	p.log.Info("pod released", "pod", key, "known", rec != nil)
+	return errors.Join(errs...)
+}
+
+// serveCaptured records the pod and opens its listeners now, so that ADD
+// answers only once they are up.
+func (p *Proxy) serveCaptured(key string, w *workloadapi.Workload, netns string) error {
+	p.agent.mu.Lock()
+	delete(p.agent.released, key)
+	p.agent.captured[key] = &capturedPod{w: w, netns: netns}
+	p.agent.mu.Unlock()
+	if err := p.reconcile()[key]; err != nil {
+		p.forgetCaptured(key)
+		return fmt.Errorf("serve pod %s: %w", key, err)
+	}
+	return nil
+}
+
+func (p *Proxy) forgetCaptured(key string) {
+	p.agent.mu.Lock()
+	delete(p.agent.captured, key)
+	p.agent.released[key] = true
+	p.agent.mu.Unlock()
+	p.reconcile()
+}
+
+// annotate sets or removes the redirection annotation with a merge patch,
+// which touches no other field.
+func (p *Proxy) annotate(ctx context.Context, namespace, name string, on bool) error {
+	value := `"enabled"`
+	if !on {
+		value = "null"
+	}
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%s}}}`, RedirectionAnnotation, value)
+	_, err := p.opts.Kube.CoreV1().Pods(namespace).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	return err
+}
+
+// podWorkload is the workload the proxy serves for a pod WDS does not know
+// yet: its identity and addresses, which is all its listeners need.
+func podWorkload(pod *corev1.Pod, ips []netip.Addr, trustDomain string) *workloadapi.Workload {
+	sa := pod.Spec.ServiceAccountName
+	if sa == "" {
+		sa = "default"
+	}
+	w := &workloadapi.Workload{
+		Uid: string(pod.UID), Name: pod.Name, Namespace: pod.Namespace, Node: pod.Spec.NodeName,
+		ServiceAccount: sa, TrustDomain: trustDomain,
+		TunnelProtocol: workloadapi.TunnelProtocol_HBONE, WorkloadType: workloadapi.WorkloadType_POD,
+	}
+	for _, ip := range ips {
+		w.Addresses = append(w.Addresses, ip.Unmap().AsSlice())
+	}
+	return w
+}

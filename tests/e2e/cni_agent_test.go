@@ -1,0 +1,325 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/nftables"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/meshpilot/meshpilot/internal/testlog"
+	"github.com/meshpilot/meshpilot/pkg/capture"
+	"github.com/meshpilot/meshpilot/pkg/cni/agentapi"
+	"github.com/meshpilot/meshpilot/pkg/netns"
+	"github.com/meshpilot/meshpilot/pkg/nodeproxy"
+)
+
+// TestCNIAgentCapturesPods puts two pods into the mesh as a container
+// runtime does: the primary plugin's namespace and address first (made by
+// the test), then meshpilot's CNI plugin binary, executed with the CNI
+// environment, which asks each node's agent. The test installs no rule and
+// writes no annotation itself: A reaches B over HBONE only if the agents
+// did both.
+func TestCNIAgentCapturesPods(t *testing.T) {
+	fabric, pods := podNetwork(t, 2)
+	a, b := pods[0], pods[1]
+	m := newKubeMesh(t)
+	cp := startControlPlane(t, m)
+	m.apply(t, "cni-world", cniWorldYAML())
+	for _, n := range []string{"ztunnel-node-1", "ztunnel-node-2"} {
+		setPodIP(t, m, "istio-system", n, netip.MustParseAddr("127.0.0.1"))
+	}
+	kube := kubeClientFor(t, m)
+	for _, p := range []podNet{a, b} {
+		startEcho(t, p)
+	}
+	plugin := buildCNIPlugin(t, m)
+
+	dir := t.TempDir()
+	sockets := map[string]string{"node-1": filepath.Join(dir, "node-1.sock"), "node-2": filepath.Join(dir, "node-2.sock")}
+	logs := map[string]*testlog.Buffer{"node-1": {}, "node-2": {}}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("node-1's log:\n%s\nnode-2's log:\n%s", logs["node-1"].String(), logs["node-2"].String())
+		}
+	})
+	// No namespace is named to the proxies: what they serve, they learn
+	// from their agents.
+	noNetns := map[string]string{}
+	startAgent := func(node string) func() {
+		_, stop := startNodeProxyWith(t, m, cp, node, noNetns, logs[node], func(o *nodeproxy.Options) {
+			o.Kube, o.CNISocket = kube, sockets[node]
+		})
+		waitFor(t, 20*time.Second, node+"'s agent socket", func() error { _, err := os.Stat(sockets[node]); return err })
+		return stop
+	}
+	stopNode1 := startAgent("node-1")
+	startAgent("node-2")
+
+	hboneOpen := func(p podNet) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		c, err := netns.Dial(ctx, fabric.path, netip.AddrPortFrom(p.ip, nodeproxy.HBONEPort), nil)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}
+	if err := hboneOpen(a); err == nil {
+		t.Fatal("A's :15008 answers before any ADD")
+	}
+
+	// The runtime's ADD for each pod, on its node; then the kubelet
+	// reports the IP, as it does after CNI ADD.
+	for _, pc := range []struct {
+		p          podNet
+		name, node string
+	}{{a, "a", "node-1"}, {b, "b", "node-2"}} {
+		res := plugin.exec(t, "ADD", pc.p, "cni-demo", pc.name, sockets[pc.node])
+		if res.code != 0 {
+			t.Fatalf("ADD %s exited %d: %s %s", pc.name, res.code, res.stdout, res.stderr)
+		}
+		if !strings.Contains(res.stdout, pc.p.ip.String()) {
+			t.Errorf("ADD %s did not pass the primary plugin's result through: %s", pc.name, res.stdout)
+		}
+	}
+
+	t.Run("the rules are in the pods' namespaces and nowhere else", func(t *testing.T) {
+		for path, want := range map[string]bool{a.path: true, b.path: true, fabric.path: false, "/proc/self/ns/net": false} {
+			if got, err := capture.Installed(path); err != nil || got != want {
+				t.Errorf("capture in %s: %v (%v), want %v", path, got, err, want)
+			}
+		}
+	})
+	t.Run("the listeners are open before the Pod has an IP in the API server", func(t *testing.T) {
+		for _, p := range []podNet{a, b} {
+			if err := hboneOpen(p); err != nil {
+				t.Errorf("%s's :15008: %v", p.name, err)
+			}
+		}
+	})
+	t.Run("the Pods are annotated", func(t *testing.T) {
+		for _, name := range []string{"a", "b"} {
+			if got := annotation(t, kube, "cni-demo", name); got != "enabled" {
+				t.Errorf("pod %s: %s=%q, want enabled", name, nodeproxy.RedirectionAnnotation, got)
+			}
+		}
+	})
+
+	setPodIP(t, m, "cni-demo", "a", a.ip)
+	setPodIP(t, m, "cni-demo", "b", b.ip)
+	toB := netip.AddrPortFrom(b.ip, 8080)
+	// Until WDS tells node-1 that B has HBONE, A's connections reach B's
+	// capture in plaintext; then they go through a tunnel.
+	fromA := "peer=spiffe://cluster.local/ns/cni-demo/sa/a"
+	waitFor(t, 30*time.Second, "A reaches B over HBONE", func() error {
+		if err := echoOnce(a, toB, "warm-up"); err != nil {
+			return err
+		}
+		if !strings.Contains(logs["node-2"].String(), fromA) {
+			return errors.New("node-2 logged no tunnel from " + fromA)
+		}
+		return nil
+	})
+	t.Run("bytes through the tunnel", func(t *testing.T) {
+		if err := echoOnce(a, toB, strings.Repeat("cni ", 50_000)); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("a restarted node proxy serves the captured pod again, rules untouched", func(t *testing.T) {
+		addCanary(t, a.path)
+		stopNode1()
+		if err := echoOnce(a, toB, "while down"); err == nil {
+			t.Fatal("A reached B with node-1's proxy down: the capture is not in the path")
+		}
+		startAgent("node-1")
+		waitFor(t, 30*time.Second, "A reaches B after the restart", func() error { return echoOnce(a, toB, "after restart") })
+		if !hasCanary(t, a.path) {
+			t.Errorf("A's capture table was replaced by the restarted agent")
+		}
+		if !strings.Contains(logs["node-1"].String(), "captured pod rediscovered") {
+			t.Errorf("node-1 did not log the rediscovery")
+		}
+	})
+
+	t.Run("DEL removes rules, listeners and annotation, and may be repeated", func(t *testing.T) {
+		for i := range 2 {
+			if res := plugin.exec(t, "DEL", a, "cni-demo", "a", sockets["node-1"]); res.code != 0 {
+				t.Fatalf("DEL #%d exited %d: %s %s", i+1, res.code, res.stdout, res.stderr)
+			}
+		}
+		if got, err := capture.Installed(a.path); err != nil || got {
+			t.Errorf("A's capture after DEL: %v, %v", got, err)
+		}
+		if err := hboneOpen(a); err == nil {
+			t.Errorf("A's :15008 still answers after DEL")
+		}
+		if got := annotation(t, kube, "cni-demo", "a"); got != "" {
+			t.Errorf("A's annotation after DEL: %q", got)
+		}
+		// A pod the agent never saw.
+		err := agentapi.Call(context.Background(), sockets["node-1"], agentapi.Request{Command: agentapi.CommandDel,
+			PodNamespace: "cni-demo", PodName: "never-seen", ContainerID: "x", IfName: "eth0"})
+		if err != nil {
+			t.Errorf("DEL of a pod never seen: %v", err)
+		}
+	})
+
+	t.Run("an agent that is down fails ADD with a clear error", func(t *testing.T) {
+		down := filepath.Join(dir, "down.sock")
+		err := agentapi.Call(context.Background(), down, agentapi.Request{Command: agentapi.CommandAdd,
+			PodNamespace: "cni-demo", PodName: "a", Netns: a.path, ContainerID: "x", IfName: "eth0"})
+		var unreachable *agentapi.UnreachableError
+		if !errors.As(err, &unreachable) {
+			t.Errorf("Call to a down agent: %v, want an UnreachableError", err)
+		}
+		res := plugin.exec(t, "ADD", a, "cni-demo", "a", down)
+		if res.code == 0 || !strings.Contains(res.stdout+res.stderr, "unreachable") {
+			t.Errorf("the plugin's ADD with the agent down exited %d: %s %s", res.code, res.stdout, res.stderr)
+		}
+		if got, _ := capture.Installed(a.path); got {
+			t.Errorf("A is captured though its ADD failed")
+		}
+	})
+}
+
+// cniWorldYAML: namespace cni-demo in ambient mode with pods A (node-1)
+// and B (node-2), neither annotated: that is the agents' job.
+func cniWorldYAML() string {
+	pod := func(ns, name, node, sa string) string {
+		return fmt.Sprintf("apiVersion: v1\nkind: Pod\nmetadata: {name: %s, namespace: %s, labels: {app: %s}}\n"+
+			"spec:\n  nodeName: %s\n  serviceAccountName: %s\n  containers: [{name: app, image: example/app}]\n", name, ns, name, node, sa)
+	}
+	return strings.Join([]string{
+		"apiVersion: v1\nkind: Namespace\nmetadata: {name: cni-demo, labels: {istio.io/dataplane-mode: ambient}}\n",
+		"apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: a, namespace: cni-demo}\n",
+		"apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: b, namespace: cni-demo}\n",
+		"apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: ztunnel, namespace: istio-system}\n",
+		pod("cni-demo", "a", "node-1", "a"),
+		pod("cni-demo", "b", "node-2", "b"),
+		pod("istio-system", "ztunnel-node-1", "node-1", "ztunnel"),
+		pod("istio-system", "ztunnel-node-2", "node-2", "ztunnel"),
+	}, "---\n")
+}
+
+func kubeClientFor(t *testing.T, m *kubeMesh) kubernetes.Interface {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", m.kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kube
+}
+
+func annotation(t *testing.T, kube kubernetes.Interface, ns, name string) string {
+	t.Helper()
+	pod, err := kube.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pod.Annotations[nodeproxy.RedirectionAnnotation]
+}
+
+// canaryChain is an empty regular chain (no rule, no hook: it changes no
+// packet's path) that the test adds to a pod's capture table. Reinstalling
+// the capture replaces the table, and the canary with it.
+const canaryChain = "test-canary"
+
+func nftConn(t *testing.T, path string) *nftables.Conn {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	c, err := nftables.New(nftables.WithNetNSFd(int(f.Fd())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func addCanary(t *testing.T, path string) {
+	t.Helper()
+	c := nftConn(t, path)
+	c.AddChain(&nftables.Chain{Name: canaryChain, Table: &nftables.Table{Family: nftables.TableFamilyIPv4, Name: capture.Table}})
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func hasCanary(t *testing.T, path string) bool {
+	t.Helper()
+	chains, err := nftConn(t, path).ListChainsOfTableFamily(nftables.TableFamilyIPv4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range chains {
+		if ch.Table.Name == capture.Table && ch.Name == canaryChain {
+			return true
+		}
+	}
+	return false
+}
+
+// cniPlugin is meshpilot's plugin binary, run as a container runtime runs
+// it: only the CNI environment, the chained config on stdin.
+type cniPlugin struct{ bin, kubeconfig string }
+
+type cniResult struct {
+	code           int
+	stdout, stderr string
+}
+
+func buildCNIPlugin(t *testing.T, m *kubeMesh) cniPlugin {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "meshpilot-cni")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/meshpilot/meshpilot/cmd/pilot").CombinedOutput(); err != nil {
+		t.Fatalf("build the plugin: %v\n%s", err, out)
+	}
+	return cniPlugin{bin: bin, kubeconfig: m.kubeconfig}
+}
+
+func (c cniPlugin) exec(t *testing.T, command string, p podNet, ns, name, socket string) cniResult {
+	t.Helper()
+	prev := fmt.Sprintf(`{"cniVersion":"1.0.0","interfaces":[{"name":"eth0","sandbox":%q}],"ips":[{"interface":0,"address":"%s/24"}]}`, p.path, p.ip)
+	conf := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"k8s-pod-network","type":"meshpilot-cni","kubeconfig":%q,"agentSocket":%q,"agentTimeout":"10s","prevResult":%s}`,
+		c.kubeconfig, socket, prev)
+	cmd := exec.Command(c.bin)
+	cmd.Env = []string{
+		"CNI_COMMAND=" + command,
+		"CNI_CONTAINERID=sandbox-" + name,
+		"CNI_NETNS=" + p.path,
+		"CNI_IFNAME=eth0",
+		"CNI_PATH=" + filepath.Dir(c.bin),
+		fmt.Sprintf("CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=%s;K8S_POD_NAME=%s", ns, name),
+	}
+	cmd.Stdin = strings.NewReader(conf)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	res := cniResult{stdout: stdout.String(), stderr: stderr.String()}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		res.code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("exec the plugin: %v", err)
+	}
+	return res
+}
