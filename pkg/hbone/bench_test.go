@@ -262,36 +262,73 @@ func cpuTime() time.Duration {
 }
 
 // BenchmarkIdleStreamMemory opens idleStreams tunnels that carry nothing
-// and reports the heap and stack they hold, per stream. Both proxy ends run
-// in this process, so the figure is the source side's plus the node
-// proxy's; the destination's sockets are held without goroutines.
+// and reports the heap and stack they hold, per stream:
+//   - both: the Dialer and the Server, as a node proxy holding both ends of
+//     its own tunnels would;
+//   - server: the Server (the node proxy's inbound end), opened by a bare
+//     HTTP/2 client that keeps nothing per stream;
+//   - client: the Dialer and its Conns, against a bare server.
+//
+// The destination's sockets are held without goroutines.
 func BenchmarkIdleStreamMemory(b *testing.B) {
 	const idleStreams = 1000
 	tp := newTopology(b)
-	d := tp.dialer(b)
-	for range b.N {
-		before := inUse()
-		conns := make([]*Conn, 0, idleStreams)
-		for range idleStreams {
-			c, err := d.Dial(context.Background(), &tp.m.a, Target{Node: tp.node, Dest: tp.holder, Identity: idB})
-			if err != nil {
-				b.Fatal(err)
+	measure := func(b *testing.B, open func() (conns int, closeAll func())) {
+		for range b.N {
+			heap0, stack0 := inUse()
+			n, closeAll := open()
+			heap1, stack1 := inUse()
+			b.ReportMetric(float64(heap1+stack1-heap0-stack0)/idleStreams, "B/stream")
+			b.ReportMetric(float64(heap1-heap0)/idleStreams, "heap-B/stream")
+			b.ReportMetric(float64(stack1-stack0)/idleStreams, "stack-B/stream")
+			b.ReportMetric(float64(n), "connections")
+			closeAll()
+		}
+	}
+	b.Run("both", func(b *testing.B) {
+		d := tp.dialer(b)
+		measure(b, func() (int, func()) {
+			conns := tp.idleClientStreams(b, d, tp.node, idleStreams)
+			return d.PoolSize(), func() { closeConns(conns) }
+		})
+	})
+	b.Run("server", func(b *testing.B) {
+		measure(b, func() (int, func()) {
+			var cs []net.Conn
+			for range idleStreams / 100 {
+				cs = append(cs, tp.bareClient(b, tp.holder, 100))
 			}
-			conns = append(conns, c)
-		}
-		after := inUse()
-		b.ReportMetric(float64(after-before)/idleStreams, "B/stream")
-		b.ReportMetric(float64(d.PoolSize()), "connections")
-		for _, c := range conns {
-			c.Close()
-		}
+			if got := tp.srv.OpenStreams(); len(got) < idleStreams {
+				b.Fatalf("server holds %d streams", len(got))
+			}
+			return len(cs), func() {
+				for _, c := range cs {
+					c.Close()
+				}
+			}
+		})
+	})
+	b.Run("client", func(b *testing.B) {
+		bare := tp.bareServer(b)
+		d := tp.dialer(b)
+		measure(b, func() (int, func()) {
+			conns := tp.idleClientStreams(b, d, bare, idleStreams)
+			return d.PoolSize(), func() { closeConns(conns) }
+		})
+	})
+}
+
+func closeConns(conns []*Conn) {
+	for _, c := range conns {
+		c.Close()
 	}
 }
 
-func inUse() uint64 {
+// inUse returns the heap and goroutine stacks in use after a full GC.
+func inUse() (heap, stack int64) {
 	runtime.GC()
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	return ms.HeapInuse + ms.StackInuse
+	return int64(ms.HeapInuse), int64(ms.StackInuse)
 }
