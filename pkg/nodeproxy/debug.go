@@ -33,10 +33,10 @@ func (p *Proxy) DebugHandler() http.Handler {
 		p.mu.Lock()
 		for _, lw := range p.local {
 			var ips []string
-			for _, ip := range workloadIPs(lw.w) {
+			for _, ip := range workloadIPs(lw.w()) {
 				ips = append(ips, ip.String())
 			}
-			out.Local = append(out.Local, local{Name: lw.name(), Identity: identity(lw.w), IPs: ips, Netns: lw.netns})
+			out.Local = append(out.Local, local{Name: lw.name(), Identity: identity(lw.w()), IPs: ips, Netns: lw.netns})
 		}
 		p.mu.Unlock()
 		sort.Slice(out.Local, func(i, j int) bool { return out.Local[i].Name < out.Local[j].Name })

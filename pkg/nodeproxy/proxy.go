@@ -206,8 +206,8 @@ func (p *Proxy) reconcile() map[string]error {
 	}
 	for key, lw := range p.local {
 		// An empty netns is WDS's path, resolved by PodNetns when started.
-		if s, ok := wanted[key]; ok && sameAddresses(s.w, lw.w) && (s.netns == "" || s.netns == lw.netns) {
-			lw.w = s.w
+		if s, ok := wanted[key]; ok && sameAddresses(s.w, lw.w()) && (s.netns == "" || s.netns == lw.netns) {
+			lw.current.Store(s.w)
 			continue
 		}
 		p.log.Info("workload left the node proxy", "workload", lw.name())
@@ -282,7 +282,7 @@ func (p *Proxy) localFor(ip netip.Addr) *localWorkload {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, lw := range p.local {
-		for _, a := range workloadIPs(lw.w) {
+		for _, a := range workloadIPs(lw.w()) {
 			if a == ip {
 				return lw
 			}

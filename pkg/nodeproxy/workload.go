@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -20,9 +21,11 @@ import (
 // connections on :15001, tunnelled under its certificate, and of the
 // plaintext ones reaching it on :15006.
 type localWorkload struct {
-	p     *Proxy
-	w     *workloadapi.Workload
-	netns string
+	p *Proxy
+	// current is the workload as last known: reconcile replaces it (WDS's
+	// version supersedes the agent's record) while connections read it.
+	current atomic.Pointer[workloadapi.Workload]
+	netns   string
 
 	inbound           *hbone.Server
 	inL, outL, plainL net.Listener
@@ -33,7 +36,9 @@ type localWorkload struct {
 	done     chan struct{}
 }
 
-func (lw *localWorkload) name() string { return lw.w.GetNamespace() + "/" + lw.w.GetName() }
+func (lw *localWorkload) w() *workloadapi.Workload { return lw.current.Load() }
+
+func (lw *localWorkload) name() string { w := lw.w(); return w.GetNamespace() + "/" + w.GetName() }
 
 // markedDialer opens the proxy's own sockets in the workload's namespace,
 // marked so that the capture lets them out.
@@ -60,7 +65,8 @@ func (p *Proxy) startWorkload(w *workloadapi.Workload, path string) (*localWorkl
 			return nil, errorf("network namespace of %s/%s: %w", w.GetNamespace(), w.GetName(), err)
 		}
 	}
-	lw := &localWorkload{p: p, w: w, netns: path, outbound: map[net.Conn]struct{}{}, done: make(chan struct{})}
+	lw := &localWorkload{p: p, netns: path, outbound: map[net.Conn]struct{}{}, done: make(chan struct{})}
+	lw.current.Store(w)
 	log := p.log.With("workload", lw.name())
 	lw.inbound, err = hbone.NewServer(hbone.ServerConfig{
 		Certificate: lw.serverCertificate,
@@ -112,7 +118,7 @@ func (lw *localWorkload) serverCertificate(local netip.AddrPort) (*tls.Certifica
 	if !lw.owns(local.Addr()) {
 		return nil, errorf("%s is not %s's address", local.Addr(), lw.name())
 	}
-	return lw.p.certs.get(identity(lw.w))
+	return lw.p.certs.get(identity(lw.w()))
 }
 
 // authorize lets a tunnel through only to this workload's own addresses:
@@ -126,7 +132,7 @@ func (lw *localWorkload) authorize(_ context.Context, s hbone.StreamInfo) error 
 }
 
 func (lw *localWorkload) owns(ip netip.Addr) bool {
-	for _, a := range workloadIPs(lw.w) {
+	for _, a := range workloadIPs(lw.w()) {
 		if a == ip.Unmap() {
 			return true
 		}
