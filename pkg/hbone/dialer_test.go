@@ -266,7 +266,7 @@ func TestHalfCloseFromDestination(t *testing.T) {
 		end     func(net.Conn)
 		wantErr bool
 	}{
-		{name: "FIN", end: func(c net.Conn) { c.Close() }},
+		{name: "FIN", end: func(c net.Conn) { c.(*net.TCPConn).CloseWrite() }},
 		{name: "RST", end: func(c net.Conn) { c.(*net.TCPConn).SetLinger(0); c.Close() }, wantErr: true},
 	}
 	for _, tc := range cases {
@@ -296,6 +296,16 @@ func TestHalfCloseFromDestination(t *testing.T) {
 			if err != nil || string(got) != "banner" {
 				t.Errorf("got %q, %v; want the banner and EOF", got, err)
 			}
+			// The source's half outlives the destination's.
+			if _, err := c.Write([]byte("reply")); err != nil {
+				t.Fatalf("write after the destination's half-close: %v", err)
+			}
+			c.CloseWrite()
+			u.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if got, err := io.ReadAll(u); err != nil || string(got) != "reply" {
+				t.Errorf("destination read %q, %v; want the reply and EOF", got, err)
+			}
+			u.Close()
 		})
 	}
 }

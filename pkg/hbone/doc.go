@@ -8,11 +8,10 @@
 // allowed and how to reach them are the caller's decisions, given as
 // callbacks; nothing here knows Kubernetes or xDS.
 //
-// Half-close: the source's is carried (END_STREAM becomes a FIN toward the
-// destination, which may go on answering). The destination's is not: x/net's
-// HTTP/2 server ends a response only when its handler returns, and then
-// resets a still-open request with RST_STREAM(NO_ERROR). The source reads
-// all the destination sent and then EOF, but the tunnel is over: its later
-// writes fail, and the destination's connection is closed. TestHalfClose
-// holds both directions to this.
+// Half-close is carried both ways: the source's END_STREAM becomes a FIN
+// toward the destination, and the destination's FIN becomes END_STREAM on
+// the response, each while the other direction goes on; a tunnel ends when
+// both have. The Server speaks HTTP/2 itself (h2conn.go says why) so that
+// it can end a response while still reading the request. TestHalfClose
+// holds both directions to this with Go's own HTTP/2 client.
 package hbone

@@ -2,45 +2,31 @@ package hbone
 
 import (
 	"errors"
-	"io"
 	"net"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"sync"
 	"time"
+
+	"golang.org/x/net/http2"
 )
 
 // stream is one accepted CONNECT tunnel, registered so CloseDestination and
 // Close can reach it.
 type stream struct {
-	info     StreamInfo
-	mu       sync.Mutex
-	w        http.ResponseWriter // nil once the handler has returned
-	upstream net.Conn
-	killed   bool
-}
-
-// deadliner is the part of the HTTP/2 ResponseWriter that can cut a stream
-// from another goroutine: a past read deadline fails the pending body read,
-// a past write deadline resets the stream.
-type deadliner interface {
-	SetReadDeadline(time.Time) error
-	SetWriteDeadline(time.Time) error
+	info   StreamInfo
+	h      *h2stream
+	mu     sync.Mutex
+	killed bool
 }
 
 // kill resets the stream and closes its upstream connection.
 func (st *stream) kill() {
 	st.mu.Lock()
-	defer st.mu.Unlock()
 	st.killed = true
-	if st.upstream != nil {
-		st.upstream.Close()
-	}
-	if d, ok := st.w.(deadliner); ok && st.w != nil {
-		past := time.Unix(1, 0)
-		_ = d.SetReadDeadline(past)
-		_ = d.SetWriteDeadline(past)
-	}
+	st.mu.Unlock()
+	st.h.reset(http2.ErrCodeCancel)
 }
 
 func (st *stream) wasKilled() bool {
@@ -49,123 +35,125 @@ func (st *stream) wasKilled() bool {
 	return st.killed
 }
 
-func (s *Server) refuse(w http.ResponseWriter, info StreamInfo, code int, reason Reason, err error) {
+func (s *Server) refuse(h *h2stream, info StreamInfo, code int, reason Reason, err error, fields ...[2]string) {
 	s.m.Refused(Inbound, reason)
 	s.log.Info("hbone tunnel refused", "peer", info.Peer, "src", info.Remote, "dst", info.Dest,
 		"status", code, "reason", reason, "err", err)
-	// The status says enough; the peer learns nothing about our policy or
-	// the destination's state beyond it.
-	http.Error(w, http.StatusText(code), code)
+	// The status says enough, as http.Error words it; the peer learns
+	// nothing about our policy or the destination's state beyond it.
+	body := http.StatusText(code) + "\n"
+	fields = append(fields,
+		[2]string{"content-type", "text/plain; charset=utf-8"},
+		[2]string{"x-content-type-options", "nosniff"},
+		[2]string{"content-length", strconv.Itoa(len(body))})
+	if h.writeHeaders(code, fields, false) == nil {
+		h.send([]byte(body), true)
+	}
 }
 
-func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
-	ci, _ := r.Context().Value(connInfoKey{}).(connInfo)
-	info := StreamInfo{Peer: ci.peer, Local: ci.local, Remote: ci.remote}
-	if r.Method != http.MethodConnect {
-		w.Header().Set("Allow", http.MethodConnect)
-		s.refuse(w, info, http.StatusMethodNotAllowed, ReasonMethod, errors.New("method "+r.Method))
+// serveStream answers one CONNECT stream and, once it is allowed and
+// dialled, relays it.
+func (s *Server) serveStream(h *h2stream, method, authority string) {
+	c := h.c
+	defer c.streamDone(h)
+	defer func() {
+		// A stream that did not end both ways ends here: NO_ERROR asks a
+		// refused source to stop sending; a tunnel that failed was reset
+		// already.
+		if !h.finished() {
+			h.reset(http2.ErrCodeNo)
+		}
+	}()
+	info := StreamInfo{Peer: c.ci.peer, Local: c.ci.local, Remote: c.ci.remote}
+	if method != http.MethodConnect {
+		s.refuse(h, info, http.StatusMethodNotAllowed, ReasonMethod, errors.New("method "+method),
+			[2]string{"allow", http.MethodConnect})
 		return
 	}
-	dest, err := netip.ParseAddrPort(r.Host)
+	dest, err := netip.ParseAddrPort(authority)
 	if err == nil && (dest.Port() == 0 || dest.Addr().Zone() != "" || !dest.Addr().IsValid()) {
 		err = errors.New("not an ip:port")
 	}
 	if err != nil {
-		s.refuse(w, info, http.StatusBadRequest, ReasonAuthority, err)
+		s.refuse(h, info, http.StatusBadRequest, ReasonAuthority, err)
 		return
 	}
 	info.Dest = netip.AddrPortFrom(dest.Addr().Unmap(), dest.Port())
 
 	if s.cfg.Authorize != nil {
-		if err := s.cfg.Authorize(r.Context(), info); err != nil {
-			s.refuse(w, info, http.StatusForbidden, ReasonPolicy, err)
+		if err := s.cfg.Authorize(c.ctx, info); err != nil {
+			s.refuse(h, info, http.StatusForbidden, ReasonPolicy, err)
 			return
 		}
 	}
-	st := &stream{info: info, w: w}
+	st := &stream{info: info, h: h}
 	if !s.register(st) {
-		s.refuse(w, info, http.StatusServiceUnavailable, ReasonDraining, ErrServerClosed)
+		s.refuse(h, info, http.StatusServiceUnavailable, ReasonDraining, ErrServerClosed)
 		return
 	}
 	defer s.unregister(st)
 
-	up, err := s.cfg.Dial(r.Context(), info.Dest)
+	up, err := s.cfg.Dial(c.ctx, info.Dest)
 	if err != nil {
-		s.refuse(w, info, http.StatusServiceUnavailable, ReasonDial, err)
+		s.refuse(h, info, http.StatusServiceUnavailable, ReasonDial, err)
 		return
 	}
-	st.mu.Lock()
-	st.upstream = up
-	killed := st.killed
-	st.mu.Unlock()
-	if killed {
-		// CloseDestination ran while we dialled.
+	if !h.setUpstream(up) {
+		// CloseDestination, the peer or the connection ended it while we
+		// dialled.
 		up.Close()
-		panic(http.ErrAbortHandler)
+		return
 	}
-
-	w.WriteHeader(http.StatusOK)
-	flusher := w.(http.Flusher)
-	flusher.Flush()
+	if err := h.writeHeaders(http.StatusOK, nil, false); err != nil {
+		up.Close()
+		return
+	}
 	s.m.StreamOpened(Inbound)
 	start := time.Now()
 	s.log.Debug("hbone tunnel open", "peer", info.Peer, "src", info.Remote, "dst", info.Dest)
 
-	sent, received, cerr := s.relay(st, w, r.Body, flusher, up)
+	sent, received, cerr := s.relay(h, up)
+	if cerr == nil && st.wasKilled() {
+		cerr = errStreamReset
+	}
 
 	s.m.StreamClosed(Inbound, sent, received)
 	s.log.Info("hbone tunnel closed", "peer", info.Peer, "src", info.Remote, "dst", info.Dest,
 		"sent", sent, "received", received, "duration", time.Since(start), "err", cerr)
-	if cerr != nil || st.wasKilled() {
-		// A failure on either side resets the stream, so the source sees
-		// an error and not a clean end of data.
-		panic(http.ErrAbortHandler)
-	}
 }
 
-// relay copies both ways. The source's END_STREAM becomes a FIN toward the
-// destination (CloseWrite), and the destination may keep answering. The
-// destination's FIN ends the stream: net/http gives a handler no way to end
-// its half while still reading, so returning sends END_STREAM, and the
-// source sees EOF (the HTTP/2 server then asks it, with RST_STREAM
-// NO_ERROR, to stop sending).
-func (s *Server) relay(st *stream, w http.ResponseWriter, body io.ReadCloser, flusher http.Flusher, up net.Conn) (sent, received int64, err error) {
+// relay copies both ways, each half-close carried on its own: the source's
+// END_STREAM becomes a FIN toward the destination (CloseWrite), and the
+// destination's FIN becomes END_STREAM toward the source, each while the
+// other direction goes on. The tunnel ends when both have ended. A failure
+// either way resets the stream (CONNECT_ERROR) and closes the destination's
+// connection, so neither end mistakes it for a clean end of data.
+func (s *Server) relay(h *h2stream, up net.Conn) (sent, received int64, err error) {
 	type result struct {
 		n   int64
 		err error
 	}
 	upDone := make(chan result, 1)
 	go func() {
-		n, err := copyGrowing(up, body, nil)
+		n, err := h.writeTo(up)
 		if err == nil {
 			err = closeWrite(up)
 		}
 		if err != nil {
-			// The source failed: tear down the other direction too.
-			up.Close()
+			h.reset(http2.ErrCodeConnect)
 		}
 		upDone <- result{n, err}
 	}()
-
-	received, derr := copyGrowing(w, up, flusher.Flush)
+	received, derr := h.readFrom(up)
 	if derr != nil {
-		// Either the destination or the source's stream failed.
-		up.Close()
-	}
-	// Stop reading the source if it is still sending, and wait so the
-	// byte count is final.
-	if d, ok := w.(deadliner); ok {
-		_ = d.SetReadDeadline(time.Unix(1, 0))
+		h.reset(http2.ErrCodeConnect)
 	}
 	u := <-upDone
 	up.Close()
 	if derr != nil {
 		return u.n, received, derr
 	}
-	if u.err != nil && !isDeadline(u.err) {
-		return u.n, received, u.err
-	}
-	return u.n, received, nil
+	return u.n, received, u.err
 }
 
 func isDeadline(err error) bool {
@@ -205,8 +193,4 @@ func (s *Server) unregister(st *stream) {
 		delete(s.streams, ip)
 	}
 	s.mu.Unlock()
-	// After this the ResponseWriter is no longer valid; kill must not touch it.
-	st.mu.Lock()
-	st.w = nil
-	st.mu.Unlock()
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"net/netip"
 	"sync"
 	"time"
@@ -59,15 +58,14 @@ type ServerConfig struct {
 
 // Server terminates HBONE tunnels. It is safe for concurrent use.
 type Server struct {
-	cfg  ServerConfig
-	h2   *http2.Server
-	base *http.Server // carries the HTTP/2 server's graceful-shutdown hook
-	log  *slog.Logger
-	m    Metrics
+	cfg ServerConfig
+	log *slog.Logger
+	m   Metrics
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	conns     map[net.Conn]struct{}
+	h2conns   map[*h2conn]struct{} // for GOAWAY on Shutdown
 	streams   map[netip.Addr]map[*stream]struct{}
 	draining  bool // Shutdown or Close: accept nothing new
 	closed    bool // Close: no new streams either
@@ -100,6 +98,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		m:         cfg.Metrics,
 		listeners: map[net.Listener]struct{}{},
 		conns:     map[net.Conn]struct{}{},
+		h2conns:   map[*h2conn]struct{}{},
 		streams:   map[netip.Addr]map[*stream]struct{}{},
 	}
 	if s.log == nil {
@@ -107,23 +106,6 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	if s.m == nil {
 		s.m = nopMetrics{}
-	}
-	s.h2 = &http2.Server{
-		MaxConcurrentStreams: cfg.MaxConcurrentStreams,
-		// The smallest frame size HTTP/2 allows. A Go client keeps one
-		// scratch buffer of the server's frame size per open stream, so a
-		// larger size would cost every idle tunnel that much memory.
-		MaxReadFrameSize: 16 << 10,
-		// The window a client may fill before the node proxy has passed
-		// the bytes on. 256 KiB (ztunnel's send buffer) ran dry between
-		// window updates at a few hundred MB/s; the buffer behind it is
-		// allocated only as data arrives, so an idle stream costs nothing.
-		MaxUploadBufferPerStream:     1 << 20,
-		MaxUploadBufferPerConnection: 16 << 20,
-	}
-	s.base = &http.Server{}
-	if err := http2.ConfigureServer(s.base, s.h2); err != nil {
-		return nil, err
 	}
 	return s, nil
 }
@@ -203,12 +185,7 @@ func (s *Server) ServeConn(c net.Conn) {
 	s.m.ConnOpened(Inbound)
 	defer s.m.ConnClosed(Inbound)
 
-	ci := connInfo{peer: peer, local: local, remote: remote}
-	s.h2.ServeConn(tc, &http2.ServeConnOpts{
-		Context:    context.WithValue(context.Background(), connInfoKey{}, ci),
-		BaseConfig: s.base,
-		Handler:    http.HandlerFunc(s.handle),
-	})
+	s.serveH2(tc, connInfo{peer: peer, local: local, remote: remote})
 }
 
 func (s *Server) tlsConfig(local netip.AddrPort) *tls.Config {
@@ -237,8 +214,6 @@ func (s *Server) tlsConfig(local netip.AddrPort) *tls.Config {
 	}
 }
 
-type connInfoKey struct{}
-
 type connInfo struct {
 	peer          string
 	local, remote netip.AddrPort
@@ -260,6 +235,31 @@ func (s *Server) untrack(c net.Conn) {
 	delete(s.conns, c)
 	s.mu.Unlock()
 	s.connWG.Done()
+}
+
+// addConn registers an HTTP/2 connection for Shutdown; false means the
+// server is already draining.
+func (s *Server) addConn(c *h2conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.h2conns[c] = struct{}{}
+	return !s.draining
+}
+
+func (s *Server) removeConn(c *h2conn) {
+	s.mu.Lock()
+	delete(s.h2conns, c)
+	s.mu.Unlock()
+}
+
+func (s *Server) goAwayAll() []*h2conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*h2conn, 0, len(s.h2conns))
+	for c := range s.h2conns {
+		out = append(out, c)
+	}
+	return out
 }
 
 // CloseDestination resets every open stream whose destination address is ip
@@ -303,9 +303,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		l.Close()
 	}
 	s.mu.Unlock()
-	// Sends GOAWAY on every connection served through s.h2; connections
-	// close by themselves once their last stream ends.
-	_ = s.base.Shutdown(ctx)
+	// GOAWAY on every connection; each closes once its last stream ends.
+	for _, c := range s.goAwayAll() {
+		c.goAway(http2.ErrCodeNo)
+	}
 
 	done := make(chan struct{})
 	go func() { s.connWG.Wait(); close(done) }()

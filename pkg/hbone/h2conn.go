@@ -1,0 +1,475 @@
+package hbone
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// HBONE's HTTP/2 is served here rather than by x/net's http2.Server, because
+// that server ends a response only when its handler returns and then resets
+// the request side (its server.go says so in the TODO about
+// half-closed-local handlers), so a tunnel could not carry the destination's
+// half-close. This one speaks the part of HTTP/2 a CONNECT tunnel needs, on
+// x/net's Framer and hpack: SETTINGS, flow control both ways, END_STREAM per
+// direction, RST_STREAM, PING and GOAWAY.
+
+const (
+	// The window a client may fill before the node proxy has passed the
+	// bytes on. 256 KiB (ztunnel's send buffer) ran dry between window
+	// updates at a few hundred MB/s; data is buffered only as it arrives,
+	// so an idle stream costs nothing.
+	streamWindow = 1 << 20
+	connWindow   = 16 << 20
+	// The smallest frame size HTTP/2 allows. A Go client keeps one scratch
+	// buffer of the server's frame size per open stream, so a larger size
+	// would cost every idle tunnel that much memory.
+	readFrameSize = 16 << 10
+	// A window update is sent once this share of a window has been
+	// consumed, so a bulk transfer does not cost one frame per read.
+	refreshDivisor = 4
+)
+
+var errStreamReset = errors.New("hbone: stream reset")
+
+// h2conn is one HTTP/2 connection. Lock order: wmu before mu.
+type h2conn struct {
+	s   *Server
+	nc  *batchedTLS
+	ci  connInfo
+	ctx context.Context
+	end context.CancelFunc
+
+	wmu  sync.Mutex // one writer of frames at a time
+	fr   *http2.Framer
+	out  frameBuf
+	enc  *hpack.Encoder
+	hbuf bytes.Buffer
+
+	mu        sync.Mutex
+	streams   map[uint32]*h2stream
+	lastID    uint32
+	sendWin   int64 // the peer's connection window for our DATA
+	initWin   int64 // the peer's SETTINGS_INITIAL_WINDOW_SIZE
+	peerFrame int   // the peer's SETTINGS_MAX_FRAME_SIZE
+	recvWin   int64 // what the peer may still send on the connection
+	unacked   int64 // consumed but not yet given back to the peer
+	goingAway bool
+	closed    bool
+	wg        sync.WaitGroup // the streams' goroutines
+}
+
+// frameBuf gathers the frames of one write so they reach TLS as one write;
+// an idle connection holds no buffer.
+type frameBuf struct{ b *[]byte }
+
+func (f *frameBuf) Write(p []byte) (int, error) {
+	if f.b == nil {
+		f.b = batchPool.Get().(*[]byte)
+	}
+	*f.b = append(*f.b, p...)
+	return len(p), nil
+}
+
+// serveH2 runs HTTP/2 on an authenticated TLS connection until it ends.
+func (s *Server) serveH2(nc *batchedTLS, ci connInfo) {
+	c := &h2conn{
+		s: s, nc: nc, ci: ci,
+		streams: map[uint32]*h2stream{},
+		sendWin: 65535, initWin: 65535, peerFrame: 16 << 10,
+		recvWin: connWindow,
+	}
+	c.ctx, c.end = context.WithCancel(context.Background())
+	defer c.end()
+	c.fr = http2.NewFramer(&c.out, nc)
+	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	c.fr.MaxHeaderListSize = 64 << 10
+	c.fr.SetMaxReadFrameSize(readFrameSize)
+	c.fr.SetReuseFrames()
+	c.enc = hpack.NewEncoder(&c.hbuf)
+
+	nc.SetReadDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
+	preface := make([]byte, len(http2.ClientPreface))
+	if _, err := io.ReadFull(nc, preface); err != nil || string(preface) != http2.ClientPreface {
+		s.log.Info("hbone connection without HTTP/2 preface", "src", ci.remote, "err", err)
+		nc.Close()
+		return
+	}
+	nc.SetReadDeadline(time.Time{})
+	if err := c.write(func(fr *http2.Framer) error {
+		if err := fr.WriteSettings(
+			http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: s.cfg.MaxConcurrentStreams},
+			http2.Setting{ID: http2.SettingInitialWindowSize, Val: streamWindow},
+			http2.Setting{ID: http2.SettingMaxFrameSize, Val: readFrameSize},
+		); err != nil {
+			return err
+		}
+		return fr.WriteWindowUpdate(0, connWindow-65535)
+	}); err != nil {
+		return
+	}
+	if !s.addConn(c) {
+		c.goAway(http2.ErrCodeNo)
+	}
+	defer s.removeConn(c)
+
+	err := c.readLoop()
+	c.teardown()
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+		s.log.Debug("hbone connection ended", "src", ci.remote, "err", err)
+	}
+}
+
+func (c *h2conn) readLoop() error {
+	for {
+		f, err := c.fr.ReadFrame()
+		if err != nil {
+			var se http2.StreamError
+			if errors.As(err, &se) {
+				c.resetID(se.StreamID, se.Code)
+				continue
+			}
+			var ce http2.ConnectionError
+			if errors.As(err, &ce) {
+				c.goAway(http2.ErrCode(ce))
+			}
+			return err
+		}
+		if err := c.handle(f); err != nil {
+			var ce http2.ConnectionError
+			if errors.As(err, &ce) {
+				c.goAway(http2.ErrCode(ce))
+			}
+			return err
+		}
+	}
+}
+
+func connErr(code http2.ErrCode) error { return http2.ConnectionError(code) }
+
+func (c *h2conn) handle(f http2.Frame) error {
+	switch f := f.(type) {
+	case *http2.SettingsFrame:
+		if f.IsAck() {
+			return nil
+		}
+		if err := f.ForeachSetting(c.applySetting); err != nil {
+			return err
+		}
+		return c.write(func(fr *http2.Framer) error { return fr.WriteSettingsAck() })
+	case *http2.PingFrame:
+		if f.IsAck() {
+			return nil
+		}
+		data := f.Data
+		return c.write(func(fr *http2.Framer) error { return fr.WritePing(true, data) })
+	case *http2.WindowUpdateFrame:
+		return c.windowUpdate(f.StreamID, int64(f.Increment))
+	case *http2.MetaHeadersFrame:
+		return c.headers(f)
+	case *http2.DataFrame:
+		return c.data(f)
+	case *http2.RSTStreamFrame:
+		c.mu.Lock()
+		st := c.streams[f.StreamID]
+		idle := f.StreamID > c.lastID
+		c.mu.Unlock()
+		if idle {
+			return connErr(http2.ErrCodeProtocol)
+		}
+		if st != nil {
+			st.abort()
+		}
+	case *http2.PushPromiseFrame:
+		return connErr(http2.ErrCodeProtocol) // clients do not push
+	}
+	// PRIORITY, the peer's GOAWAY and unknown frames need nothing: a
+	// client that goes away closes the connection when done.
+	return nil
+}
+
+func (c *h2conn) applySetting(s http2.Setting) error {
+	if err := s.Valid(); err != nil {
+		return err
+	}
+	switch s.ID {
+	case http2.SettingInitialWindowSize:
+		c.mu.Lock()
+		delta := int64(s.Val) - c.initWin
+		c.initWin = int64(s.Val)
+		for _, st := range c.streams {
+			st.sendWin += delta
+			st.cond.Broadcast()
+		}
+		c.mu.Unlock()
+	case http2.SettingMaxFrameSize:
+		c.mu.Lock()
+		c.peerFrame = int(s.Val)
+		c.mu.Unlock()
+	case http2.SettingHeaderTableSize:
+		c.wmu.Lock()
+		c.enc.SetMaxDynamicTableSizeLimit(s.Val)
+		c.wmu.Unlock()
+	}
+	return nil
+}
+
+func (c *h2conn) windowUpdate(id uint32, inc int64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if id == 0 {
+		c.sendWin += inc
+		if c.sendWin > 1<<31-1 {
+			return connErr(http2.ErrCodeFlowControl)
+		}
+		for _, st := range c.streams {
+			st.cond.Broadcast()
+		}
+		return nil
+	}
+	if st := c.streams[id]; st != nil {
+		st.sendWin += inc
+		st.cond.Broadcast()
+	}
+	return nil
+}
+
+// headers opens a stream, or ends the request of an open one (trailers).
+func (c *h2conn) headers(f *http2.MetaHeadersFrame) error {
+	id := f.StreamID
+	c.mu.Lock()
+	if st := c.streams[id]; st != nil {
+		defer c.mu.Unlock()
+		if !f.StreamEnded() || st.remoteDone {
+			return connErr(http2.ErrCodeProtocol)
+		}
+		st.remoteDone = true
+		st.cond.Broadcast()
+		return nil
+	}
+	if id%2 == 0 || id <= c.lastID {
+		c.mu.Unlock()
+		return connErr(http2.ErrCodeProtocol)
+	}
+	c.lastID = id
+	if c.goingAway || c.closed || len(c.streams) >= int(c.s.cfg.MaxConcurrentStreams) {
+		c.mu.Unlock()
+		c.resetID(id, http2.ErrCodeRefusedStream)
+		return nil
+	}
+	method, authority := f.PseudoValue("method"), f.PseudoValue("authority")
+	if authority == "" {
+		authority = headerValue(f, "host")
+	}
+	if method == "" {
+		c.mu.Unlock()
+		c.resetID(id, http2.ErrCodeProtocol)
+		return nil
+	}
+	st := &h2stream{c: c, id: id, sendWin: c.initWin, recvWin: streamWindow, remoteDone: f.StreamEnded()}
+	st.cond.L = &c.mu
+	c.streams[id] = st
+	c.wg.Add(1)
+	c.mu.Unlock()
+	go c.s.serveStream(st, method, authority)
+	return nil
+}
+
+func headerValue(f *http2.MetaHeadersFrame, name string) string {
+	for _, hf := range f.RegularFields() {
+		if hf.Name == name {
+			return hf.Value
+		}
+	}
+	return ""
+}
+
+// data queues a DATA frame's bytes for its stream's destination.
+func (c *h2conn) data(f *http2.DataFrame) error {
+	n := int64(f.Length) // padding counts against the windows too
+	p := f.Data()
+	c.mu.Lock()
+	if n > c.recvWin {
+		c.mu.Unlock()
+		return connErr(http2.ErrCodeFlowControl)
+	}
+	c.recvWin -= n
+	st := c.streams[f.StreamID]
+	if st == nil || st.remoteDone || st.isReset || n > st.recvWin {
+		idle := f.StreamID > c.lastID
+		code := http2.ErrCodeStreamClosed
+		if st != nil && !st.remoteDone && !st.isReset {
+			code = http2.ErrCodeFlowControl
+		}
+		c.mu.Unlock()
+		// Nobody reads these bytes: give the connection's share back.
+		c.consumed(nil, n)
+		if idle {
+			return connErr(http2.ErrCodeProtocol)
+		}
+		if st == nil || !st.isReset {
+			c.resetID(f.StreamID, code)
+		}
+		if st != nil {
+			st.abort()
+		}
+		return nil
+	}
+	st.recvWin -= n
+	if len(p) > 0 {
+		st.in = append(st.in, chunkOf(p))
+	}
+	if f.StreamEnded() {
+		st.remoteDone = true
+	}
+	st.cond.Broadcast()
+	c.mu.Unlock()
+	if pad := n - int64(len(p)); pad > 0 {
+		c.consumed(st, pad)
+	}
+	return nil
+}
+
+// consumed gives n bytes of window back once they have left the proxy,
+// batching the updates; st is nil for bytes that belonged to no stream.
+func (c *h2conn) consumed(st *h2stream, n int64) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.mu.Lock()
+	c.recvWin += n
+	c.unacked += n
+	var connInc, streamInc int64
+	if c.unacked >= connWindow/refreshDivisor {
+		connInc, c.unacked = c.unacked, 0
+	}
+	if st != nil {
+		st.recvWin += n
+		st.unacked += n
+		if st.unacked >= streamWindow/refreshDivisor && !st.remoteDone && !st.isReset {
+			streamInc, st.unacked = st.unacked, 0
+		}
+	}
+	closed := c.closed
+	c.mu.Unlock()
+	if closed || connInc+streamInc == 0 {
+		return
+	}
+	if connInc > 0 {
+		c.fr.WriteWindowUpdate(0, uint32(connInc))
+	}
+	if streamInc > 0 {
+		c.fr.WriteWindowUpdate(st.id, uint32(streamInc))
+	}
+	c.flushLocked()
+}
+
+// write sends the frames fn writes, as one write to TLS.
+func (c *h2conn) write(fn func(*http2.Framer) error) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if err := fn(c.fr); err != nil {
+		c.out.reset()
+		return err
+	}
+	return c.flushLocked()
+}
+
+func (c *h2conn) flushLocked() error {
+	b := c.out.b
+	if b == nil {
+		return nil
+	}
+	_, err := c.nc.Write(*b)
+	c.out.reset()
+	if err != nil {
+		// A connection that cannot be written is over; the read loop
+		// ends and takes the streams with it.
+		c.nc.Close()
+	}
+	return err
+}
+
+func (f *frameBuf) reset() {
+	if f.b != nil {
+		*f.b = (*f.b)[:0]
+		batchPool.Put(f.b)
+		f.b = nil
+	}
+}
+
+// resetID sends RST_STREAM for a stream that has no goroutines (yet).
+func (c *h2conn) resetID(id uint32, code http2.ErrCode) {
+	c.write(func(fr *http2.Framer) error { return fr.WriteRSTStream(id, code) })
+}
+
+// goAway refuses new streams and closes the connection once the open ones
+// have ended.
+func (c *h2conn) goAway(code http2.ErrCode) {
+	c.wmu.Lock()
+	c.mu.Lock()
+	if c.goingAway || c.closed {
+		c.mu.Unlock()
+		c.wmu.Unlock()
+		return
+	}
+	c.goingAway = true
+	last, idle := c.lastID, len(c.streams) == 0
+	c.mu.Unlock()
+	c.fr.WriteGoAway(last, code, nil)
+	c.flushLocked()
+	c.wmu.Unlock()
+	if idle || code != http2.ErrCodeNo {
+		c.closeWrite()
+	}
+}
+
+// closeWrite ends our side with a TLS close_notify, so the client closes
+// after reading everything we sent; the read deadline bounds the wait.
+func (c *h2conn) closeWrite() {
+	c.wmu.Lock()
+	c.nc.CloseWrite()
+	c.wmu.Unlock()
+	c.nc.SetReadDeadline(time.Now().Add(time.Second))
+}
+
+// teardown ends every stream once the connection is gone and waits for
+// their goroutines.
+func (c *h2conn) teardown() {
+	c.mu.Lock()
+	c.closed = true
+	streams := make([]*h2stream, 0, len(c.streams))
+	for _, st := range c.streams {
+		streams = append(streams, st)
+	}
+	c.mu.Unlock()
+	c.end()
+	c.nc.Close()
+	for _, st := range streams {
+		st.abort()
+	}
+	c.wg.Wait()
+}
+
+// streamDone forgets a finished stream, and closes a draining connection
+// after its last one.
+func (c *h2conn) streamDone(st *h2stream) {
+	c.mu.Lock()
+	delete(c.streams, st.id)
+	last := c.goingAway && len(c.streams) == 0 && !c.closed
+	for _, b := range st.in {
+		putChunk(b)
+	}
+	st.in = nil
+	c.mu.Unlock()
+	if last {
+		c.closeWrite()
+	}
+	c.wg.Done()
+}
