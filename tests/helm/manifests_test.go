@@ -13,7 +13,7 @@ func TestManifestsUpToDate(t *testing.T) {
 	tl := newTools(t)
 	out := t.TempDir()
 	tl.run(t, "", filepath.Join(tl.root, "hack", "manifests.sh"), out)
-	for _, name := range []string{"base.yaml", "pilot.yaml"} {
+	for _, name := range []string{"base.yaml", "pilot.yaml", "cni.yaml"} {
 		want, err := os.ReadFile(filepath.Join(out, name))
 		if err != nil {
 			t.Fatal(err)

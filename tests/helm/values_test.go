@@ -110,6 +110,7 @@ func TestValuesTable(t *testing.T) {
 	for _, tc := range []struct{ chart, readme string }{
 		{"pilot", "charts/pilot/README.md"},
 		{"base", "charts/base/README.md"},
+		{"cni", "charts/cni/README.md"},
 		{"pilot", "README.md"},
 	} {
 		t.Run(tc.readme+"/"+tc.chart, func(t *testing.T) {
