@@ -376,3 +376,9 @@ func TestShutdownDrains(t *testing.T) {
 		t.Errorf("stream survived a forced shutdown")
 	}
 }
+
+// isDeadline reports whether err is a timeout, not the stream's end.
+func isDeadline(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}

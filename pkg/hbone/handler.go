@@ -156,11 +156,6 @@ func (s *Server) relay(h *h2stream, up net.Conn) (sent, received int64, err erro
 	return u.n, received, u.err
 }
 
-func isDeadline(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
-}
-
 // closeWrite half-closes a connection that can, and closes one that cannot.
 func closeWrite(c net.Conn) error {
 	if cw, ok := c.(interface{ CloseWrite() error }); ok {
