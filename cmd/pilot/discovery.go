@@ -84,7 +84,7 @@ with the CA (istio.v1.auth.IstioCertificateService).`,
 	f.StringVar(&opts.Webhook.Service, "webhook-service", opts.Webhook.Service, "Service the API server calls the webhooks through, named in their certificate (default istiod or istiod-<revision>)")
 	f.StringVar(&opts.Webhook.Namespace, "webhook-namespace", opts.Webhook.Namespace, "the control plane's namespace: of that Service, of the webhook CA Secret and of the CA Secrets istio-ca-secret and cacerts ($POD_NAMESPACE in a pod)")
 	f.StringSliceVar(&opts.Webhook.ExtraCertNames, "webhook-cert-extra-names", opts.Webhook.ExtraCertNames, "more DNS names or IPs for the webhook certificate, for an API server that calls the webhooks by address")
-	f.StringVar(&opts.Webhook.InjectConfigDir, "inject-config-dir", opts.Webhook.InjectConfigDir, "directory holding the injection template and values (files config and values of the injector ConfigMap)")
+	f.StringVar(&opts.Webhook.InjectConfigDir, "inject-config-dir", opts.Webhook.InjectConfigDir, "directory holding the injection template and values (files config and values of the injector ConfigMap); empty serves the built-in template")
 	le := &opts.LeaderElection
 	f.BoolVar(&le.Enabled, "leader-elect", le.Enabled, "elect a leader among replicas to write Ingress status and events (only the leader writes)")
 	f.StringVar(&le.Namespace, "leader-elect-resource-namespace", le.Namespace, "namespace of the leader election Lease ($POD_NAMESPACE in a pod)")

@@ -148,7 +148,7 @@ func (s *Server) newSecureXDS() (*secureXDS, error) {
 	if err != nil {
 		return nil, err
 	}
-	l, err := net.Listen("tcp", s.opts.SecureXDSAddr)
+	l, err := listen(s.opts.SecureXDSAddr, flagSecureXDSAddr)
 	if err != nil {
 		return nil, fmt.Errorf("secure xds listener: %w", err)
 	}

@@ -88,7 +88,9 @@ type WebhookOptions struct {
 	Service   string
 	Namespace string
 	// InjectConfigDir holds the injection template and values (the files
-	// "config" and "values" of the mounted injector ConfigMap).
+	// "config" and "values" of the mounted injector ConfigMap). Empty, the
+	// default, serves the built-in template; the chart sets it to the
+	// mount, /var/lib/istio/inject, as istiod's does.
 	InjectConfigDir string
 	// ExtraCertNames are more DNS names or IPs for the serving certificate,
 	// for an API server that calls the webhooks by address (a control
@@ -149,9 +151,8 @@ func DefaultOptions() Options {
 			Selector: map[string]string{"istio": "ingressgateway"},
 		},
 		Webhook: WebhookOptions{
-			Addr:            ":15017",
-			Namespace:       envOr("POD_NAMESPACE", "istio-system"),
-			InjectConfigDir: "/var/lib/istio/inject",
+			Addr:      ":15017",
+			Namespace: envOr("POD_NAMESPACE", "istio-system"),
 		},
 		CA: CAOptions{
 			TrustedNodeAccounts: []string{"istio-system/ztunnel"},

@@ -110,24 +110,25 @@ func New(opts Options) (*Server, error) {
 }
 
 func (s *Server) listen() error {
-	l, err := net.Listen("tcp", s.opts.XDSAddr)
+	l, err := listen(s.opts.XDSAddr, flagXDSAddr)
 	if err != nil {
 		return fmt.Errorf("xds listener: %w", err)
 	}
 	s.xdsListener = l
 	for _, h := range []struct {
 		addr    string
+		flag    string
 		handler http.Handler
 	}{
-		{s.opts.HTTPAddr, s.debugMux(s.xds.DebugHandler())},
-		{s.opts.MonitoringAddr, s.monitoringMux(s.registry)},
+		{s.opts.HTTPAddr, flagHTTPAddr, s.debugMux(s.xds.DebugHandler())},
+		{s.opts.MonitoringAddr, flagMonitoringAddr, s.monitoringMux(s.registry)},
 	} {
 		if h.addr == "" {
 			continue
 		}
-		l, err := net.Listen("tcp", h.addr)
+		l, err := listen(h.addr, h.flag)
 		if err != nil {
-			return fmt.Errorf("http listener %s: %w", h.addr, err)
+			return fmt.Errorf("http listener: %w", err)
 		}
 		s.httpListener = append(s.httpListener, l)
 		s.httpServers = append(s.httpServers, &http.Server{Handler: h.handler, ReadHeaderTimeout: 10 * time.Second})

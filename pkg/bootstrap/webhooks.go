@@ -64,9 +64,13 @@ func (s *Server) newWebhooks() (*webhooks, error) {
 	}
 	w := &webhooks{ca: s.ca, serving: serving, bundles: bundles, log: s.log}
 	configDir := s.opts.Webhook.InjectConfigDir
-	if _, err := os.Stat(configDir); configDir != "" && err != nil {
-		// No mounted injector ConfigMap: a local run.
-		s.log.Info("injection config not found; serving the built-in template", "dir", configDir, "error", err)
+	switch _, err := os.Stat(configDir); {
+	case configDir == "":
+		// A local run: nothing to look for, so nothing has gone wrong.
+		s.log.Info("sidecar injection uses the built-in template (no --inject-config-dir)")
+	case err != nil:
+		// Asked for, yet absent: the injector ConfigMap was not mounted.
+		s.log.Warn("injection config not readable; serving the built-in template", "dir", configDir, "reason", err)
 		configDir = ""
 	}
 	w.tags = tags.NewRevisionTagLister(s.kube, s.opts.Revision)
@@ -96,7 +100,7 @@ func (s *Server) newWebhooks() (*webhooks, error) {
 		Metrics:  metrics,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("webhook server: %w", err)
+		return nil, fmt.Errorf("webhook server: %w", namedListenError(err, flagWebhookAddr))
 	}
 	w.server = server
 	return w, nil
