@@ -8,9 +8,12 @@
 package main
 
 import (
+	"fmt"
 	"os"
 
 	"github.com/spf13/cobra"
+
+	"github.com/meshpilot/meshpilot/internal/version"
 )
 
 func main() {
@@ -18,14 +21,26 @@ func main() {
 		runCNIPlugin()
 		return
 	}
+	if err := newRootCommand().Execute(); err != nil {
+		os.Exit(1)
+	}
+}
+
+func newRootCommand() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "pilot",
 		Short:         "meshpilot: a service-mesh control plane that speaks Istio's APIs",
 		SilenceUsage:  true,
 		SilenceErrors: false,
+		// --version prints what `pilot version` prints, so scripts can use either.
+		Version: version.String(),
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
+	// cobra points at --help for an unknown command but not for an unknown
+	// flag, and SilenceUsage hides the flag list; say where to look.
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return fmt.Errorf("%w\nRun '%s --help' for usage.", err, cmd.CommandPath())
+	})
 	root.AddCommand(newDiscoveryCommand(), newNodeProxyCommand(), newCNICommand(), newVersionCommand(), newTagCommand())
-	if err := root.Execute(); err != nil {
-		os.Exit(1)
-	}
+	return root
 }
