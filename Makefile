@@ -22,8 +22,8 @@ all: build
 build: ## Build bin/pilot.
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/pilot ./cmd/pilot
 
-run: build ## Run the control plane on the example mesh (no cluster needed).
-	$(BIN)/pilot discovery --config-dir examples/mesh
+run: build ## Run the control plane on the example mesh (no cluster needed); ARGS="--xds-addr 127.0.0.1:25010 ..." adds flags.
+	$(BIN)/pilot discovery --config-dir examples/mesh $(ARGS)
 
 envtest-assets: ## Build kube-apiserver, etcd, kubectl and helm from pinned modules (cached under bin/).
 	@echo "envtest assets: $(ENVTEST_ASSETS)"
@@ -50,9 +50,9 @@ generate: ## Regenerate committed generated files (CRDs from istio.io/api, also 
 manifests: ## Render the charts with default values into manifests/ (for users without Helm).
 	hack/manifests.sh
 
-helm-lint: ## Lint both charts with the pinned helm.
+helm-lint: ## Lint the charts with the pinned helm.
 	@helm="$$(hack/envtest-assets.sh)/helm"; tmp="$$(mktemp -d)"; trap 'rm -rf "$$tmp"' EXIT; \
-	HELM_CACHE_HOME="$$tmp" HELM_CONFIG_HOME="$$tmp" HELM_DATA_HOME="$$tmp" "$$helm" lint --strict charts/base charts/pilot
+	HELM_CACHE_HOME="$$tmp" HELM_CONFIG_HOME="$$tmp" HELM_DATA_HOME="$$tmp" "$$helm" lint --strict charts/base charts/pilot charts/cni
 
 update-golden: ## Rewrite golden files (and the values tables of the READMEs); review the diff before committing.
 	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" $(GO) test $(GOLDEN_PKGS) -update
