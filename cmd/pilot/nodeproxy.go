@@ -24,6 +24,7 @@ import (
 
 	"github.com/meshpilot/meshpilot/internal/version"
 	"github.com/meshpilot/meshpilot/pkg/caclient"
+	"github.com/meshpilot/meshpilot/pkg/capture"
 	"github.com/meshpilot/meshpilot/pkg/cni/agentapi"
 	"github.com/meshpilot/meshpilot/pkg/nodeproxy"
 )
@@ -36,6 +37,7 @@ type nodeProxyFlags struct {
 	netnsTemplate, httpAddr, domain    string
 	logLevel, logFormat                string
 	cniSocket, kubeconfig, trustDomain string
+	captureBackend                     string
 	drain                              time.Duration
 }
 
@@ -69,6 +71,7 @@ listeners, and annotates the Pod so that peers start using HBONE.`,
 	fl.StringVar(&f.domain, "cluster-domain", "cluster.local", "the cluster's DNS domain")
 	fl.StringVar(&f.cniSocket, "cni-socket", agentapi.DefaultSocketPath, "the node agent's Unix socket, where the CNI plugin asks for each new ambient pod's capture; empty disables the agent")
 	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig the node agent reads and annotates Pods with (default: $KUBECONFIG, ~/.kube/config, or the pod's service account)")
+	fl.StringVar(&f.captureBackend, "capture-backend", capture.DefaultBackend, "how the node agent redirects a pod's traffic inside its network namespace: nftables (over netlink, no binary needed) or iptables (the node's iptables-restore, for nodes whose rules are iptables rules)")
 	fl.StringVar(&f.trustDomain, "trust-domain", "cluster.local", "the mesh's trust domain, for the identity of a pod captured before WDS tells of it")
 	fl.DurationVar(&f.drain, "drain", 10*time.Second, "how long open tunnels may finish on SIGTERM")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -122,6 +125,10 @@ func runNodeProxy(f nodeProxyFlags) error {
 		return err
 	}
 	defer conn.Close()
+	backend, err := capture.BackendByName(f.captureBackend)
+	if err != nil {
+		return fmt.Errorf("--capture-backend: %w", err)
+	}
 	var kube kubernetes.Interface
 	if f.cniSocket != "" {
 		if kube, err = kubeClient(f.kubeconfig); err != nil {
@@ -134,7 +141,7 @@ func runNodeProxy(f nodeProxyFlags) error {
 		PodNetns: func(namespace, name string) (string, error) {
 			return strings.NewReplacer("{namespace}", namespace, "{name}", name).Replace(f.netnsTemplate), nil
 		},
-		Kube: kube, CNISocket: f.cniSocket, TrustDomain: f.trustDomain,
+		Kube: kube, CNISocket: f.cniSocket, TrustDomain: f.trustDomain, Capture: backend,
 		Metrics: nodeproxy.NewMetrics(registry),
 		Log:     logger,
 	})

@@ -4,6 +4,8 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"os/exec"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -16,22 +18,42 @@ import (
 var ports = Ports{Outbound: 15001, Inbound: 15006, HBONE: 15008, Mark: 0x539}
 
 func TestInstallRemove(t *testing.T) {
+	for _, tc := range []struct {
+		backend Backend
+		// rules counts the capture's rules in a namespace, read with the
+		// backend's own tool, not through the backend.
+		rules     func(t *testing.T, path string) int
+		wantRules int
+		why       string
+	}{
+		{NFTables, nftRules, 2 * (3 + 4), "7 per family (3 outbound, 4 inbound)"},
+		{IPTables, iptRules, 2 * (2 + 3 + 4), "9 per family (2 jumps, 3 outbound, 4 inbound)"},
+	} {
+		t.Run(tc.backend.Name(), func(t *testing.T) {
+			testInstallRemove(t, tc.backend, func(path string) {
+				if n := tc.rules(t, path); n != tc.wantRules {
+					t.Errorf("%d rules, want %s: a second Install duplicated or lost rules", n, tc.why)
+				}
+			})
+		})
+	}
+}
+
+func testInstallRemove(t *testing.T, b Backend, checkRules func(path string)) {
 	pod, peer := netnstest.Pair(t)
 	for i := range 2 { // installing again replaces, never duplicates
-		if err := Install(pod.Path, ports); err != nil {
+		if err := b.Install(pod.Path, ports); err != nil {
 			t.Fatalf("install #%d: %v", i+1, err)
 		}
 	}
-	if ok, err := Installed(pod.Path); err != nil || !ok {
+	if ok, err := b.Installed(pod.Path); err != nil || !ok {
 		t.Fatalf("Installed = %v, %v after Install", ok, err)
 	}
-	if n := rules(t, pod.Path); n != 2*(3+4) {
-		t.Errorf("%d rules, want 7 per family (3 outbound, 4 inbound): a second Install duplicated or lost rules", n)
-	}
-	if ok, _ := Installed(peer.Path); ok {
+	checkRules(pod.Path)
+	if ok, _ := b.Installed(peer.Path); ok {
 		t.Error("the rules reached another namespace")
 	}
-	if ok, _ := Installed("/proc/self/ns/net"); ok {
+	if ok, _ := b.Installed("/proc/self/ns/net"); ok {
 		t.Error("the rules reached the test's own namespace")
 	}
 
@@ -92,12 +114,15 @@ func TestInstallRemove(t *testing.T) {
 	})
 
 	for i := range 2 { // removing twice is fine: CNI DEL may repeat
-		if err := Remove(pod.Path); err != nil {
+		if err := b.Remove(pod.Path); err != nil {
 			t.Fatalf("remove #%d: %v", i+1, err)
 		}
 	}
-	if ok, err := Installed(pod.Path); err != nil || ok {
+	if ok, err := b.Installed(pod.Path); err != nil || ok {
 		t.Errorf("Installed = %v, %v after Remove", ok, err)
+	}
+	if n := iptRules(t, pod.Path) + nftRules(t, pod.Path); n != 0 {
+		t.Errorf("%d capture rules left after Remove", n)
 	}
 }
 
@@ -121,7 +146,7 @@ func accept(t *testing.T, l net.Listener) net.Conn {
 	return c
 }
 
-func rules(t *testing.T, path string) int {
+func nftRules(t *testing.T, path string) int {
 	t.Helper()
 	c, done, err := conn(path)
 	if err != nil {
@@ -150,6 +175,29 @@ func rules(t *testing.T, path string) int {
 				t.Fatal(err)
 			}
 			n += len(rs)
+		}
+	}
+	return n
+}
+
+// iptRules counts the lines of iptables-save and ip6tables-save, run in
+// the namespace, that add a rule to or jump to a capture chain.
+func iptRules(t *testing.T, path string) int {
+	t.Helper()
+	n := 0
+	for _, save := range []string{"iptables-save", "ip6tables-save"} {
+		var out []byte
+		err := netns.Do(path, func() (err error) {
+			out, err = exec.Command(save, "-t", "nat").Output()
+			return err
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", save, err)
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			if strings.HasPrefix(line, "-A ") && strings.Contains(line, "MESHPILOT_") {
+				n++
+			}
 		}
 	}
 	return n

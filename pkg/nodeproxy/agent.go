@@ -54,11 +54,37 @@ func newAgentState() agentState {
 
 func (p *Proxy) agentEnabled() bool { return p.opts.Kube != nil && p.opts.CNISocket != "" }
 
+func (p *Proxy) capture() capture.Backend {
+	if p.opts.Capture != nil {
+		return p.opts.Capture
+	}
+	return capture.NFTables
+}
+
 // desired is every workload the proxy should serve now: WDS's HBONE
 // workloads on the node, and the pods the agent captured, in the
 // namespace it captured them in.
 func (p *Proxy) desired() map[string]served {
+	out, departed := p.desiredLocked()
+	for key, path := range departed {
+		// The Pod was deleted without a DEL reaching us (the runtime's DEL
+		// failed, or came while the agent was down). If its sandbox is
+		// still there, the capture must not outlive the proxy's service.
+		if _, err := os.Stat(path); err != nil {
+			continue
+		}
+		if err := p.capture().Remove(path); err != nil {
+			p.log.Warn("capture of a departed pod not removed", "workload", key, "netns", path, "err", err)
+		}
+	}
+	return out
+}
+
+// desiredLocked is desired's bookkeeping under the agent's lock; it also
+// returns the namespaces of captured pods that have left WDS, by pod.
+func (p *Proxy) desiredLocked() (map[string]served, map[string]string) {
 	out := map[string]served{}
+	departed := map[string]string{}
 	hbone := map[string]bool{}
 	for _, w := range p.dir.LocalWorkloads(p.opts.Node) {
 		out[podKey(w)] = served{w: w}
@@ -80,8 +106,9 @@ func (p *Proxy) desired() map[string]served {
 		case known:
 			rec.seen = true
 		case rec.seen:
-			p.log.Info("captured pod left WDS: no longer served", "workload", key)
+			p.log.Info("captured pod left WDS: no longer served, its capture removed", "workload", key)
 			delete(a.captured, key)
+			departed[key] = rec.netns
 			continue
 		}
 		s := out[key]
@@ -92,7 +119,7 @@ func (p *Proxy) desired() map[string]served {
 		s.netns = rec.netns
 		out[key] = s
 	}
-	return out
+	return out, departed
 }
 
 // podWorkload returns WDS's workload for the Pod namespace/name on node,
@@ -115,6 +142,8 @@ func (p *Proxy) HandleCNI(ctx context.Context, req agentapi.Request) error {
 		return p.cniAdd(ctx, req)
 	case agentapi.CommandDel:
 		return p.cniDel(ctx, req)
+	case agentapi.CommandCheck:
+		return p.cniCheck(req)
 	}
 	return fmt.Errorf("unknown command %q", req.Command)
 }
@@ -144,15 +173,15 @@ func (p *Proxy) cniAdd(ctx context.Context, req agentapi.Request) error {
 			return fmt.Errorf("addresses of pod %s: %w", key, err)
 		}
 	}
-	if err := capture.Install(req.Netns, capturePorts); err != nil {
+	if err := p.capture().Install(req.Netns, capturePorts); err != nil {
 		return err
 	}
 	if err := p.serveCaptured(key, podWorkload(pod, ips, p.opts.TrustDomain), req.Netns); err != nil {
-		return errors.Join(err, capture.Remove(req.Netns))
+		return errors.Join(err, p.capture().Remove(req.Netns))
 	}
 	if err := p.annotate(ctx, pod.Namespace, pod.Name, true); err != nil {
 		p.forgetCaptured(key)
-		return errors.Join(fmt.Errorf("annotate Pod %s: %w", key, err), capture.Remove(req.Netns))
+		return errors.Join(fmt.Errorf("annotate Pod %s: %w", key, err), p.capture().Remove(req.Netns))
 	}
 	p.log.Info("pod captured", "pod", key, "netns", req.Netns, "ips", ips)
 	return nil
@@ -177,7 +206,7 @@ func (p *Proxy) cniDel(ctx context.Context, req agentapi.Request) error {
 	var errs []error
 	if path != "" {
 		if _, err := os.Stat(path); err == nil {
-			errs = append(errs, capture.Remove(path))
+			errs = append(errs, p.capture().Remove(path))
 		}
 	}
 	if err := p.annotate(ctx, req.PodNamespace, req.PodName, false); err != nil && !apierrors.IsNotFound(err) {
@@ -185,6 +214,31 @@ func (p *Proxy) cniDel(ctx context.Context, req agentapi.Request) error {
 	}
 	p.log.Info("pod released", "pod", key, "known", rec != nil)
 	return errors.Join(errs...)
+}
+
+// cniCheck confirms that the pod is captured in the namespace the runtime
+// names: the agent's record, the rules there, and the listeners open.
+func (p *Proxy) cniCheck(req agentapi.Request) error {
+	key := req.PodNamespace + "/" + req.PodName
+	p.agent.mu.Lock()
+	rec := p.agent.captured[key]
+	p.agent.mu.Unlock()
+	switch {
+	case rec == nil:
+		return fmt.Errorf("pod %s is not captured by this node agent", key)
+	case rec.netns != req.Netns:
+		return fmt.Errorf("pod %s was captured in %s, not %s", key, rec.netns, req.Netns)
+	}
+	if ok, err := p.capture().Installed(req.Netns); err != nil || !ok {
+		return errors.Join(fmt.Errorf("pod %s: the %s capture rules are missing in %s", key, p.capture().Name(), req.Netns), err)
+	}
+	p.mu.Lock()
+	_, listening := p.local[key]
+	p.mu.Unlock()
+	if !listening {
+		return fmt.Errorf("pod %s: the node proxy's listeners are not open in %s", key, req.Netns)
+	}
+	return nil
 }
 
 // serveCaptured records the pod and opens its listeners now, so that ADD

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/meshpilot/meshpilot/pkg/caclient"
+	"github.com/meshpilot/meshpilot/pkg/capture"
 	"github.com/meshpilot/meshpilot/pkg/cni/agentapi"
 	"github.com/meshpilot/meshpilot/pkg/hbone"
 	"github.com/meshpilot/meshpilot/pkg/workloadapi"
@@ -61,8 +62,11 @@ type Options struct {
 	// TrustDomain is the mesh's, for the identity of a pod captured before
 	// WDS tells of it; cluster.local by default.
 	TrustDomain string
-	Metrics     *Metrics
-	Log         *slog.Logger
+	// Capture is how the agent redirects a pod's traffic; nftables when
+	// nil.
+	Capture capture.Backend
+	Metrics *Metrics
+	Log     *slog.Logger
 }
 
 // Proxy is a running node proxy.

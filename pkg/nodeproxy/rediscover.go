@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 
-	"github.com/meshpilot/meshpilot/pkg/capture"
 	"github.com/meshpilot/meshpilot/pkg/netns"
 )
 
@@ -62,7 +61,7 @@ func (p *Proxy) rediscover(ctx context.Context) {
 		var path string
 		found := 0
 		for _, c := range slices.Compact(slices.Sorted(slices.Values(candidates))) {
-			if ok, err := capture.Installed(c); err == nil && ok {
+			if ok, err := p.capture().Installed(c); err == nil && ok {
 				path = c
 				found++
 			}

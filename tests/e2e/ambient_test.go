@@ -58,7 +58,7 @@ func TestAmbientHBONE(t *testing.T) {
 	}
 	// The capture the CNI agent will install; here the test does.
 	for _, p := range []podNet{a, b, d} {
-		if err := capture.Install(p.path, capture.Ports{Outbound: nodeproxy.OutboundPort,
+		if err := capture.NFTables.Install(p.path, capture.Ports{Outbound: nodeproxy.OutboundPort,
 			Inbound: nodeproxy.InboundPlaintextPort, HBONE: nodeproxy.HBONEPort, Mark: nodeproxy.SocketMark}); err != nil {
 			t.Fatal(err)
 		}

@@ -30,7 +30,8 @@ import (
 // the test), then meshpilot's CNI plugin binary, executed with the CNI
 // environment, which asks each node's agent. The test installs no rule and
 // writes no annotation itself: A reaches B over HBONE only if the agents
-// did both.
+// did both. The two nodes use the two capture backends: nftables on
+// node-1, iptables on node-2.
 func TestCNIAgentCapturesPods(t *testing.T) {
 	fabric, pods := podNetwork(t, 2)
 	a, b := pods[0], pods[1]
@@ -57,9 +58,10 @@ func TestCNIAgentCapturesPods(t *testing.T) {
 	// No namespace is named to the proxies: what they serve, they learn
 	// from their agents.
 	noNetns := map[string]string{}
+	backends := map[string]capture.Backend{"node-1": capture.NFTables, "node-2": capture.IPTables}
 	startAgent := func(node string) func() {
 		_, stop := startNodeProxyWith(t, m, cp, node, noNetns, logs[node], func(o *nodeproxy.Options) {
-			o.Kube, o.CNISocket = kube, sockets[node]
+			o.Kube, o.CNISocket, o.Capture = kube, sockets[node], backends[node]
 		})
 		waitFor(t, 20*time.Second, node+"'s agent socket", func() error { _, err := os.Stat(sockets[node]); return err })
 		return stop
@@ -96,9 +98,29 @@ func TestCNIAgentCapturesPods(t *testing.T) {
 	}
 
 	t.Run("the rules are in the pods' namespaces and nowhere else", func(t *testing.T) {
-		for path, want := range map[string]bool{a.path: true, b.path: true, fabric.path: false, "/proc/self/ns/net": false} {
-			if got, err := capture.Installed(path); err != nil || got != want {
-				t.Errorf("capture in %s: %v (%v), want %v", path, got, err, want)
+		for _, tc := range []struct {
+			path          string
+			nft, iptables bool
+		}{
+			{a.path, true, false}, // node-1: nftables
+			{b.path, false, true}, // node-2: iptables
+			{fabric.path, false, false},
+			{"/proc/self/ns/net", false, false},
+		} {
+			for backend, want := range map[capture.Backend]bool{capture.NFTables: tc.nft, capture.IPTables: tc.iptables} {
+				if got, err := backend.Installed(tc.path); err != nil || got != want {
+					t.Errorf("%s capture in %s: %v (%v), want %v", backend.Name(), tc.path, got, err, want)
+				}
+			}
+		}
+	})
+	t.Run("CHECK confirms the capture", func(t *testing.T) {
+		for _, pc := range []struct {
+			p          podNet
+			name, node string
+		}{{a, "a", "node-1"}, {b, "b", "node-2"}} {
+			if res := plugin.exec(t, "CHECK", pc.p, "cni-demo", pc.name, sockets[pc.node]); res.code != 0 {
+				t.Errorf("CHECK %s exited %d: %s %s", pc.name, res.code, res.stdout, res.stderr)
 			}
 		}
 	})
@@ -160,7 +182,7 @@ func TestCNIAgentCapturesPods(t *testing.T) {
 				t.Fatalf("DEL #%d exited %d: %s %s", i+1, res.code, res.stdout, res.stderr)
 			}
 		}
-		if got, err := capture.Installed(a.path); err != nil || got {
+		if got, err := capture.NFTables.Installed(a.path); err != nil || got {
 			t.Errorf("A's capture after DEL: %v, %v", got, err)
 		}
 		if err := hboneOpen(a); err == nil {
@@ -169,12 +191,33 @@ func TestCNIAgentCapturesPods(t *testing.T) {
 		if got := annotation(t, kube, "cni-demo", "a"); got != "" {
 			t.Errorf("A's annotation after DEL: %q", got)
 		}
+		res := plugin.exec(t, "CHECK", a, "cni-demo", "a", sockets["node-1"])
+		if res.code == 0 || !strings.Contains(res.stdout, "pod cni-demo/a is not captured by this node agent") {
+			t.Errorf("CHECK after DEL exited %d with %s; want the agent's refusal", res.code, res.stdout)
+		}
 		// A pod the agent never saw.
 		err := agentapi.Call(context.Background(), sockets["node-1"], agentapi.Request{Command: agentapi.CommandDel,
 			PodNamespace: "cni-demo", PodName: "never-seen", ContainerID: "x", IfName: "eth0"})
 		if err != nil {
 			t.Errorf("DEL of a pod never seen: %v", err)
 		}
+	})
+
+	t.Run("a Pod deleted without a DEL loses its listeners and its capture", func(t *testing.T) {
+		// Grace 0 is the kubelet's final delete; there is no kubelet here.
+		now := int64(0)
+		if err := kube.CoreV1().Pods("cni-demo").Delete(context.Background(), "b", metav1.DeleteOptions{GracePeriodSeconds: &now}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 30*time.Second, "node-2 to let B go", func() error {
+			if hboneOpen(b) == nil {
+				return errors.New("B's :15008 still answers")
+			}
+			if ok, err := capture.IPTables.Installed(b.path); err != nil || ok {
+				return fmt.Errorf("B's capture is still installed (%v)", err)
+			}
+			return nil
+		})
 	})
 
 	t.Run("an agent that is down fails ADD with a clear error", func(t *testing.T) {
@@ -189,7 +232,7 @@ func TestCNIAgentCapturesPods(t *testing.T) {
 		if res.code == 0 || !strings.Contains(res.stdout+res.stderr, "unreachable") {
 			t.Errorf("the plugin's ADD with the agent down exited %d: %s %s", res.code, res.stdout, res.stderr)
 		}
-		if got, _ := capture.Installed(a.path); got {
+		if got, _ := capture.NFTables.Installed(a.path); got {
 			t.Errorf("A is captured though its ADD failed")
 		}
 	})

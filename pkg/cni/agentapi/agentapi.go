@@ -21,6 +21,10 @@ const (
 	// idempotent: the runtime repeats DEL, and may send it for a pod the
 	// agent never saw.
 	CommandDel Command = "DEL"
+	// CommandCheck asks whether the pod's capture is still whole: the rules
+	// in its namespace and the proxy's listeners there. The agent answers,
+	// it does not repair; the runtime decides what a failed CHECK means.
+	CommandCheck Command = "CHECK"
 )
 
 // Request is what the plugin sends. Field names follow the CNI environment
@@ -33,8 +37,8 @@ type Request struct {
 	// agent should prefer it to the name, which a new pod may reuse.
 	PodUID string `json:"podUID,omitempty"`
 	// Netns is the path of the pod's network namespace (CNI_NETNS), which
-	// the agent enters to install the capture. It may be empty on DEL, when
-	// the runtime has already removed the namespace.
+	// the agent enters to install or inspect the capture. It may be empty
+	// on DEL, when the runtime has already removed the namespace.
 	Netns       string `json:"netns"`
 	ContainerID string `json:"containerID"`
 	IfName      string `json:"ifname"`

@@ -79,9 +79,10 @@ func TestServeRefusesInvalidRequestsWithoutCallingTheHandler(t *testing.T) {
 		return nil
 	}))
 	for _, req := range []Request{
-		{Command: "CHECK", PodNamespace: "ns", PodName: "p", Netns: "/x"},
+		{Command: "GC", PodNamespace: "ns", PodName: "p", Netns: "/x"},
 		{Command: CommandAdd, PodName: "p", Netns: "/x"},
 		{Command: CommandAdd, PodNamespace: "ns", PodName: "p"},
+		{Command: CommandCheck, PodNamespace: "ns", PodName: "p"},
 	} {
 		var refused *RefusedError
 		if err := Call(context.Background(), path, req); !errors.As(err, &refused) {

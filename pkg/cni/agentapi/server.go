@@ -105,15 +105,15 @@ func serveConn(ctx context.Context, conn net.Conn, h Handler) {
 
 func validate(req Request) error {
 	switch req.Command {
-	case CommandAdd, CommandDel:
+	case CommandAdd, CommandDel, CommandCheck:
 	default:
 		return fmt.Errorf("unknown command %q", req.Command)
 	}
 	if req.PodNamespace == "" || req.PodName == "" {
 		return errors.New("podNamespace and podName are required")
 	}
-	if req.Command == CommandAdd && req.Netns == "" {
-		return errors.New("netns is required for ADD")
+	if req.Command != CommandDel && req.Netns == "" {
+		return fmt.Errorf("netns is required for %s", req.Command)
 	}
 	return nil
 }

@@ -320,10 +320,45 @@ func TestPluginAsARuntimeRunsIt(t *testing.T) {
 		}
 	})
 
-	t.Run("CHECK accepts the pass-through result", func(t *testing.T) {
-		res := r.exec("CHECK", podArgs(ambientNS, "by-namespace"), conf("1.0.0", r.kubeconfig, "/nonexistent", prevResult100))
-		if res.code != 0 {
-			t.Errorf("CHECK exited %d: %s", res.code, res.stdout)
+	t.Run("CHECK asks the agent about ambient pods only", func(t *testing.T) {
+		okSocket, okGot := agent(t, nil)
+		brokenSocket, _ := agent(t, fmt.Errorf("capture rules missing in %s", sandbox.Path))
+		down := filepath.Join(t.TempDir(), "no-agent.sock")
+		for _, tc := range []struct {
+			name, args, socket string
+			// wantMsg is empty for a CHECK that passes.
+			wantMsg string
+		}{
+			{"ambient pod, capture whole", podArgs(ambientNS, "by-namespace"), okSocket, ""},
+			{"ambient pod, capture broken", podArgs(ambientNS, "by-namespace"), brokenSocket,
+				"meshpilot node agent could not confirm the capture of pod " + ambientNS + "/by-namespace: capture rules missing in " + sandbox.Path},
+			{"ambient pod, agent down", podArgs(plainNS, "by-label"), down,
+				"meshpilot node agent unreachable at " + down + ": the capture cannot be confirmed"},
+			{"pod outside the mesh, agent down", podArgs(plainNS, "outside"), down, ""},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				res := r.exec("CHECK", tc.args, conf("1.0.0", r.kubeconfig, tc.socket, prevResult100))
+				if tc.wantMsg == "" {
+					if res.code != 0 || len(bytes.TrimSpace(res.stdout)) != 0 {
+						t.Errorf("CHECK exited %d with %q, want success and no output", res.code, res.stdout)
+					}
+					return
+				}
+				var cniErr struct {
+					Msg string `json:"msg"`
+				}
+				if err := json.Unmarshal(res.stdout, &cniErr); res.code == 0 || err != nil || cniErr.Msg != tc.wantMsg {
+					t.Errorf("CHECK exited %d with %s, want the error %q", res.code, res.stdout, tc.wantMsg)
+				}
+			})
+		}
+		select {
+		case req := <-okGot:
+			if req.Command != agentapi.CommandCheck || req.PodName != "by-namespace" || req.Netns != sandbox.Path {
+				t.Errorf("agent got %+v, want CHECK of by-namespace in %s", req, sandbox.Path)
+			}
+		default:
+			t.Error("CHECK of an ambient pod did not ask the agent")
 		}
 	})
 

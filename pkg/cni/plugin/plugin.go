@@ -131,24 +131,34 @@ func (p *Plugin) addPod(args *skel.CmdArgs, pd *pod, podIPs []netip.Addr) error 
 	}
 	req := agentapi.Request{Command: agentapi.CommandAdd, PodNamespace: pd.namespace, PodName: pd.name,
 		PodUID: info.UID, Netns: args.Netns, ContainerID: args.ContainerID, IfName: args.IfName, PodIPs: podIPs}
-	err = agentapi.Call(ctx, pd.conf.AgentSocket, req)
+	if err := agentError(agentapi.Call(ctx, pd.conf.AgentSocket, req), pd, "capture", "pod not started without its capture"); err != nil {
+		return err
+	}
+	p.log().Info("ambient pod captured by the node agent", "pod", pd.namespace+"/"+pd.name, "netns", args.Netns)
+	return nil
+}
+
+// agentError turns the agent's answer to a request about pd into the CNI
+// error the runtime shows; nil when the agent confirmed. what completes
+// "could not ... pod ns/name"; outcome says what an unanswered request
+// means for the pod.
+func agentError(err error, pd *pod, what, outcome string) error {
 	var unreachable *agentapi.UnreachableError
 	var refused *agentapi.RefusedError
 	switch {
 	case err == nil:
-		p.log().Info("ambient pod captured by the node agent", "pod", pd.namespace+"/"+pd.name, "netns", args.Netns)
 		return nil
 	case errors.As(err, &unreachable):
 		return types.NewError(types.ErrTryAgainLater,
-			fmt.Sprintf("meshpilot node agent unreachable at %s: pod not started without its capture", pd.conf.AgentSocket),
+			fmt.Sprintf("meshpilot node agent unreachable at %s: %s", pd.conf.AgentSocket, outcome),
 			unreachable.Err.Error())
 	case errors.As(err, &refused):
 		return types.NewError(ErrCodeAgentRefused,
-			fmt.Sprintf("meshpilot node agent could not capture pod %s/%s: %s", pd.namespace, pd.name, refused.Reason), "")
+			fmt.Sprintf("meshpilot node agent could not %s pod %s/%s: %s", what, pd.namespace, pd.name, refused.Reason), "")
 	default:
 		return types.NewError(types.ErrTryAgainLater,
-			fmt.Sprintf("meshpilot node agent at %s did not confirm the capture of pod %s/%s: pod not started without its capture",
-				pd.conf.AgentSocket, pd.namespace, pd.name), err.Error())
+			fmt.Sprintf("meshpilot node agent at %s did not answer for pod %s/%s: %s",
+				pd.conf.AgentSocket, pd.namespace, pd.name, outcome), err.Error())
 	}
 }
 
@@ -168,10 +178,11 @@ func (p *Plugin) lookup(ctx context.Context, pd *pod) (PodInfo, error) {
 }
 
 // Check verifies that the config and the primary plugin's result are
-// readable. The agent keeps each pod's capture itself (and repairs it), so
-// there is nothing of ours in the sandbox for CHECK to inspect.
+// readable and, for a pod in the ambient mesh, asks the node agent whether
+// its capture is still whole: the rules in the pod's namespace and the
+// proxy's listeners there. Pods outside the mesh have nothing of ours.
 func (p *Plugin) Check(args *skel.CmdArgs) error {
-	conf, _, err := load(args)
+	conf, pd, err := load(args)
 	if err != nil {
 		return err
 	}
@@ -181,7 +192,23 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 	if _, err := prevResultIPs(conf); err != nil {
 		return types.NewError(types.ErrDecodingFailure, "parse prevResult: "+err.Error(), "")
 	}
-	return nil
+	if pd == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), pd.conf.timeout)
+	defer cancel()
+	info, err := p.lookup(ctx, pd)
+	if err != nil {
+		return types.NewError(types.ErrTryAgainLater,
+			fmt.Sprintf("meshpilot-cni: read pod %s/%s from the API server: %v", pd.namespace, pd.name, err),
+			"cannot tell whether the pod is in the ambient mesh")
+	}
+	if !info.Ambient() {
+		return nil
+	}
+	req := agentapi.Request{Command: agentapi.CommandCheck, PodNamespace: pd.namespace, PodName: pd.name,
+		PodUID: info.UID, Netns: args.Netns, ContainerID: args.ContainerID, IfName: args.IfName}
+	return agentError(agentapi.Call(ctx, pd.conf.AgentSocket, req), pd, "confirm the capture of", "the capture cannot be confirmed")
 }
 
 // Del tells the agent the sandbox is going away, and never fails for the
