@@ -110,6 +110,18 @@ func TestCNIHelmLint(t *testing.T) {
 	tl.run(t, "", tl.helm, "lint", "--strict", tl.chart("cni"), "--set", "nodeProxy.enabled=false")
 }
 
+func TestCNITemplateRejectsUnknownCaptureBackend(t *testing.T) {
+	tl := newTools(t)
+	out, err := tl.try("", tl.helm, "template", "cni", tl.chart("cni"), "--namespace", releaseNamespace,
+		"--set", "nodeProxy.captureBackend=ebpf")
+	if err == nil {
+		t.Fatalf("rendered without error:\n%s", out)
+	}
+	if want := `nodeProxy.captureBackend "ebpf": want nftables or iptables`; !strings.Contains(out, want) {
+		t.Errorf("error does not say %q:\n%s", want, out)
+	}
+}
+
 // TestCNIArgsParse has the real `pilot cni install` and `pilot nodeproxy`
 // parse the arguments the chart renders, for each case.
 func TestCNIArgsParse(t *testing.T) {

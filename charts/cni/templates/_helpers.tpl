@@ -63,3 +63,11 @@ imagePullSecrets:
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/* The capture backend, refused at render time unless the agent knows it. */}}
+{{- define "nodeproxy.captureBackend" -}}
+{{- if not (has . (list "nftables" "iptables")) -}}
+{{- fail (printf "nodeProxy.captureBackend %q: want nftables or iptables" .) -}}
+{{- end -}}
+{{- . -}}
+{{- end }}
