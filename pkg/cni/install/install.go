@@ -135,7 +135,7 @@ func (in *Installer) ensureEntry() (bool, error) {
 	if !isList {
 		target = strings.TrimSuffix(path, ".conf") + ".conflist"
 	}
-	if err := writeAtomic(target, out, 0o644); err != nil {
+	if err := writeAtomic(target, out, fileMode(path)); err != nil {
 		return false, err
 	}
 	if target != path {
@@ -145,6 +145,15 @@ func (in *Installer) ensureEntry() (bool, error) {
 	}
 	in.log.Info("CNI plugin entry written", "file", target)
 	return true, nil
+}
+
+// fileMode is the permission bits of the primary plugin's file, which a
+// rewrite keeps: a conflist its owner made private stays private.
+func fileMode(path string) os.FileMode {
+	if fi, err := os.Stat(path); err == nil {
+		return fi.Mode().Perm()
+	}
+	return 0o644
 }
 
 func (in *Installer) copyBinary() error {
@@ -197,7 +206,7 @@ func (in *Installer) removeEntry(keep string) error {
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", path, err))
 		} else if changed {
-			errs = append(errs, writeAtomic(path, out, 0o644))
+			errs = append(errs, writeAtomic(path, out, fileMode(path)))
 		}
 	}
 	return errors.Join(errs...)

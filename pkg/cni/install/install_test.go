@@ -150,6 +150,32 @@ func TestInstall(t *testing.T) {
 	}
 }
 
+// A primary config its owner made private (as some plugins do, for the
+// credentials in it) stays private through install and uninstall.
+func TestInstallKeepsThePrimaryConfigsMode(t *testing.T) {
+	n := newNode(t, map[string]string{"10-calico.conflist": calico})
+	path := filepath.Join(n.conf, "10-calico.conflist")
+	if err := os.Chmod(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	in := n.installer(t)
+	for _, step := range []struct {
+		name string
+		do   func() error
+	}{{"install", in.Install}, {"uninstall", in.Uninstall}} {
+		if err := step.do(); err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != 0o600 {
+			t.Errorf("after %s the primary config is %v, want -rw-------", step.name, fi.Mode().Perm())
+		}
+	}
+}
+
 func TestInstallWithoutAPrimaryConfigWaits(t *testing.T) {
 	n := newNode(t, nil)
 	if err := n.installer(t).Install(); !errors.Is(err, errNoPrimary) {
