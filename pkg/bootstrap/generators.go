@@ -57,3 +57,11 @@ func (g *generatorSets) forProxy(p *model.Proxy) map[string]xds.Generator {
 	}
 	return g.envoy
 }
+
+// addDebug serves Istio's debug syncz type to every kind of client: to
+// istioctl, whose node looks like a sidecar's, and to any proxy that asks.
+func (g *generatorSets) addDebug(syncz xds.Generator) {
+	for _, set := range []map[string]xds.Generator{g.grpc, g.envoy, g.node} {
+		set[xds.DebugSyncType] = syncz
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/meshpilot/meshpilot/internal/version"
 	"github.com/meshpilot/meshpilot/pkg/controllers"
 	"github.com/meshpilot/meshpilot/pkg/model"
 	"github.com/meshpilot/meshpilot/pkg/xds"
@@ -41,6 +43,9 @@ type Server struct {
 	secure     *secureXDS
 	xds        *xds.Server
 	grpc       *grpc.Server
+	// debugID names this control plane in the answers to Istio's debug
+	// types, on both xDS servers.
+	debugID grpc.StreamServerInterceptor
 
 	xdsListener  net.Listener
 	httpServers  []*http.Server
@@ -96,7 +101,16 @@ func New(opts Options) (*Server, error) {
 		s.xds.ConfigUpdate(model.NewPushRequest(key, time.Now()))
 	})
 
-	s.grpc = newXDSGRPCServer()
+	// istioctl proxy-status asks for Istio's debug types on both xDS ports.
+	generators.addDebug(s.xds.SyncGenerator(opts.RootNamespace))
+	s.debugID = xds.DebugIdentityInterceptor(xds.ControlPlaneID{
+		// istioctl names the control plane by this ID (the pod name); the
+		// component is istiod's, whose place meshpilot takes.
+		Component: "istiod",
+		ID:        opts.LeaderElection.Identity,
+		Info:      xds.ControlPlaneInfo{Version: version.String(), GolangVersion: runtime.Version(), BuildStatus: "Clean"},
+	})
+	s.grpc = newXDSGRPCServer(grpc.StreamInterceptor(s.debugID))
 	s.xds.Register(s.grpc)
 	if s.secure, err = s.newSecureXDS(); err != nil {
 		return nil, err
@@ -121,7 +135,7 @@ func (s *Server) listen() error {
 		handler http.Handler
 	}{
 		{s.opts.HTTPAddr, flagHTTPAddr, s.debugMux(s.xds.DebugHandler())},
-		{s.opts.MonitoringAddr, flagMonitoringAddr, s.monitoringMux(s.registry)},
+		{s.opts.MonitoringAddr, flagMonitoringAddr, s.monitoringMux(s.registry, s.xds.DebugHandler())},
 	} {
 		if h.addr == "" {
 			continue

@@ -26,6 +26,9 @@ type Proxy struct {
 	// Generator names the generator set the client asked for in its
 	// metadata (Istio's GENERATOR, "grpc" for proxyless gRPC).
 	Generator string
+	// IstioVersion is the version the proxy reports (ISTIO_VERSION), shown
+	// by the debug endpoints and istioctl proxy-status.
+	IstioVersion string
 	// VerifiedIdentity is who the client proved to be (a certificate from
 	// the mesh CA, or a ServiceAccount token), nil on a plaintext stream.
 	// Unlike the fields above, it does not come from what the node claims.

@@ -3,16 +3,22 @@ package xds
 import (
 	"cmp"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"slices"
-	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/emptypb"
 )
 
 // DebugHandler serves /debug/syncz, /debug/config_dump?proxyID= and
-// /debug/pushcontext, at those full paths.
+// /debug/pushcontext, at those full paths. They hold no secret (private
+// keys are redacted), so the control plane serves them on its debug port
+// and, as istiod does, on its monitoring port.
 func (s *Server) DebugHandler() http.Handler {
 	mux := http.NewServeMux()
 	s.RegisterDebug(mux)
@@ -26,31 +32,9 @@ func (s *Server) RegisterDebug(mux *http.ServeMux) {
 	mux.HandleFunc("GET /debug/pushcontext", s.servePushContext)
 }
 
-// SyncStatus is one connection's entry in /debug/syncz.
-type SyncStatus struct {
-	ProxyID      string       `json:"proxyID"`
-	ConnectionID string       `json:"connectionID"`
-	Mode         string       `json:"mode"` // sotw or delta
-	ConnectedAt  time.Time    `json:"connectedAt"`
-	Types        []TypeStatus `json:"types"`
-}
-
-// TypeStatus is the sync state of one type URL on one connection.
-type TypeStatus struct {
-	TypeURL      string      `json:"typeURL"`
-	Type         string      `json:"type"`
-	SentVersion  string      `json:"sentVersion,omitempty"`
-	SentNonce    string      `json:"sentNonce,omitempty"`
-	AckedVersion string      `json:"ackedVersion,omitempty"`
-	AckedNonce   string      `json:"ackedNonce,omitempty"`
-	Nack         *NackRecord `json:"nack,omitempty"`
-	LastPush     *time.Time  `json:"lastPush,omitempty"`
-	Wildcard     bool        `json:"wildcard"`
-	Subscribed   int         `json:"subscribedNames"`
-	Resources    int         `json:"resourcesSent"`
-}
-
-// ConfigDump is what one proxy was last sent, per type.
+// ConfigDump is meshpilot's own view of what one connection was last sent,
+// per type URL, with versions and nonces: /debug/config_dump?format=meshpilot.
+// Unlike Envoy's ConfigDump it has every type, node proxies' WDS included.
 type ConfigDump struct {
 	ProxyID      string           `json:"proxyID"`
 	ConnectionID string           `json:"connectionID"`
@@ -75,58 +59,15 @@ type ResourceDump struct {
 	Resource json.RawMessage `json:"resource,omitempty"`
 }
 
-// SyncStatus returns the sync state of every connection, sorted by proxy.
-func (s *Server) SyncStatus() []SyncStatus {
-	conns := s.connections()
-	out := make([]SyncStatus, 0, len(conns))
-	for _, c := range conns {
-		out = append(out, c.syncStatus())
-	}
-	slices.SortFunc(out, func(a, b SyncStatus) int {
-		return cmp.Or(cmp.Compare(a.ProxyID, b.ProxyID), cmp.Compare(a.ConnectionID, b.ConnectionID))
-	})
-	return out
-}
-
-func (c *connection) syncStatus() SyncStatus {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	st := SyncStatus{ProxyID: c.proxy.ID, ConnectionID: c.id, Mode: c.mode(), ConnectedAt: c.connectedAt,
-		Types: make([]TypeStatus, 0, len(c.order))}
-	for _, typeURL := range c.order {
-		w := c.watches[typeURL]
-		ts := TypeStatus{
-			TypeURL: typeURL, Type: shortType(typeURL),
-			SentVersion: w.sentVersion, SentNonce: w.sentNonce,
-			AckedVersion: w.ackedVersion, AckedNonce: w.ackedNonce,
-			Wildcard: w.resource.Wildcard, Subscribed: len(w.resource.ResourceNames), Resources: len(w.sent),
-		}
-		if w.nack != nil {
-			n := *w.nack
-			ts.Nack = &n
-		}
-		if !w.lastPush.IsZero() {
-			t := w.lastPush
-			ts.LastPush = &t
-		}
-		st.Types = append(st.Types, ts)
-	}
-	return st
-}
-
-// ConfigDump returns what the newest connection of proxyID was last sent;
-// false when no such proxy is connected.
-func (s *Server) ConfigDump(proxyID string) (ConfigDump, bool) {
-	var newest *connection
-	for _, c := range s.connections() {
-		if c.proxy.ID == proxyID && (newest == nil || c.connectedAt.After(newest.connectedAt)) {
-			newest = c
-		}
-	}
-	if newest == nil {
+// ConfigDump returns meshpilot's view of what a connection of proxyID was
+// last sent (connectionID "" takes the newest); false when no such
+// connection exists.
+func (s *Server) ConfigDump(proxyID, connectionID string) (ConfigDump, bool) {
+	c := s.findConnection(proxyID, connectionID)
+	if c == nil {
 		return ConfigDump{}, false
 	}
-	return newest.configDump(), true
+	return c.configDump(), true
 }
 
 func (c *connection) configDump() ConfigDump {
@@ -168,18 +109,44 @@ func (s *Server) serveSyncz(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, s.SyncStatus())
 }
 
+// serveConfigDump answers with Envoy's ConfigDump JSON by default, and with
+// meshpilot's per-type view for format=meshpilot. include_eds=true adds the
+// endpoints, as on Envoy's admin port and istiod's debug port.
 func (s *Server) serveConfigDump(w http.ResponseWriter, r *http.Request) {
-	proxyID := r.URL.Query().Get("proxyID")
+	q := r.URL.Query()
+	proxyID, connectionID := q.Get("proxyID"), q.Get("connectionID")
 	if proxyID == "" {
 		http.Error(w, "missing proxyID query parameter (see /debug/syncz for connected proxies)", http.StatusBadRequest)
 		return
 	}
-	dump, ok := s.ConfigDump(proxyID)
-	if !ok {
-		http.Error(w, "proxy "+proxyID+" is not connected (see /debug/syncz for connected proxies)", http.StatusNotFound)
-		return
+	notFound := func() {
+		what := "proxy " + proxyID
+		if connectionID != "" {
+			what += " connection " + connectionID
+		}
+		http.Error(w, what+" is not connected (see /debug/syncz for connected proxies)", http.StatusNotFound)
 	}
-	writeJSON(w, dump)
+	switch q.Get("format") {
+	case "meshpilot":
+		dump, ok := s.ConfigDump(proxyID, connectionID)
+		if !ok {
+			notFound()
+			return
+		}
+		writeJSON(w, dump)
+	case "", "envoy":
+		dump, ok, err := s.EnvoyConfigDump(proxyID, connectionID, q.Get("include_eds") == "true")
+		switch {
+		case !ok:
+			notFound()
+		case err != nil:
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+		default:
+			writeProtoJSON(w, dump)
+		}
+	default:
+		http.Error(w, "format must be envoy (the default) or meshpilot", http.StatusBadRequest)
+	}
 }
 
 func (s *Server) servePushContext(w http.ResponseWriter, _ *http.Request) {
@@ -191,6 +158,18 @@ func (s *Server) servePushContext(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, pc.Summary())
 }
 
+// writeProtoJSON writes m as Envoy's admin port does: protojson with the
+// proto field names, every Any expanded with its @type.
+func writeProtoJSON(w http.ResponseWriter, m proto.Message) {
+	b, err := protojson.MarshalOptions{Multiline: true, Indent: "  ", UseProtoNames: true, Resolver: lenientResolver{}}.Marshal(m)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(append(b, '\n'))
+}
+
 func writeJSON(w http.ResponseWriter, v any) {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
@@ -199,4 +178,30 @@ func writeJSON(w http.ResponseWriter, v any) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(append(b, '\n'))
+}
+
+// lenientResolver resolves the types this binary links, and shows any other
+// as an empty message under its own @type: redaction has already dropped
+// the bytes of such an Any (it cannot look inside), and one extension this
+// binary does not know must not hide a proxy's whole dump.
+type lenientResolver struct{}
+
+func (lenientResolver) FindMessageByName(name protoreflect.FullName) (protoreflect.MessageType, error) {
+	return protoregistry.GlobalTypes.FindMessageByName(name)
+}
+
+func (lenientResolver) FindMessageByURL(url string) (protoreflect.MessageType, error) {
+	mt, err := protoregistry.GlobalTypes.FindMessageByURL(url)
+	if errors.Is(err, protoregistry.NotFound) {
+		return (&emptypb.Empty{}).ProtoReflect().Type(), nil
+	}
+	return mt, err
+}
+
+func (lenientResolver) FindExtensionByName(field protoreflect.FullName) (protoreflect.ExtensionType, error) {
+	return protoregistry.GlobalTypes.FindExtensionByName(field)
+}
+
+func (lenientResolver) FindExtensionByNumber(message protoreflect.FullName, field protoreflect.FieldNumber) (protoreflect.ExtensionType, error) {
+	return protoregistry.GlobalTypes.FindExtensionByNumber(message, field)
 }

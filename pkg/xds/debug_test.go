@@ -6,8 +6,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
+
+	adminv3 "github.com/envoyproxy/go-control-plane/envoy/admin/v3"
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	"google.golang.org/protobuf/encoding/protojson"
 )
 
 func getJSON(t *testing.T, srv *httptest.Server, path string, wantStatus int, into any) string {
@@ -48,10 +54,23 @@ func TestDebugEndpoints(t *testing.T) {
 	defer srv.Close()
 
 	t.Run("syncz", func(t *testing.T) {
+		// Istio's field names, and meshpilot's own beside them.
 		var syncz []struct {
-			ProxyID string `json:"proxyID"`
-			Mode    string `json:"mode"`
-			Types   []struct {
+			ProxyID       string `json:"proxy"`
+			ProxyType     string `json:"proxy_type"`
+			ClusterSent   string `json:"cluster_sent"`
+			ClusterAcked  string `json:"cluster_acked"`
+			EndpointSent  string `json:"endpoint_sent"`
+			EndpointAcked string `json:"endpoint_acked"`
+			ListenerSent  string `json:"listener_sent"`
+			Resources     map[string]struct {
+				Sent      string `json:"sent"`
+				Acked     string `json:"acked"`
+				LastError string `json:"lastError"`
+			} `json:"resources"`
+			Namespace string `json:"namespace"`
+			Mode      string `json:"mode"`
+			Types     []struct {
 				Type         string `json:"type"`
 				SentVersion  string `json:"sentVersion"`
 				AckedVersion string `json:"ackedVersion"`
@@ -64,14 +83,27 @@ func TestDebugEndpoints(t *testing.T) {
 			} `json:"types"`
 		}
 		getJSON(t, srv, "/debug/syncz", http.StatusOK, &syncz)
-		if len(syncz) != 1 || syncz[0].ProxyID != proxyID("client") || syncz[0].Mode != "sotw" {
+		if len(syncz) != 1 || syncz[0].ProxyID != proxyID("client") || syncz[0].Mode != "sotw" ||
+			syncz[0].ProxyType != "sidecar" || syncz[0].Namespace != "default" {
 			t.Fatalf("syncz = %+v, want one sotw entry for the client", syncz)
 		}
+		got := syncz[0]
+		if got.ClusterSent != cds.GetNonce() || got.ClusterAcked != cds.GetNonce() ||
+			got.EndpointSent != eds.GetNonce() || got.EndpointAcked != "" || got.ListenerSent != "" {
+			t.Fatalf("istio fields = %+v, want CDS sent and acked at nonce %s, EDS sent at %s and not acked",
+				got, cds.GetNonce(), eds.GetNonce())
+		}
+		if r := got.Resources[EndpointType]; r.Sent != eds.GetNonce() || r.Acked != "" || r.LastError != "bad endpoints" {
+			t.Fatalf("resources[eds] = %+v, want the NACK's message", r)
+		}
+		if r := got.Resources[ClusterType]; r.Sent != cds.GetNonce() || r.Acked != cds.GetNonce() || r.LastError != "" {
+			t.Fatalf("resources[cds] = %+v", r)
+		}
 		byType := map[string]int{}
-		for i, ts := range syncz[0].Types {
+		for i, ts := range got.Types {
 			byType[ts.Type] = i
 		}
-		cdsStatus, edsStatus := syncz[0].Types[byType["cds"]], syncz[0].Types[byType["eds"]]
+		cdsStatus, edsStatus := got.Types[byType["cds"]], got.Types[byType["eds"]]
 		if cdsStatus.AckedVersion != cds.GetVersionInfo() || cdsStatus.SentVersion != cds.GetVersionInfo() ||
 			cdsStatus.Nack != nil || cdsStatus.Resources != 2 {
 			t.Fatalf("cds status = %+v", cdsStatus)
@@ -82,7 +114,61 @@ func TestDebugEndpoints(t *testing.T) {
 		}
 	})
 
-	t.Run("config_dump", func(t *testing.T) {
+	t.Run("config_dump, Envoy's shape", func(t *testing.T) {
+		for _, tc := range []struct {
+			query     string
+			wantTypes []string
+		}{
+			{"", []string{"type.googleapis.com/envoy.admin.v3.ClustersConfigDump"}},
+			{"&include_eds=true", []string{"type.googleapis.com/envoy.admin.v3.ClustersConfigDump", "type.googleapis.com/envoy.admin.v3.EndpointsConfigDump"}},
+		} {
+			body := getJSON(t, srv, "/debug/config_dump?proxyID="+url.QueryEscape(proxyID("client"))+tc.query, http.StatusOK, nil)
+			dump := &adminv3.ConfigDump{}
+			if err := protojson.Unmarshal([]byte(body), dump); err != nil {
+				t.Fatalf("%s: not an Envoy ConfigDump: %v\n%s", tc.query, err, body)
+			}
+			var types []string
+			for _, c := range dump.GetConfigs() {
+				types = append(types, c.GetTypeUrl())
+			}
+			if !slices.Equal(types, tc.wantTypes) {
+				t.Fatalf("%s: configs %v, want %v", tc.query, types, tc.wantTypes)
+			}
+			clusters := &adminv3.ClustersConfigDump{}
+			if err := dump.GetConfigs()[0].UnmarshalTo(clusters); err != nil {
+				t.Fatal(err)
+			}
+			if clusters.GetVersionInfo() != cds.GetVersionInfo() || len(clusters.GetDynamicActiveClusters()) != 2 {
+				t.Fatalf("clusters dump = %v, want version %s and 2 clusters", clusters, cds.GetVersionInfo())
+			}
+			for i, want := range []string{hostname("a"), hostname("b")} {
+				dc := clusters.GetDynamicActiveClusters()[i]
+				c := &clusterv3.Cluster{}
+				if err := dc.GetCluster().UnmarshalTo(c); err != nil {
+					t.Fatal(err)
+				}
+				if c.GetName() != want || c.GetType() != clusterv3.Cluster_EDS || dc.GetVersionInfo() == "" || dc.GetLastUpdated() == nil {
+					t.Fatalf("cluster %d = %v, want EDS cluster %s with a version and time", i, dc, want)
+				}
+			}
+			if len(tc.wantTypes) == 2 {
+				// What was last sent includes the rejected EDS response.
+				eps := &adminv3.EndpointsConfigDump{}
+				if err := dump.GetConfigs()[1].UnmarshalTo(eps); err != nil {
+					t.Fatal(err)
+				}
+				cla := &endpointv3.ClusterLoadAssignment{}
+				if len(eps.GetDynamicEndpointConfigs()) != 1 {
+					t.Fatalf("endpoints dump = %v, want one assignment", eps)
+				}
+				if err := eps.GetDynamicEndpointConfigs()[0].GetEndpointConfig().UnmarshalTo(cla); err != nil || cla.GetClusterName() != hostname("a") {
+					t.Fatalf("endpoints dump = %v (%v), want %s", eps, err, hostname("a"))
+				}
+			}
+		}
+	})
+
+	t.Run("config_dump, meshpilot's shape", func(t *testing.T) {
 		var dump struct {
 			ProxyID string `json:"proxyID"`
 			Types   []struct {
@@ -96,7 +182,7 @@ func TestDebugEndpoints(t *testing.T) {
 				} `json:"resources"`
 			} `json:"types"`
 		}
-		getJSON(t, srv, "/debug/config_dump?proxyID="+url.QueryEscape(proxyID("client")), http.StatusOK, &dump)
+		getJSON(t, srv, "/debug/config_dump?format=meshpilot&proxyID="+url.QueryEscape(proxyID("client")), http.StatusOK, &dump)
 		if dump.ProxyID != proxyID("client") || len(dump.Types) != 3 {
 			t.Fatalf("dump = %+v, want cds, eds and the probe type", dump)
 		}
@@ -111,11 +197,14 @@ func TestDebugEndpoints(t *testing.T) {
 				t.Fatalf("cds resource %d = %+v, want cluster %s rendered as protojson", i, r, want)
 			}
 		}
-		// What was last sent includes the rejected EDS response.
 		if eds := dump.Types[1]; eds.TypeURL != EndpointType || len(eds.Resources) != 1 ||
 			eds.Resources[0].Resource["clusterName"] != hostname("a") {
 			t.Fatalf("eds dump = %+v", eds)
 		}
+	})
+
+	t.Run("config_dump with an unknown format", func(t *testing.T) {
+		getJSON(t, srv, "/debug/config_dump?format=yaml&proxyID="+url.QueryEscape(proxyID("client")), http.StatusBadRequest, nil)
 	})
 
 	t.Run("config_dump of an unknown proxy", func(t *testing.T) {

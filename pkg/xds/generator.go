@@ -51,9 +51,10 @@ var pushOrder = map[string]int{ClusterType: 0, EndpointType: 1, ListenerType: 2,
 
 // fullStateType reports whether a SotW response of this type replaces the
 // client's whole set, so that a missing resource means deleted, and whether
-// an empty first subscription means "everything" (wildcard).
+// an empty first subscription means "everything" (wildcard). Istio's debug
+// types are asked with no names (istioctl proxy-status) and answered whole.
 func fullStateType(typeURL string) bool {
-	return typeURL == ListenerType || typeURL == ClusterType
+	return typeURL == ListenerType || typeURL == ClusterType || strings.HasPrefix(typeURL, DebugTypePrefix)
 }
 
 // deltaWildcardType reports whether a delta client that subscribes to no

@@ -68,6 +68,9 @@ func parseNode(node *corev3.Node) (*model.Proxy, error) {
 	if p.Generator, err = stringField(meta, metaGenerator); err != nil {
 		return nil, err
 	}
+	// Only shown in debug output, so a malformed value is ignored rather
+	// than refused.
+	p.IstioVersion = meta["ISTIO_VERSION"].GetStringValue()
 	if p.Labels, err = labelsField(meta); err != nil {
 		return nil, err
 	}

@@ -3,12 +3,14 @@ package xds
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
 
+	adminv3 "github.com/envoyproxy/go-control-plane/envoy/admin/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
@@ -179,16 +181,35 @@ func TestConfigDumpRedactsPrivateKeys(t *testing.T) {
 			if !bytes.Contains(sent, keyPEM) {
 				t.Fatal("the proxy did not receive its private key")
 			}
-			body := []byte(getJSON(t, srv, "/debug/config_dump?proxyID="+url.QueryEscape(proxyID("gateway")), http.StatusOK, &ConfigDump{}))
-			if found := leaks(body, keyPEM); len(found) > 0 {
-				t.Errorf("config_dump shows the %v:\n%s", found, body)
-			}
-			if !bytes.Contains(body, []byte(base64.StdEncoding.EncodeToString(certPEM))) || !bytes.Contains(body, []byte(redacted)) {
-				t.Errorf("config_dump lost the certificate or the redaction marker:\n%s", body)
-			}
-			for _, typeURL := range []string{ClusterType, ListenerType, SecretType} {
-				if !bytes.Contains(body, []byte(`"@type": "`+typeURL+`"`)) {
-					t.Errorf("config_dump does not render the %s resources:\n%s", shortType(typeURL), body)
+			for _, format := range []struct {
+				query string
+				into  any
+			}{{"", &adminv3.ConfigDump{}}, {"&format=meshpilot", &ConfigDump{}}} {
+				path := "/debug/config_dump?proxyID=" + url.QueryEscape(proxyID("gateway")) + format.query
+				body := []byte(getJSON(t, srv, path, http.StatusOK, nil))
+				if m, ok := format.into.(proto.Message); ok {
+					// As istioctl reads a dump: extensions it does not
+					// know are accepted as opaque.
+					if err := (protojson.UnmarshalOptions{Resolver: lenientResolver{}}).Unmarshal(body, m); err != nil {
+						t.Fatalf("%s: not an Envoy ConfigDump: %v", path, err)
+					}
+				} else if err := json.Unmarshal(body, format.into); err != nil {
+					t.Fatalf("%s: %v", path, err)
+				}
+				if found := leaks(body, keyPEM); len(found) > 0 {
+					t.Errorf("%s shows the %v:\n%s", path, found, body)
+				}
+				if !bytes.Contains(body, []byte(base64.StdEncoding.EncodeToString(certPEM))) || !bytes.Contains(body, []byte(redacted)) {
+					t.Errorf("%s lost the certificate or the redaction marker:\n%s", path, body)
+				}
+				var compact bytes.Buffer
+				if err := json.Compact(&compact, body); err != nil {
+					t.Fatal(err)
+				}
+				for _, typeURL := range []string{ClusterType, ListenerType, SecretType} {
+					if !bytes.Contains(compact.Bytes(), []byte(`"@type":"`+typeURL+`"`)) {
+						t.Errorf("%s does not render the %s resources:\n%s", path, shortType(typeURL), body)
+					}
 				}
 			}
 			// Redaction works on copies: the resources being served keep their keys.
