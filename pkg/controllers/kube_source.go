@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
 	istioinformers "istio.io/client-go/pkg/informers/externalversions"
 	corev1 "k8s.io/api/core/v1"
@@ -233,28 +234,35 @@ func (s *KubeSource) SyncProblem() string {
 }
 
 func (s *KubeSource) handler(kind string) cache.ResourceEventHandler {
+	events := s.metrics.kubeEvents(kind)
 	return cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) { s.apply(kind, "upsert", obj, s.ingester.Upsert) },
+		AddFunc: func(obj any) {
+			received(events.istioAdds)
+			s.apply(kind, events.upserts, obj, s.ingester.Upsert)
+		},
 		UpdateFunc: func(oldObj, newObj any) {
 			if sameResourceVersion(oldObj, newObj) {
 				return // a resync, not a change
 			}
-			s.apply(kind, "upsert", newObj, s.ingester.Upsert)
+			received(events.istioUpdates)
+			s.apply(kind, events.upserts, newObj, s.ingester.Upsert)
 		},
 		DeleteFunc: func(obj any) {
+			received(events.istioDeletes)
 			if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = tombstone.Obj
 			}
-			s.apply(kind, "delete", obj, s.ingester.Delete)
+			s.apply(kind, events.deletes, obj, s.ingester.Delete)
 		},
 	}
 }
 
-func (s *KubeSource) apply(kind, event string, obj any, op func(any) error) {
+// apply applies one event to the store; applied counts it if it succeeds.
+func (s *KubeSource) apply(kind string, applied prometheus.Counter, obj any, op func(any) error) {
 	s.failing.Delete(kind)
 	err := op(obj)
 	if err == nil {
-		s.metrics.Events.WithLabelValues(KubeSourceName, kind, event).Inc()
+		applied.Inc()
 		return
 	}
 	var objErr *ObjectError

@@ -15,6 +15,70 @@ type Metrics struct {
 	// WatchErrors counts failed lists and watches of the Kubernetes source,
 	// by kind and reason (forbidden, expired, other).
 	WatchErrors *prometheus.CounterVec
+
+	// IstioConfigEvents and IstioRegistryEvents are istiod's
+	// pilot_k8s_cfg_events and pilot_k8s_reg_events: the Kubernetes
+	// source's informer events as they arrive, by Istio's type (the kind, as
+	// Istio names it) and event (add, update, delete). Config kinds are
+	// DestinationRule, PeerAuthentication, Ingress and IngressClass;
+	// registry kinds are Services, EndpointSlice, Pods and Namespaces.
+	// Secrets count in neither, as in istiod. Like istiod's counters, they
+	// have no unit or _total suffix.
+	IstioConfigEvents   *prometheus.CounterVec
+	IstioRegistryEvents *prometheus.CounterVec
+}
+
+// kubeEventCounters are one kind's event counters of the Kubernetes
+// source, resolved when its informer is watched.
+type kubeEventCounters struct {
+	// upserts and deletes count events applied to the store
+	// (meshpilot_source_events_total).
+	upserts, deletes prometheus.Counter
+	// istioAdds, istioUpdates and istioDeletes count events received; nil
+	// for a kind istiod counts no events of.
+	istioAdds, istioUpdates, istioDeletes prometheus.Counter
+}
+
+// istioEventTypes are the kinds of the Kubernetes source that istiod counts
+// events of, with the counter and the type label istiod uses for them.
+var istioEventTypes = map[string]struct {
+	registry bool
+	name     string
+}{
+	"Service":            {registry: true, name: "Services"},
+	"EndpointSlice":      {registry: true, name: "EndpointSlice"},
+	"Pod":                {registry: true, name: "Pods"},
+	"Namespace":          {registry: true, name: "Namespaces"},
+	"DestinationRule":    {name: "DestinationRule"},
+	"PeerAuthentication": {name: "PeerAuthentication"},
+	"Ingress":            {name: "Ingress"},
+	"IngressClass":       {name: "IngressClass"},
+}
+
+// kubeEvents resolves kind's event counters of the Kubernetes source.
+func (m *Metrics) kubeEvents(kind string) kubeEventCounters {
+	c := kubeEventCounters{
+		upserts: m.Events.WithLabelValues(KubeSourceName, kind, "upsert"),
+		deletes: m.Events.WithLabelValues(KubeSourceName, kind, "delete"),
+	}
+	if t, ok := istioEventTypes[kind]; ok {
+		vec := m.IstioConfigEvents
+		if t.registry {
+			vec = m.IstioRegistryEvents
+		}
+		c.istioAdds = vec.WithLabelValues(t.name, "add")
+		c.istioUpdates = vec.WithLabelValues(t.name, "update")
+		c.istioDeletes = vec.WithLabelValues(t.name, "delete")
+	}
+	return c
+}
+
+// received counts an event as istiod would; c is one of istioAdds,
+// istioUpdates and istioDeletes.
+func received(c prometheus.Counter) {
+	if c != nil {
+		c.Inc()
+	}
 }
 
 // Reasons an object is rejected, the reason label of ConfigErrors.
@@ -45,9 +109,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "meshpilot_kube_watch_errors_total",
 			Help: "Failed lists and watches of the Kubernetes source, by kind and reason.",
 		}, []string{"kind", "reason"}),
+		IstioConfigEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pilot_k8s_cfg_events",
+			Help: "Events from k8s config.",
+		}, []string{"type", "event"}),
+		IstioRegistryEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pilot_k8s_reg_events",
+			Help: "Events from k8s registry.",
+		}, []string{"type", "event"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.ConfigErrors, m.Events, m.CRDMissing, m.WatchErrors)
+		reg.MustRegister(m.ConfigErrors, m.Events, m.CRDMissing, m.WatchErrors, m.IstioConfigEvents, m.IstioRegistryEvents)
 	}
 	return m
 }

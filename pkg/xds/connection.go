@@ -14,6 +14,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -34,6 +35,10 @@ type connection struct {
 	connectedAt time.Time
 	proxy       *model.Proxy
 	generators  map[string]Generator
+	// istioClients is the pilot_xds gauge of the client's Istio version.
+	istioClients prometheus.Gauge
+	// pushed is set when a push sends a response, for convergence time.
+	pushed bool
 
 	// queue holds the push plans the connection has not taken yet, merged.
 	queue mailbox[*pushPlan]
@@ -78,6 +83,9 @@ type watch struct {
 	// warming are the names the client waits for after a CDS or LDS update
 	// (see warming.go), sorted; the next response carries them.
 	warming []string
+
+	// metrics are the type's metric children.
+	metrics *typeMetrics
 
 	nack *NackRecord
 	// nackedHash is the content hash of the last rejected response; a
@@ -145,6 +153,7 @@ func (c *connection) initialize(node *corev3.Node) error {
 	}
 	c.proxy = proxy
 	c.generators = c.s.opts.Generators(proxy)
+	c.istioClients = c.s.metrics.istioClients(proxy.IstioVersion)
 	c.id = proxy.ID + "-" + formatUint(c.s.connIDs.Add(1))
 	c.log = c.s.log.With("proxy", proxy.ID, "conn", c.id, "mode", c.mode())
 	c.s.addConnection(c)
@@ -216,7 +225,8 @@ func (c *connection) addWatch(typeURL string) *watch {
 		c.log.Warn("SDS asked on a stream that proved no identity: no Secret is served on it; " +
 			"connect over TLS (15012) with a certificate from the mesh CA or a ServiceAccount token")
 	}
-	w := &watch{typeURL: typeURL, resource: model.WatchedResource{TypeURL: typeURL}, sent: map[string]sentResource{}}
+	w := &watch{typeURL: typeURL, resource: model.WatchedResource{TypeURL: typeURL}, sent: map[string]sentResource{},
+		metrics: c.s.metrics.forType(typeURL)}
 	c.mu.Lock()
 	c.watches[typeURL] = w
 	c.order = append(c.order, typeURL)
@@ -242,7 +252,7 @@ func (c *connection) recordNack(w *watch, version, nonce, detail string) {
 	w.nackedHash = w.sentHash
 	w.nackWithholds = true
 	c.mu.Unlock()
-	c.s.metrics.nacks.WithLabelValues(shortType(w.typeURL)).Inc()
+	w.metrics.rejected()
 	c.log.Warn("xDS client rejected a response", "type", shortType(w.typeURL), "nonce", nonce,
 		"version", version, "error", detail)
 }
@@ -424,6 +434,7 @@ func (c *connection) send(f func() error) error {
 
 func (c *connection) sendTimedOut() error {
 	c.s.metrics.streamErrors.WithLabelValues(reasonSendTimeout).Inc()
+	c.s.metrics.istio.writeTimeouts.Inc()
 	c.log.Warn("send timed out; closing the stream", "timeout", c.s.opts.SendTimeout)
 	return status.Errorf(codes.DeadlineExceeded, "send timed out after %s", c.s.opts.SendTimeout)
 }
@@ -432,7 +443,10 @@ func (c *connection) runSender() {
 	for {
 		select {
 		case f := <-c.sendCh:
-			c.sendResult <- f()
+			start := time.Now()
+			err := f()
+			c.s.metrics.sent(time.Since(start))
+			c.sendResult <- err
 		case <-c.done:
 			return
 		}
@@ -527,6 +541,7 @@ func (c *connection) recvError(ctx context.Context, err error) error {
 		return nil
 	}
 	c.s.metrics.streamErrors.WithLabelValues(reasonRecvError).Inc()
+	c.s.metrics.istio.internalErrors.Inc()
 	c.log.Warn("receive failed", "err", err)
 	return err
 }

@@ -129,6 +129,7 @@ func (c *deltaStream) applySubscriptions(w *watch, req *discoveryv3.DeltaDiscove
 // proxy.
 func (c *deltaStream) push(plan *pushPlan) error {
 	scope := plan.scopeFor(c.proxy)
+	c.pushed = false
 	for _, typeURL := range c.order {
 		req := plan.request(scope, typeURL)
 		if req == nil {
@@ -138,7 +139,11 @@ func (c *deltaStream) push(plan *pushPlan) error {
 			return err
 		}
 	}
-	return c.flushWarming(plan.req.Start)
+	if err := c.flushWarming(plan.req.Start); err != nil {
+		return err
+	}
+	c.pushDone(plan)
+	return nil
 }
 
 // respond generates w and sends what differs from what the client holds.
@@ -199,6 +204,7 @@ func (c *deltaStream) respond(w *watch, req *model.PushRequest, planID uint64, a
 		resp.Resources[i] = &discoveryv3.Resource{Name: it.name, Version: it.version, Resource: it.resource, Aliases: it.aliases}
 	}
 	if err := c.send(func() error { return c.stream.Send(resp) }); err != nil {
+		w.metrics.sendFailed(err)
 		return err
 	}
 	now := time.Now()
@@ -215,7 +221,7 @@ func (c *deltaStream) respond(w *watch, req *model.PushRequest, planID uint64, a
 	w.warming = nil
 	c.mu.Unlock()
 
-	c.recordPush(w.typeURL, req, start, now, subscription, len(changed), resp.Nonce, st.version)
+	c.recordPush(w, req, start, now, subscription, len(changed), resp.Nonce, st.version)
 	return nil
 }
 

@@ -1,13 +1,19 @@
 package xds
 
 import (
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/meshpilot/meshpilot/pkg/model"
+	"github.com/meshpilot/meshpilot/pkg/pushcontext"
 )
 
-// Metrics are the ADS server's Prometheus metrics. A nil *Metrics (or one
-// from NewMetrics(nil)) records nothing registered anywhere.
+// Metrics are the ADS server's Prometheus metrics, meshpilot's own and,
+// beside them, istiod's (see istioMetrics). A nil *Metrics (or one from
+// NewMetrics(nil)) records nothing registered anywhere.
 type Metrics struct {
 	clients         *prometheus.GaugeVec
 	pushes          *prometheus.CounterVec
@@ -23,9 +29,19 @@ type Metrics struct {
 	unservedTypes   prometheus.Counter
 	problems        prometheus.GaugeFunc
 
-	// problemCount reads the served push context's translation problems; the
-	// server that uses these metrics sets it (NewServer), 0 until then.
-	problemCount atomic.Pointer[func() int]
+	istio *istioMetrics
+
+	// served returns the served push context; the server that uses these
+	// metrics sets it (NewServer). The gauges that read it are 0 until then.
+	served atomic.Pointer[func() *pushcontext.PushContext]
+
+	// types caches the per-type children (typeURL -> *typeMetrics).
+	types sync.Map
+	// triggerCounters are the push trigger children.
+	triggerCounters *triggers
+	// versions caches pilot_xds's children by version label.
+	versionsMu sync.Mutex
+	versions   map[string]prometheus.Gauge
 }
 
 // NewMetrics creates the metrics and registers them with reg (if non-nil).
@@ -88,27 +104,60 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "meshpilot_translation_problems",
 		Help: "Config effects generators had to drop while translating the served push context (see /debug/pushcontext).",
 	}, func() float64 {
-		if count := m.problemCount.Load(); count != nil {
-			return float64((*count)())
+		if served := m.served.Load(); served != nil {
+			if pc := (*served)(); pc != nil {
+				return float64(pc.ProblemCount())
+			}
 		}
 		return 0
 	})
+	m.istio = newIstioMetrics(m)
+	m.triggerCounters = newTriggers(m)
+	m.versions = map[string]prometheus.Gauge{}
 	if reg != nil {
 		reg.MustRegister(m.clients, m.pushes, m.pushTime, m.convergence, m.nacks, m.buildTime,
 			m.triggers, m.debouncedPushes, m.streamErrors, m.generateErrors, m.generatorPanics, m.unservedTypes, m.problems)
+		reg.MustRegister(m.istio.collectors()...)
 	}
 	return m
 }
 
-// observe makes the problems gauge read s's served push context.
+// observe makes the gauges that read the served push context read s's.
 func (m *Metrics) observe(s *Server) {
-	count := func() int {
-		if pc := s.PushContext(); pc != nil {
-			return pc.ProblemCount()
-		}
-		return 0
+	served := s.PushContext
+	m.served.Store(&served)
+}
+
+// built records one push context build.
+func (m *Metrics) built(took time.Duration) {
+	m.buildTime.Observe(took.Seconds())
+	m.istio.pushContextInit.Observe(took.Seconds())
+}
+
+// debounced records the time from the first change of a debounced push to
+// the end of that push.
+func (m *Metrics) debounced(first time.Time) {
+	m.istio.debounceTime.Observe(time.Since(first).Seconds())
+}
+
+// converged records that a push reached a proxy: the last response it sent
+// the proxy is out. It is recorded once per proxy and push that sent the
+// proxy something, as istiod records it once per proxy push;
+// meshpilot_proxy_convergence_seconds is per response.
+func (m *Metrics) converged(start time.Time) {
+	if !start.IsZero() {
+		m.istio.convergence.Observe(time.Since(start).Seconds())
 	}
-	m.problemCount.Store(&count)
+}
+
+// sent records one Send on a stream.
+func (m *Metrics) sent(took time.Duration) {
+	m.istio.sendTime.Observe(took.Seconds())
+}
+
+// configUpdate counts the triggers of one config update.
+func (m *Metrics) configUpdate(req *model.PushRequest) {
+	m.triggerCounters.record(req)
 }
 
 // Stream error reasons.

@@ -99,6 +99,7 @@ func (s *Server) pushLoop(ctx context.Context) {
 			req := pending
 			pending = nil
 			s.push(req)
+			s.metrics.debounced(first)
 		}
 	}
 }
@@ -152,7 +153,7 @@ func (s *Server) build(req *model.PushRequest) {
 		prev = cur.push
 	}
 	pc := pushcontext.Build(s.opts.Store, *s.pcOpts.Load(), prev, req)
-	s.metrics.buildTime.Observe(time.Since(start).Seconds())
+	s.metrics.built(time.Since(start))
 	s.current.Store(newPushState(pc, pc.Version(), 0))
 	if s.opts.OnBuild != nil {
 		s.opts.OnBuild(pc)

@@ -190,13 +190,7 @@ func (s *Server) ConfigUpdate(req *model.PushRequest) {
 		stamped.Start = time.Now()
 		req = &stamped
 	}
-	if req.Full && len(req.ConfigsUpdated) == 0 {
-		s.metrics.triggers.WithLabelValues("forced").Inc()
-	} else {
-		for kind := range req.KindsUpdated() {
-			s.metrics.triggers.WithLabelValues(kind.String()).Inc()
-		}
-	}
+	s.metrics.configUpdate(req)
 	s.updates.put(req)
 }
 
@@ -228,6 +222,7 @@ func (s *Server) addConnection(c *connection) {
 	s.conns[c] = struct{}{}
 	s.connsMu.Unlock()
 	s.metrics.clients.WithLabelValues(c.mode()).Inc()
+	c.istioClients.Inc()
 }
 
 func (s *Server) removeConnection(c *connection) {
@@ -237,6 +232,7 @@ func (s *Server) removeConnection(c *connection) {
 	s.connsMu.Unlock()
 	if ok {
 		s.metrics.clients.WithLabelValues(c.mode()).Dec()
+		c.istioClients.Dec()
 	}
 }
 

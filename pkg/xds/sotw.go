@@ -114,6 +114,7 @@ func (c *sotwStream) setNames(w *watch, names []string, wildcard bool) {
 // proxy.
 func (c *sotwStream) push(plan *pushPlan) error {
 	scope := plan.scopeFor(c.proxy)
+	c.pushed = false
 	for _, typeURL := range c.order {
 		req := plan.request(scope, typeURL)
 		if req == nil {
@@ -123,7 +124,11 @@ func (c *sotwStream) push(plan *pushPlan) error {
 			return err
 		}
 	}
-	return c.flushWarming(plan.req.Start)
+	if err := c.flushWarming(plan.req.Start); err != nil {
+		return err
+	}
+	c.pushDone(plan)
+	return nil
 }
 
 // respond generates w and sends it. req is nil when answering a
@@ -177,6 +182,7 @@ func (c *sotwStream) respond(w *watch, req *model.PushRequest, planID uint64, wa
 		Nonce:       c.s.nextNonce(),
 	}
 	if err := c.send(func() error { return c.stream.Send(resp) }); err != nil {
+		w.metrics.sendFailed(err)
 		return err
 	}
 	now := time.Now()
@@ -193,7 +199,7 @@ func (c *sotwStream) respond(w *watch, req *model.PushRequest, planID uint64, wa
 	w.warming = nil
 	c.mu.Unlock()
 
-	c.recordPush(w.typeURL, req, start, now, subscription, len(items), resp.Nonce, resp.VersionInfo)
+	c.recordPush(w, req, start, now, subscription, len(items), resp.Nonce, resp.VersionInfo)
 	return nil
 }
 
@@ -210,15 +216,25 @@ func unchanged(w *watch, items []generated, partial bool) bool {
 	return true
 }
 
-func (c *connection) recordPush(typeURL string, req *model.PushRequest, start, now time.Time, subscription bool,
+func (c *connection) recordPush(w *watch, req *model.PushRequest, start, now time.Time, subscription bool,
 	resources int, nonce, version string,
 ) {
-	short := shortType(typeURL)
-	c.s.metrics.pushes.WithLabelValues(short).Inc()
-	c.s.metrics.pushTime.WithLabelValues(short).Observe(now.Sub(start).Seconds())
-	if !subscription && !req.Start.IsZero() {
-		c.s.metrics.convergence.Observe(now.Sub(req.Start).Seconds())
+	w.metrics.pushed(now.Sub(start))
+	if !subscription {
+		c.pushed = true
+		if !req.Start.IsZero() {
+			c.s.metrics.convergence.Observe(now.Sub(req.Start).Seconds())
+		}
 	}
-	c.log.Debug("sent", "type", short, "nonce", nonce, "version", version, "resources", resources,
+	c.log.Debug("sent", "type", shortType(w.typeURL), "nonce", nonce, "version", version, "resources", resources,
 		"subscription", subscription)
+}
+
+// pushDone ends a push to this connection: if it sent anything, the proxy
+// has converged on the push's changes.
+func (c *connection) pushDone(plan *pushPlan) {
+	if c.pushed {
+		c.s.metrics.converged(plan.req.Start)
+		c.pushed = false
+	}
 }
