@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the binaries that tests run (kube-apiserver, etcd and kubectl for
-# envtest; helm for the chart tests) from the modules pinned in hack/tools,
-# into $1 (default bin/k8s/<versions>), and prints that directory.
+# envtest; helm for the chart tests; istioctl for the e2e test that runs
+# Istio's CLI against meshpilot) from the modules pinned in hack/tools and
+# hack/tools/istioctl, into $1 (default bin/k8s/<versions>), and prints that
+# directory.
 # The stamp file records the versions, one line per group of binaries, so a
 # warm cache is a no-op and bumping one group rebuilds only that group.
 set -euo pipefail
@@ -10,15 +12,23 @@ tools="$root/hack/tools"
 k8s_version=$(awk '$1=="k8s.io/kubernetes"{print $2}' "$tools/go.mod")
 etcd_version=$(awk '$1=="go.etcd.io/etcd/server/v3"{print $2}' "$tools/go.mod")
 helm_version=$(awk '$1=="helm.sh/helm/v3"{print $2}' "$tools/go.mod")
+# istioctl has a module of its own: Istio's dependencies must not move the
+# versions the API server is built with.
+# (go mod tidy writes a lone direct requirement on the require line itself.)
+istio_version=$(awk '$1=="istio.io/istio"{print $2} $1=="require" && $2=="istio.io/istio"{print $3}' "$tools/istioctl/go.mod")
+[[ -n "$istio_version" ]] || { echo "no istio.io/istio requirement in $tools/istioctl/go.mod" >&2; exit 1; }
 go_version=$(go env GOVERSION)
 out=${1:-"$root/bin/k8s/$k8s_version-etcd-$etcd_version"}
 stamp="$out/.stamp"
-# Line 1: the API server group; line 2: helm.
+# Line 1: the API server group; line 2: helm; line 3: istioctl.
 want_k8s="kubernetes=$k8s_version etcd=$etcd_version go=$go_version"
 want_helm="helm=$helm_version go=$go_version"
+want_istioctl="istioctl=$istio_version go=$go_version"
 have_k8s=$(sed -n 1p "$stamp" 2>/dev/null || true)
 have_helm=$(sed -n 2p "$stamp" 2>/dev/null || true)
-if [[ "$have_k8s" == "$want_k8s" && "$have_helm" == "$want_helm" && -x "$out/helm" ]]; then
+have_istioctl=$(sed -n 3p "$stamp" 2>/dev/null || true)
+if [[ "$have_k8s" == "$want_k8s" && "$have_helm" == "$want_helm" && -x "$out/helm" &&
+      "$have_istioctl" == "$want_istioctl" && -x "$out/istioctl" ]]; then
   echo "$out"
   exit 0
 fi
@@ -43,4 +53,12 @@ if [[ "$have_helm" != "$want_helm" || ! -x "$out/helm" ]]; then
     -o "$out/helm" helm.sh/helm/v3/cmd/helm
 fi
 printf '%s\n%s\n' "$want_k8s" "$want_helm" > "$stamp"
+if [[ "$have_istioctl" != "$want_istioctl" || ! -x "$out/istioctl" ]]; then
+  # The longest build here (minutes on two cores, cold); cached like the rest.
+  echo "building istioctl (istio.io/istio $istio_version) into $out" >&2
+  (cd "$tools/istioctl" && go build -trimpath \
+    -ldflags "-s -w -X istio.io/istio/pkg/version.buildVersion=$istio_version -X istio.io/istio/pkg/version.buildStatus=Clean" \
+    -o "$out/istioctl" istio.io/istio/istioctl/cmd/istioctl)
+fi
+printf '%s\n%s\n%s\n' "$want_k8s" "$want_helm" "$want_istioctl" > "$stamp"
 echo "$out"
