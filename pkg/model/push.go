@@ -35,7 +35,9 @@ func (k Kind) EndpointsOnly() bool {
 	return k == KindEndpoints
 }
 
-// Merge combines two requests into a new one; either may be nil.
+// Merge combines two requests into a new one, changing neither; either may
+// be nil. Use it where a request is shared (a push plan many connections
+// hold); a request owned by one holder grows with Add.
 func (r *PushRequest) Merge(o *PushRequest) *PushRequest {
 	if r == nil {
 		return o
@@ -58,6 +60,35 @@ func (r *PushRequest) Merge(o *PushRequest) *PushRequest {
 	maps.Copy(merged.ConfigsUpdated, r.ConfigsUpdated)
 	maps.Copy(merged.ConfigsUpdated, o.ConfigsUpdated)
 	return merged
+}
+
+// Add folds o into r and returns r (o when r is nil). Unlike Merge it
+// changes r, so r must be the caller's alone: the debouncer's pending
+// request, which absorbs every event of a burst. Merging a copy per event,
+// as Merge does, costs O(n²) over the n objects of an initial sync; Add
+// costs O(n).
+func (r *PushRequest) Add(o *PushRequest) *PushRequest {
+	if r == nil {
+		return o
+	}
+	if o == nil {
+		return r
+	}
+	if o.Start.Before(r.Start) {
+		r.Start = o.Start
+	}
+	forced := (r.Full && len(r.ConfigsUpdated) == 0) || (o.Full && len(o.ConfigsUpdated) == 0)
+	r.Full = r.Full || o.Full
+	if forced {
+		// A forced full push (no keys) stays forced.
+		r.ConfigsUpdated = nil
+		return r
+	}
+	if r.ConfigsUpdated == nil {
+		r.ConfigsUpdated = make(map[ConfigKey]struct{}, len(o.ConfigsUpdated))
+	}
+	maps.Copy(r.ConfigsUpdated, o.ConfigsUpdated)
+	return r
 }
 
 // KindsUpdated returns the set of kinds this request touches.

@@ -28,8 +28,10 @@ func newMailbox[T comparable](merge func(older, newer T) T) mailbox[T] {
 // pushQueue collects config updates until the push loop takes them.
 type pushQueue = mailbox[*model.PushRequest]
 
+// The queue owns what is put into it, so requests fold into the pending
+// one in place.
 func newPushQueue() pushQueue {
-	return newMailbox((*model.PushRequest).Merge)
+	return newMailbox((*model.PushRequest).Add)
 }
 
 func (q *mailbox[T]) put(v T) {
@@ -83,7 +85,7 @@ func (s *Server) pushLoop(ctx context.Context) {
 			if pending == nil {
 				first = now
 			}
-			pending = pending.Merge(req)
+			pending = pending.Add(req)
 			last = now
 			if timerC == nil {
 				timer.Reset(s.opts.DebounceAfter)

@@ -179,7 +179,8 @@ func (s *Server) PushContext() *pushcontext.PushContext {
 }
 
 // ConfigUpdate asks for a push. It never blocks: requests are merged until the
-// push loop, after debouncing, takes them.
+// push loop, after debouncing, takes them. It takes ownership of req: the
+// caller must not use req again, as later requests are folded into it.
 func (s *Server) ConfigUpdate(req *model.PushRequest) {
 	if req == nil {
 		return
