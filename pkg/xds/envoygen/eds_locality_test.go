@@ -360,3 +360,155 @@ func TestRandomLocalizedAssignmentsMatchReference(t *testing.T) {
 		}
 	}
 }
+
+// TestLocalityLoadBalancingAsIstioDocuments checks the assignment a proxy
+// gets against expectations worked out by hand from Istio's documented
+// rules (LocalityLoadBalancerSetting), so that it does not lean on the
+// functions under test as the reference above does. Localities are sorted
+// (eu first); a group's weight is its endpoint count unless distribute sets
+// it; priorities are compacted to 0..N.
+func TestLocalityLoadBalancingAsIstioDocuments(t *testing.T) {
+	rack1 := model.Locality{Region: "us-east", Zone: "us-east-1a", SubZone: "rack1"}
+	gold, silver := map[string]string{"tier": "gold"}, map[string]string{"tier": "silver"}
+	eps := []*model.Endpoint{
+		localEndpoint("10.0.0.1", rack1, gold),
+		localEndpoint("10.0.0.2", rack1, silver),
+		localEndpoint("10.0.0.3", model.Locality{Region: "us-east", Zone: "us-east-1b"}, gold),
+		localEndpoint("10.0.0.4", model.Locality{Region: "us-west", Zone: "us-west-1a"}, gold),
+		localEndpoint("10.0.0.5", model.Locality{Region: "eu"}, silver),
+	}
+	inRack1 := &model.Proxy{Locality: rack1, Labels: gold}
+	tests := []struct {
+		name   string
+		policy *networking.TrafficPolicy
+		proxy  *model.Proxy
+		want   []string // "locality priority weight addresses", in order
+	}{
+		{"failover: same subzone 0, same zone 1, same region 2, elsewhere 3",
+			failoverPolicy(nil, nil), inRack1, []string{
+				"us-east/us-east-1a/rack1 p0 w2 10.0.0.1 10.0.0.2",
+				"us-east/us-east-1b p1 w1 10.0.0.3",
+				"eu p2 w1 10.0.0.5",
+				"us-west/us-west-1a p2 w1 10.0.0.4",
+			}},
+		{"failover to a named region: the others drop below it",
+			failoverPolicy([]*networking.LocalityLoadBalancerSetting_Failover{{From: "us-east", To: "eu"}}, nil), inRack1, []string{
+				"us-east/us-east-1a/rack1 p0 w2 10.0.0.1 10.0.0.2",
+				"us-east/us-east-1b p1 w1 10.0.0.3",
+				"eu p2 w1 10.0.0.5",
+				"us-west/us-west-1a p3 w1 10.0.0.4",
+			}},
+		{"failover for another region changes nothing here",
+			failoverPolicy([]*networking.LocalityLoadBalancerSetting_Failover{{From: "eu", To: "us-west"}}, nil), inRack1, []string{
+				"us-east/us-east-1a/rack1 p0 w2 10.0.0.1 10.0.0.2",
+				"us-east/us-east-1b p1 w1 10.0.0.3",
+				"eu p2 w1 10.0.0.5",
+				"us-west/us-west-1a p2 w1 10.0.0.4",
+			}},
+		{"failover for a proxy without locality: all equal",
+			failoverPolicy(nil, nil), &model.Proxy{Labels: gold}, []string{
+				"eu p0 w1 10.0.0.5",
+				"us-east/us-east-1a/rack1 p0 w2 10.0.0.1 10.0.0.2",
+				"us-east/us-east-1b p0 w1 10.0.0.3",
+				"us-west/us-west-1a p0 w1 10.0.0.4",
+			}},
+		{"distribute: a pattern's weight shared by size, rounded up; unmatched left out",
+			distributePolicy("us-east/*", map[string]uint32{"us-east/*": 100}), inRack1, []string{
+				"us-east/us-east-1a/rack1 p0 w67 10.0.0.1 10.0.0.2",
+				"us-east/us-east-1b p0 w34 10.0.0.3",
+			}},
+		{"distribute: one locality per pattern",
+			distributePolicy("us-east/us-east-1a/*", map[string]uint32{"us-east/us-east-1a/*": 80, "us-west/*": 20}), inRack1, []string{
+				"us-east/us-east-1a/rack1 p0 w80 10.0.0.1 10.0.0.2",
+				"us-west/us-west-1a p0 w20 10.0.0.4",
+			}},
+		{"failoverPriority: endpoints with the proxy's label first, in every locality",
+			failoverPolicy(nil, []string{"tier"}), inRack1, []string{
+				"us-east/us-east-1a/rack1 p0 w1 10.0.0.1",
+				"us-east/us-east-1b p0 w1 10.0.0.3",
+				"us-west/us-west-1a p0 w1 10.0.0.4",
+				"eu p1 w1 10.0.0.5",
+				"us-east/us-east-1a/rack1 p1 w1 10.0.0.2",
+			}},
+		{"failoverPriority: the first label outranks the second",
+			failoverPolicy(nil, []string{topologyRegion, "tier"}), inRack1, []string{
+				"us-east/us-east-1a/rack1 p0 w1 10.0.0.1",
+				"us-east/us-east-1b p0 w1 10.0.0.3",
+				"us-east/us-east-1a/rack1 p1 w1 10.0.0.2",
+				"eu p2 w1 10.0.0.5",
+				"us-west/us-west-1a p2 w1 10.0.0.4",
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			wire, err := buildLocalized("outbound|80||api.app.svc.cluster.local", eps, planLocality(tt.policy, tt.proxy)).Marshal()
+			if err != nil {
+				t.Fatal(err)
+			}
+			cla := &endpoint.ClusterLoadAssignment{}
+			if err := proto.Unmarshal(wire, cla); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, g := range cla.GetEndpoints() {
+				l := g.GetLocality()
+				line := strings.TrimRight(strings.Join([]string{l.GetRegion(), l.GetZone(), l.GetSubZone()}, "/"), "/")
+				line += fmt.Sprintf(" p%d w%d", g.GetPriority(), g.GetLoadBalancingWeight().GetValue())
+				for _, lbe := range g.GetLbEndpoints() {
+					line += " " + lbe.GetEndpoint().GetAddress().GetSocketAddress().GetAddress()
+				}
+				got = append(got, line)
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("groups:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(tt.want, "\n  "))
+			}
+		})
+	}
+}
+
+// The reference above uses localityMatches and topologyValue; these
+// literal tables, from Istio's documentation of locality patterns and
+// failoverPriority labels, are what it stands on.
+func TestLocalityPatterns(t *testing.T) {
+	rack1 := model.Locality{Region: "us-east", Zone: "us-east-1a", SubZone: "rack1"}
+	for _, tc := range []struct {
+		pattern string
+		want    bool
+	}{
+		{"*", true},
+		{"us-east", true},
+		{"us-east/*", true},
+		{"us-east/us-east-1a", true},
+		{"us-east/us-east-1a/*", true},
+		{"us-east/us-east-1a/rack1", true},
+		{"us-east/*/rack1", true},
+		{"*/us-east-1a/rack1", true},
+		{"us-west", false},
+		{"us-east/us-east-1b", false},
+		{"us-east/us-east-1a/rack2", false},
+		{"us", false},
+	} {
+		if got := localityMatches(rack1, tc.pattern); got != tc.want {
+			t.Errorf("localityMatches(%v, %q) = %v, want %v", rack1, tc.pattern, got, tc.want)
+		}
+	}
+
+	labels := map[string]string{"tier": "gold", topologyZone: "from-label"}
+	for _, tc := range []struct {
+		loc  model.Locality
+		key  string
+		want string
+	}{
+		{rack1, topologyRegion, "us-east"},
+		{rack1, topologyZone, "us-east-1a"}, // the locality wins over the label
+		{rack1, topologySubzone, "rack1"},
+		{rack1, "tier", "gold"},
+		{rack1, "absent", ""},
+		{model.Locality{}, topologyZone, "from-label"},
+		{model.Locality{}, topologyRegion, ""},
+	} {
+		if got := topologyValue(tc.loc, labels, tc.key); got != tc.want {
+			t.Errorf("topologyValue(%v, %q) = %q, want %q", tc.loc, tc.key, got, tc.want)
+		}
+	}
+}
