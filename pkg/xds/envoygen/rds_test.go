@@ -2,14 +2,18 @@ package envoygen
 
 import (
 	"bytes"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	previoushosts "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/host/previous_hosts/v3"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/meshpilot/meshpilot/internal/xdstest"
 	"github.com/meshpilot/meshpilot/pkg/model"
@@ -130,7 +134,7 @@ spec:
 
 func encodeVhostForTest(t *testing.T, host string, port uint32, hosts []string, hash []*route.RouteAction_HashPolicy) *route.VirtualHost {
 	t.Helper()
-	b, _ := encodeVhostBytes(t, host, port, hosts, hash)
+	b := encodeVhostBytes(t, host, port, hosts, hash)
 	vh := &route.VirtualHost{}
 	if err := proto.Unmarshal(b, vh); err != nil {
 		t.Fatal(err)
@@ -138,10 +142,9 @@ func encodeVhostForTest(t *testing.T, host string, port uint32, hosts []string, 
 	return vh
 }
 
-func encodeVhostBytes(t *testing.T, host string, port uint32, hosts []string, hash []*route.RouteAction_HashPolicy) ([]byte, *routeParts) {
+func encodeVhostBytes(t *testing.T, host string, port uint32, hosts []string, hash []*route.RouteAction_HashPolicy) []byte {
 	t.Helper()
-	parts := newRouteParts()
-	enc := newVhostEncoder(parts)
+	enc := newVhostEncoder(newRouteParts())
 	hashBytes, err := hashPolicyField(hash)
 	if err != nil {
 		t.Fatal(err)
@@ -151,30 +154,47 @@ func encodeVhostBytes(t *testing.T, host string, port uint32, hosts []string, ha
 	if size := enc.size(host, portStr, hosts, hashBytes); size != len(b) {
 		t.Errorf("size %d, encoded %d bytes", size, len(b))
 	}
-	return b, parts
+	return b
 }
 
-// referenceVirtualHost is the virtual host the encoder writes, built as
-// messages the ordinary way.
-func referenceVirtualHost(p *routeParts, host string, port uint32, hosts []string, hash []*route.RouteAction_HashPolicy) *route.VirtualHost {
+// referenceVirtualHost is the virtual host the encoder must write, built as
+// messages the ordinary way, with every value spelled out from Istio's
+// defaults for a service's outbound route (no timeout, the mesh's default
+// retry policy, the "host:port/*" decorator) rather than taken from the
+// encoder's own parts.
+func referenceVirtualHost(host string, port uint32, hosts []string, hash []*route.RouteAction_HashPolicy) *route.VirtualHost {
+	hp := fmt.Sprintf("%s:%d", host, port)
 	var domains []string
 	for _, h := range hosts {
-		domains = append(domains, h, hostPort(h, port))
+		domains = append(domains, h, fmt.Sprintf("%s:%d", h, port))
+	}
+	previousHosts, err := anypb.New(&previoushosts.PreviousHostsPredicate{})
+	if err != nil {
+		panic(err)
 	}
 	return &route.VirtualHost{
-		Name:    hostPort(host, port),
+		Name:    hp,
 		Domains: domains,
 		Routes: []*route.Route{{
-			Name:  defaultRouteName,
-			Match: p.matchAll,
+			Name:  "default",
+			Match: &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
 			Action: &route.Route_Route{Route: &route.RouteAction{
-				ClusterSpecifier:  &route.RouteAction_Cluster{Cluster: OutboundClusterName(host, port, "")},
-				Timeout:           p.noTimeout,
-				RetryPolicy:       p.defaultRetry,
-				MaxStreamDuration: p.outboundStreamMax,
+				ClusterSpecifier: &route.RouteAction_Cluster{Cluster: fmt.Sprintf("outbound|%d||%s", port, host)},
+				Timeout:          durationpb.New(0),
+				RetryPolicy: &route.RetryPolicy{
+					RetryOn:              "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes",
+					NumRetries:           wrapperspb.UInt32(2),
+					RetriableStatusCodes: []uint32{503},
+					RetryHostPredicate: []*route.RetryPolicy_RetryHostPredicate{{
+						Name:       "envoy.retry_host_predicates.previous_hosts",
+						ConfigType: &route.RetryPolicy_RetryHostPredicate_TypedConfig{TypedConfig: previousHosts},
+					}},
+					HostSelectionRetryMaxAttempts: 5,
+				},
+				MaxStreamDuration: &route.RouteAction_MaxStreamDuration{GrpcTimeoutHeaderMax: durationpb.New(0)},
 				HashPolicy:        hash,
 			}},
-			Decorator: &route.Decorator{Operation: traceOperation(host, port)},
+			Decorator: &route.Decorator{Operation: hp + "/*"},
 		}},
 		IncludeRequestAttemptCount: true,
 	}
@@ -205,15 +225,15 @@ func TestVhostEncoderMatchesProto(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.desc, func(t *testing.T) {
-			got, parts := encodeVhostBytes(t, tt.host, tt.port, tt.hosts, tt.hash)
-			want, err := lrMarshal.Marshal(referenceVirtualHost(parts, tt.host, tt.port, tt.hosts, tt.hash))
+			got := encodeVhostBytes(t, tt.host, tt.port, tt.hosts, tt.hash)
+			want, err := lrMarshal.Marshal(referenceVirtualHost(tt.host, tt.port, tt.hosts, tt.hash))
 			if err != nil {
 				t.Fatal(err)
 			}
 			if !bytes.Equal(got, want) {
 				decoded := &route.VirtualHost{}
 				_ = proto.Unmarshal(got, decoded)
-				t.Errorf("encoded bytes differ from proto.Marshal\ngot  %v\nwant %v", decoded, referenceVirtualHost(parts, tt.host, tt.port, tt.hosts, tt.hash))
+				t.Errorf("encoded bytes differ from proto.Marshal\ngot  %v\nwant %v", decoded, referenceVirtualHost(tt.host, tt.port, tt.hosts, tt.hash))
 			}
 		})
 	}
