@@ -59,14 +59,30 @@ func TestBuildTagWebhookMetadata(t *testing.T) {
 func TestBuildTagWebhookCopiesInjector(t *testing.T) {
 	injector := readInjector(t, "testdata/prod-on-default.in.yaml")
 	before := injector.DeepCopy()
-	for _, tag := range []string{"prod", "default"} {
+	revOnly := []string{"rev.namespace.sidecar-injector.istio.io", "rev.object.sidecar-injector.istio.io"}
+	// The default tag also answers istio-injection=enabled, as the default
+	// revision does.
+	all := append(slices.Clone(revOnly), "namespace.sidecar-injector.istio.io", "object.sidecar-injector.istio.io")
+	for _, tc := range []struct {
+		tag   string
+		names []string
+	}{{"prod", revOnly}, {"default", all}} {
+		tag := tc.tag
 		got := BuildTagWebhook(tag, "default", injector)
+		var names []string
 		for _, wh := range got.Webhooks {
-			src := templateWebhook(injector, wh.Name)
-			if src.Name != wh.Name {
+			names = append(names, wh.Name)
+		}
+		if !slices.Equal(names, tc.names) {
+			t.Errorf("tag %s: webhooks %v, want %v", tag, names, tc.names)
+		}
+		for _, wh := range got.Webhooks {
+			// Found by name here, not with the builder's own lookup.
+			i := slices.IndexFunc(injector.Webhooks, func(src admissionregistrationv1.MutatingWebhook) bool { return src.Name == wh.Name })
+			if i < 0 {
 				t.Fatalf("tag %s: webhook %s has no same-named injector webhook", tag, wh.Name)
 			}
-			want := src.DeepCopy()
+			want := injector.Webhooks[i].DeepCopy()
 			want.NamespaceSelector, want.ObjectSelector = wh.NamespaceSelector, wh.ObjectSelector
 			if diff := cmp.Diff(*want, wh); diff != "" {
 				t.Errorf("tag %s webhook %s differs from its injector webhook beyond selectors (-want +got):\n%s", tag, wh.Name, diff)
