@@ -459,13 +459,18 @@ func (c *sotwClient) send(req *discoveryv3.DiscoveryRequest) {
 
 func (c *sotwClient) recv() *discoveryv3.DiscoveryResponse {
 	c.h.t.Helper()
+	return c.recvWithin(waitLimit)
+}
+
+func (c *sotwClient) recvWithin(d time.Duration) *discoveryv3.DiscoveryResponse {
+	c.h.t.Helper()
 	select {
 	case r := <-c.responses:
 		return r
 	case err := <-c.errs:
 		c.h.t.Fatalf("stream ended: %v", err)
-	case <-time.After(waitLimit):
-		c.h.t.Fatal("no response")
+	case <-time.After(d):
+		c.h.t.Fatalf("no response within %v", d)
 	}
 	return nil
 }
@@ -473,7 +478,12 @@ func (c *sotwClient) recv() *discoveryv3.DiscoveryResponse {
 // expect receives the next response and checks its type.
 func (c *sotwClient) expect(typeURL string) *discoveryv3.DiscoveryResponse {
 	c.h.t.Helper()
-	r := c.recv()
+	return c.expectWithin(typeURL, waitLimit)
+}
+
+func (c *sotwClient) expectWithin(typeURL string, d time.Duration) *discoveryv3.DiscoveryResponse {
+	c.h.t.Helper()
+	r := c.recvWithin(d)
 	if r.GetTypeUrl() != typeURL {
 		c.h.t.Fatalf("got a %s response (%v), want %s", shortType(r.GetTypeUrl()), names(r.GetResources(), resourceName), shortType(typeURL))
 	}
