@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
-
 	"github.com/meshpilot/meshpilot/internal/testlog"
 	"github.com/meshpilot/meshpilot/pkg/bootstrap"
 )
@@ -119,14 +117,28 @@ func (cp *controlPlane) nacks(t *testing.T) float64 {
 	return total
 }
 
-// configErrors counts meshpilot_config_errors_total across all labels.
-func (cp *controlPlane) configErrors(t *testing.T) int {
+// configErrors sums the values of meshpilot_config_errors_total for objects
+// of one kind, from every source and for every reason.
+func (cp *controlPlane) configErrors(t *testing.T, kind string) float64 {
 	t.Helper()
-	n, err := testutil.GatherAndCount(cp.srv.Registry(), "meshpilot_config_errors_total")
+	families, err := cp.srv.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return n
+	total := 0.0
+	for _, f := range families {
+		if f.GetName() != "meshpilot_config_errors_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "kind" && l.GetValue() == kind {
+					total += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return total
 }
 
 // waitFor polls check until it succeeds or the deadline passes. Deadlines are
