@@ -11,8 +11,12 @@ BIN       := bin
 ENVTEST_ASSETS = $(shell hack/envtest-assets.sh)
 # Packages with golden files; `make update-golden` rewrites them.
 GOLDEN_PKGS := ./pkg/xds/grpcgen/... ./pkg/xds/envoygen/... ./pkg/xds/wdsgen/... ./pkg/webhook/... ./tests/helm/...
-# Fast, concurrency-heavy packages run again under the race detector.
-RACE_PKGS   := ./pkg/model/... ./pkg/pushcontext/... ./pkg/xds/...
+# Packages with concurrency (push loop and streams, informers, leader
+# election, status writer, file watcher, certificate rotation, CA, node
+# proxy, HBONE, CNI agent) run under the race detector, once: `make test`
+# runs them with -race instead of without.
+RACE_PKGS   := ./pkg/model/... ./pkg/pushcontext/... ./pkg/xds/... ./pkg/controllers/... ./pkg/dirwatch/... \
+               ./pkg/webhook/... ./pkg/ca/... ./pkg/caclient/... ./pkg/nodeproxy/... ./pkg/hbone/... ./pkg/cni/...
 TEST_FLAGS  ?= -count=1 -timeout 15m
 
 .PHONY: all build run test test-unit test-race envtest-assets bench generate manifests helm-lint update-golden vet fmt clean
@@ -28,11 +32,15 @@ run: build ## Run the control plane on the example mesh (no cluster needed); ARG
 envtest-assets: ## Build kube-apiserver, etcd, kubectl and helm from pinned modules (cached under bin/).
 	@echo "envtest assets: $(ENVTEST_ASSETS)"
 
-test: vet ## Run every test: unit, real API server, end to end.
+test: vet ## Run every test: unit, real API server, end to end; the concurrent packages under the race detector.
 	@assets="$$(hack/envtest-assets.sh)"; \
 	echo "KUBEBUILDER_ASSETS=$$assets"; \
-	KUBEBUILDER_ASSETS="$$assets" $(GO) test $(TEST_FLAGS) ./...
-	$(GO) test $(TEST_FLAGS) -race $(RACE_PKGS)
+	race="$$($(GO) list $(RACE_PKGS))"; \
+	KUBEBUILDER_ASSETS="$$assets" $(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -vxF "$$race")
+	$(MAKE) --no-print-directory test-race
+
+test-race: ## Run the concurrent packages' tests (with the real API server) under the race detector.
+	@KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" $(GO) test $(TEST_FLAGS) -race $(RACE_PKGS)
 
 test-unit: ## Run tests that need no API server.
 	$(GO) test $(TEST_FLAGS) -short ./pkg/...
