@@ -31,13 +31,14 @@ func (s *Server) debugMux(xdsDebug http.Handler) *http.ServeMux {
 
 // monitoringMux serves Prometheus metrics, readiness so that probes can use
 // either port, and the xDS debug endpoints, as istiod serves them on its
-// monitoring port too: tools and port-forwards that reach only 15014 work.
-// pprof stays on the debug port alone.
+// monitoring port too, behind the same guard (debugAuth): tools and
+// port-forwards that reach only 15014 work. pprof stays on the debug port
+// alone.
 func (s *Server) monitoringMux(reg *prometheus.Registry, xdsDebug http.Handler) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/ready", s.serveReady)
-	mux.Handle("/debug/", xdsDebug)
+	mux.Handle("/debug/", s.debugAuth(xdsDebug))
 	return mux
 }
 

@@ -1,11 +1,15 @@
 package bootstrap
 
 import (
+	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/meshpilot/meshpilot/pkg/model"
 )
 
 // TestPprofOnlyWithEnableProfiling: pprof exposes the command line and
@@ -59,7 +63,7 @@ func TestMonitoringPortServesDebug(t *testing.T) {
 			http.NotFound(w, r)
 		}
 	})
-	s := &Server{opts: Options{EnableProfiling: true}}
+	s := &Server{opts: Options{EnableProfiling: true}, log: slog.New(slog.DiscardHandler)}
 	s.shuttingDown.Store(true) // so /ready answers without a control plane behind it
 	srv := httptest.NewServer(s.monitoringMux(prometheus.NewRegistry(), xdsDebug))
 	defer srv.Close()
@@ -75,5 +79,44 @@ func TestMonitoringPortServesDebug(t *testing.T) {
 		if got := get(t, srv.URL+path); got != want {
 			t.Errorf("GET %s: %d, want %d", path, got, want)
 		}
+	}
+}
+
+// TestMonitoringPortDebugNeedsLocalOrRootToken: the monitoring port is on
+// the Service, so, as on istiod, its debug endpoints answer a request from
+// this host, or one with a ServiceAccount token of the root namespace, and
+// no one else; /metrics stays open to scrapers.
+func TestMonitoringPortDebugNeedsLocalOrRootToken(t *testing.T) {
+	xdsDebug := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("[]\n")) })
+	rootSA := &model.Identity{TrustDomain: "cluster.local", Namespace: "istio-system", ServiceAccount: "default"}
+	appSA := &model.Identity{TrustDomain: "cluster.local", Namespace: "shop", ServiceAccount: "default"}
+	cases := []struct {
+		name   string
+		remote string
+		path   string
+		proves *model.Identity
+		err    error
+		want   int
+	}{
+		{"IPv4 loopback", "127.0.0.1:40000", "/debug/syncz", nil, errNoDebugCredential, http.StatusOK},
+		{"IPv6 loopback", "[::1]:40000", "/debug/config_dump", nil, errNoDebugCredential, http.StatusOK},
+		{"remote without a token", "10.1.2.3:40000", "/debug/syncz", nil, errNoDebugCredential, http.StatusUnauthorized},
+		{"remote with a refused token", "10.1.2.3:40000", "/debug/syncz", nil, errors.New("token: expired"), http.StatusUnauthorized},
+		{"remote with a root namespace token", "10.1.2.3:40000", "/debug/syncz", rootSA, nil, http.StatusOK},
+		{"remote with an application's token", "10.1.2.3:40000", "/debug/config_dump", appSA, nil, http.StatusForbidden},
+		{"remote scraper", "10.1.2.3:40000", "/metrics", nil, errNoDebugCredential, http.StatusOK},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &Server{opts: Options{RootNamespace: "istio-system"}, log: slog.New(slog.DiscardHandler),
+				debugAuthenticate: func(*http.Request) (*model.Identity, error) { return tc.proves, tc.err }}
+			req := httptest.NewRequest(http.MethodGet, tc.path, nil)
+			req.RemoteAddr = tc.remote
+			rec := httptest.NewRecorder()
+			s.monitoringMux(prometheus.NewRegistry(), xdsDebug).ServeHTTP(rec, req)
+			if rec.Code != tc.want {
+				t.Fatalf("GET %s from %s: %d (%s), want %d", tc.path, tc.remote, rec.Code, rec.Body, tc.want)
+			}
+		})
 	}
 }

@@ -46,6 +46,9 @@ type Server struct {
 	// debugID names this control plane in the answers to Istio's debug
 	// types, on both xDS servers.
 	debugID grpc.StreamServerInterceptor
+	// debugAuthenticate, when set, replaces the token check of debugAuth
+	// (tests).
+	debugAuthenticate func(*http.Request) (*model.Identity, error)
 
 	xdsListener  net.Listener
 	httpServers  []*http.Server

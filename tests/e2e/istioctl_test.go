@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -102,10 +103,11 @@ func table(t *testing.T, out string, columns ...string) [][]string {
 // server, with an Envoy-semantics sidecar and a grpc-go client connected:
 // proxy-status (and x proxy-status) over xDS on 15010 (plaintext) and on
 // 15012 (TLS, with the ServiceAccount token istioctl mints), and
-// proxy-config on the config dump from /debug/config_dump. istioctl's own
-// path to the config dump goes through a port-forward to the pod's Envoy
-// admin port, which needs a kubelet, so the dump is handed to it as a file
-// (-f), as istioctl offers.
+// proxy-config on the config dump from /debug/config_dump, read from the
+// monitoring port with a ServiceAccount token, as a remote tool must.
+// istioctl's own path to the config dump goes through a port-forward to the
+// pod's Envoy admin port, which needs a kubelet, so the dump is handed to it
+// as a file (-f), as istioctl offers.
 func TestIstioctl(t *testing.T) {
 	m := newKubeMesh(t)
 	ic := newIstioctl(t, m)
@@ -114,10 +116,16 @@ func TestIstioctl(t *testing.T) {
 	m.apply(t, "world", fx.render(sidecarWorldYAML))
 	// istioctl mints a token for this ServiceAccount to call 15012;
 	// envtest runs no controller that would create it.
-	m.apply(t, "istioctl-sa", "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: default, namespace: istio-system}\n")
+	m.apply(t, "service-accounts", "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: default, namespace: istio-system}\n"+
+		"---\napiVersion: v1\nkind: ServiceAccount\nmetadata: {name: default, namespace: ictl}\n")
 	m.run(t, "", "patch", "pod", "web-0", "-n", fx.NS, "--subresource=status", "--type=merge",
 		"-p", `{"status":{"phase":"Running","podIP":"10.244.0.5","podIPs":[{"ip":"10.244.0.5"}]}}`)
-	cp := startControlPlane(t, m, withIdentity("meshpilot-0"))
+	// The monitoring port listens beyond loopback, as in a pod, so that its
+	// debug endpoints ask for a token.
+	ip := hostIP(t)
+	cp := startControlPlane(t, m, withIdentity("meshpilot-0"), func(o *controlPlaneOptions) {
+		o.MonitoringAddr = net.JoinHostPort(ip, "0")
+	})
 	web, db := "web.ictl.svc.cluster.local", "db.ictl.svc.cluster.local"
 
 	// The sidecar, as Envoy would follow it, reporting its version and
@@ -188,17 +196,51 @@ func TestIstioctl(t *testing.T) {
 		})
 	}
 
-	t.Run("proxy-config from /debug/config_dump on the monitoring port", func(t *testing.T) {
-		monitoring := "http://" + cp.srv.MonitoringAddr().String()
-		dumpOf := func(proxyID string) string {
-			resp, err := http.Get(monitoring + "/debug/config_dump?include_eds=true&proxyID=" + url.QueryEscape(proxyID))
-			if err != nil {
-				t.Fatal(err)
+	monitoring := "http://" + cp.srv.MonitoringAddr().String()
+	rootToken := m.createToken(t, "istio-system", "default", "istio-ca")
+	getDebug := func(t *testing.T, path, token string) (int, []byte) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodGet, monitoring+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, body
+	}
+
+	t.Run("debug on the monitoring port needs a token of istio-system", func(t *testing.T) {
+		for _, tc := range []struct {
+			name  string
+			token string
+			want  int
+		}{
+			{"no token", "", http.StatusUnauthorized},
+			{"a token of an application namespace", m.createToken(t, "ictl", "default", "istio-ca"), http.StatusForbidden},
+			{"a token for another audience", m.createToken(t, "istio-system", "default", "not-istio-ca"), http.StatusUnauthorized},
+			{"a token of istio-system", rootToken, http.StatusOK},
+		} {
+			if code, body := getDebug(t, "/debug/syncz", tc.token); code != tc.want {
+				t.Errorf("%s: /debug/syncz answered %d (%s), want %d", tc.name, code, body, tc.want)
 			}
-			defer resp.Body.Close()
-			body, _ := io.ReadAll(resp.Body)
-			if resp.StatusCode != http.StatusOK {
-				t.Fatalf("config_dump of %s: %d %s", proxyID, resp.StatusCode, body)
+		}
+		if code, _ := getDebug(t, "/metrics", ""); code != http.StatusOK {
+			t.Errorf("/metrics without a token answered %d, want 200", code)
+		}
+	})
+
+	t.Run("proxy-config from /debug/config_dump on the monitoring port", func(t *testing.T) {
+		dumpOf := func(proxyID string) string {
+			code, body := getDebug(t, "/debug/config_dump?include_eds=true&proxyID="+url.QueryEscape(proxyID), rootToken)
+			if code != http.StatusOK {
+				t.Fatalf("config_dump of %s: %d %s", proxyID, code, body)
 			}
 			path := filepath.Join(t.TempDir(), "config_dump.json")
 			if err := os.WriteFile(path, body, 0o600); err != nil {
