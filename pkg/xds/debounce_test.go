@@ -8,9 +8,87 @@ import (
 	"github.com/meshpilot/meshpilot/pkg/model"
 )
 
+// TestDebouncer drives the debouncer with literal times: quiet 100 ms, max
+// 1 s, as the flags default to, scaled down.
+func TestDebouncer(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	svc := func(name string) *model.PushRequest {
+		return model.NewPushRequest(model.ConfigKey{Kind: model.KindService, Namespace: "ns", Name: name}, t0)
+	}
+	type step struct {
+		add   string // a Service update at ms; "" for a timer firing at ms
+		ms    int
+		armed bool          // add: the caller must arm its timer
+		wait  time.Duration // timer: how much longer to wait, 0 if due
+		keys  int           // timer: the keys of the pushed request
+	}
+	for _, tc := range []struct {
+		name  string
+		steps []step
+	}{
+		{"one update is pushed after the quiet period", []step{
+			{add: "a", ms: 0, armed: true},
+			{ms: 100, keys: 1},
+		}},
+		{"a burst inside the quiet period is one push", []step{
+			{add: "a", ms: 0, armed: true},
+			{add: "b", ms: 30},
+			{add: "c", ms: 60},
+			{ms: 100, wait: 60 * time.Millisecond}, // 40 ms quiet so far
+			{ms: 160, keys: 3},
+		}},
+		{"continuous updates are pushed at max, though never quiet", []step{
+			{add: "a", ms: 0, armed: true},
+			{ms: 100, wait: 0 * time.Millisecond, keys: 1},
+			{add: "b", ms: 200, armed: true},
+			{add: "c", ms: 290},
+			{ms: 300, wait: 90 * time.Millisecond},
+			{add: "d", ms: 380},
+			{ms: 390, wait: 90 * time.Millisecond},
+			{add: "e", ms: 470},
+			{add: "f", ms: 1150},
+			{ms: 1190, wait: 10 * time.Millisecond}, // 60 ms quiet; max in 10
+			{add: "g", ms: 1195},
+			{ms: 1200, keys: 6}, // 5 ms quiet: only max makes it due
+		}},
+		{"after a push the next update starts a new burst", []step{
+			{add: "a", ms: 0, armed: true},
+			{ms: 100, keys: 1},
+			{add: "b", ms: 150, armed: true},
+			{ms: 250, keys: 1},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := debouncer{after: 100 * time.Millisecond, max: time.Second}
+			for i, st := range tc.steps {
+				if st.add != "" {
+					if armed := d.add(svc(st.add), at(st.ms)); armed != st.armed {
+						t.Fatalf("step %d: add %s at %d ms: armed = %v, want %v", i, st.add, st.ms, armed, st.armed)
+					}
+					continue
+				}
+				req, _, wait := d.due(at(st.ms))
+				if wait != st.wait {
+					t.Fatalf("step %d: timer at %d ms: wait %v, want %v", i, st.ms, wait, st.wait)
+				}
+				switch {
+				case st.wait > 0 && req != nil:
+					t.Fatalf("step %d: pushed at %d ms while still waiting", i, st.ms)
+				case st.wait == 0 && (req == nil || len(req.ConfigsUpdated) != st.keys):
+					t.Fatalf("step %d: at %d ms pushed %v, want %d keys", i, st.ms, req, st.keys)
+				}
+			}
+		})
+	}
+}
+
+// TestDebounceMergesQuickUpdatesIntoOnePush checks the push loop's wiring of
+// the debouncer (TestDebouncer checks its timing). The updates take
+// milliseconds; the quiet period is long enough that a loaded machine
+// does not split them.
 func TestDebounceMergesQuickUpdatesIntoOnePush(t *testing.T) {
-	// The updates below take microseconds; the quiet period is far longer.
-	h := newHarness(t, harnessConfig{seed: seedAB, debounceAfter: 300 * time.Millisecond, debounceMax: time.Minute})
+	h := newHarness(t, harnessConfig{seed: seedAB, debounceAfter: 2 * time.Second, debounceMax: time.Minute})
 	c := h.sotw("client")
 	c.ack(c.subscribe(ClusterType))
 	c.expectQuiet("after subscribing")
@@ -37,6 +115,9 @@ func TestDebounceMergesQuickUpdatesIntoOnePush(t *testing.T) {
 	}
 }
 
+// TestDebounceMaxForcesPushDuringContinuousUpdates checks that the push loop
+// pushes while updates keep coming. That it is max, not a gap in the
+// updates, that makes the push due is TestDebouncer's to show.
 func TestDebounceMaxForcesPushDuringContinuousUpdates(t *testing.T) {
 	h := newHarness(t, harnessConfig{seed: seedAB, debounceAfter: 200 * time.Millisecond, debounceMax: 400 * time.Millisecond})
 	c := h.sotw("client")

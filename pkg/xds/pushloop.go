@@ -62,14 +62,11 @@ func (q *mailbox[T]) take() T {
 // pushLoop debounces updates and pushes them, one at a time. Updates that
 // arrive while a push context builds wait in the queue for the next round.
 func (s *Server) pushLoop(ctx context.Context) {
-	var (
-		pending     *model.PushRequest
-		first, last time.Time
-		timer       = time.NewTimer(time.Hour)
-		timerC      <-chan time.Time
-	)
+	d := debouncer{after: s.opts.DebounceAfter, max: s.opts.DebounceMax}
+	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
+	var timerC <-chan time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -81,27 +78,21 @@ func (s *Server) pushLoop(ctx context.Context) {
 			if req == nil {
 				continue
 			}
-			now := time.Now()
-			if pending == nil {
-				first = now
-			}
-			pending = pending.Add(req)
-			last = now
-			if timerC == nil {
-				timer.Reset(s.opts.DebounceAfter)
+			if d.add(req, time.Now()) {
+				timer.Reset(d.after)
 				timerC = timer.C
 			}
 		case now := <-timerC:
-			quiet, waited := now.Sub(last), now.Sub(first)
-			if quiet < s.opts.DebounceAfter && waited < s.opts.DebounceMax {
-				timer.Reset(min(s.opts.DebounceAfter-quiet, s.opts.DebounceMax-waited))
+			req, first, wait := d.due(now)
+			if wait > 0 {
+				timer.Reset(wait)
 				continue
 			}
 			timerC = nil
-			req := pending
-			pending = nil
-			s.push(req)
-			s.metrics.debounced(first)
+			if req != nil {
+				s.push(req)
+				s.metrics.debounced(first)
+			}
 		}
 	}
 }
