@@ -136,7 +136,7 @@ func startReplica(t *testing.T, env *kubetest.Env, o replicaOptions) *replica {
 		wg.Go(func() { r.reporter.Run(ctx) })
 	} else {
 		r.elector, err = NewLeaderElector(LeaderOptions{Client: env.Kube, Namespace: o.leaseNS,
-			Identity: o.identity, LeaseDuration: 2 * time.Second, RenewDeadline: time.Second,
+			Identity: o.identity, LeaseDuration: testLeaseDuration, RenewDeadline: testRenewDeadline,
 			RetryPeriod: 200 * time.Millisecond, Logger: logger, Metrics: r.metrics})
 		if err != nil {
 			t.Fatal(err)
@@ -394,6 +394,14 @@ func TestIngressStatusAgainstAPIServer(t *testing.T) {
 		}
 	})
 }
+
+// A replica that stops gives its Lease up (ReleaseOnCancel), so handovers
+// take one retry period; the lease stays long so that a renewal made late
+// by a loaded machine never moves leadership mid-test.
+const (
+	testLeaseDuration = 15 * time.Second
+	testRenewDeadline = 10 * time.Second
+)
 
 // problemEvents lists the messages of IngressProblem events about the web
 // Ingress sent by one component.

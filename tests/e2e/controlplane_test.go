@@ -43,10 +43,11 @@ func startControlPlane(t *testing.T, m mesh, options ...func(*bootstrap.Options)
 	opts.ShutdownGrace = 2 * time.Second
 	logs := &testlog.Buffer{}
 	opts.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	// Short leases, so a handover takes about a second rather than Kubernetes'
-	// default of 15 s or more.
+	// A stopping replica gives its Lease up, so a handover takes one retry
+	// period (short here); the lease itself stays long, so that a loaded
+	// machine's late renewal never hands leadership over by accident.
 	opts.LeaderElection.LeaseDuration, opts.LeaderElection.RenewDeadline, opts.LeaderElection.RetryPeriod =
-		2*time.Second, time.Second, 200*time.Millisecond
+		15*time.Second, 10*time.Second, 200*time.Millisecond
 	m.configure(&opts)
 	for _, o := range options {
 		o(&opts)

@@ -307,8 +307,10 @@ func startPilot(t *testing.T, kubeconfig, injectConfigDir, identity string) *pil
 	opts.Webhook.Addr, opts.Webhook.Namespace = "127.0.0.1:0", releaseNamespace
 	opts.Webhook.InjectConfigDir = injectConfigDir
 	opts.LeaderElection.Identity = identity
+	// Long leases (a late renewal on a loaded machine keeps the lead), a
+	// short retry (a released Lease is taken over at once).
 	opts.LeaderElection.LeaseDuration, opts.LeaderElection.RenewDeadline, opts.LeaderElection.RetryPeriod =
-		2*time.Second, time.Second, 200*time.Millisecond
+		15*time.Second, 10*time.Second, 200*time.Millisecond
 	logs := &testlog.Buffer{}
 	opts.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	srv, err := bootstrap.New(opts)
