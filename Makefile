@@ -29,7 +29,7 @@ build: ## Build bin/pilot.
 run: build ## Run the control plane on the example mesh (no cluster needed); ARGS="--xds-addr 127.0.0.1:25010 ..." adds flags.
 	$(BIN)/pilot discovery --config-dir examples/mesh $(ARGS)
 
-envtest-assets: ## Build kube-apiserver, etcd, kubectl and helm from pinned modules (cached under bin/).
+envtest-assets: ## Build kube-apiserver, etcd, kubectl, helm and istioctl from pinned modules (cached under bin/).
 	@echo "envtest assets: $(ENVTEST_ASSETS)"
 
 test: vet ## Run every test: unit, real API server, end to end; the concurrent packages under the race detector.
