@@ -3,6 +3,8 @@ package validation
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -14,7 +16,7 @@ type problems struct {
 }
 
 func (p *problems) add(path, format string, args ...any) {
-	p.errs = append(p.errs, fmt.Errorf("%s: %s", path, fmt.Sprintf(format, args...)))
+	p.errs = append(p.errs, &FieldError{Path: path, Message: fmt.Sprintf(format, args...)})
 }
 
 func (p *problems) err() error {
@@ -55,4 +57,8 @@ func (p *problems) checkPort(path string, port uint32) {
 	if port < 1 || port > 65535 {
 		p.add(path, "port number must be in 1..65535, got %d", port)
 	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	return slices.Sorted(maps.Keys(m))
 }
