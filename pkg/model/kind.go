@@ -14,6 +14,9 @@ const (
 	KindIngressClass
 	KindSecret
 	KindPeerAuthentication
+	// KindSourceProblems keys are named after the source whose problems
+	// changed (model.SourceProblem); no proxy's config depends on them.
+	KindSourceProblems
 )
 
 var kindNames = map[Kind]string{
@@ -26,6 +29,7 @@ var kindNames = map[Kind]string{
 	KindIngressClass:       "IngressClass",
 	KindSecret:             "Secret",
 	KindPeerAuthentication: "PeerAuthentication",
+	KindSourceProblems:     "SourceProblems",
 }
 
 func (k Kind) String() string {

@@ -30,6 +30,9 @@ type Store interface {
 	DeleteIngressClass(name string)
 	UpsertSecret(*Secret)
 	DeleteSecret(NamespacedName)
+	// SetSourceProblems replaces the problems one source reports (see
+	// SourceProblem); an empty list clears them.
+	SetSourceProblems(source string, problems []SourceProblem)
 
 	// Services returns every service sorted by hostname. The slice is
 	// shared until the next service change: never mutate it.
@@ -54,6 +57,9 @@ type Store interface {
 	// SecretsNamed returns the Secrets called name, in every namespace,
 	// sorted by namespace.
 	SecretsNamed(name string) []*Secret
+	// SourceProblems returns every source's problems, sorted by source,
+	// file and line.
+	SourceProblems() []SourceProblem
 
 	// OnChange registers a handler for every change. Handlers run on the
 	// writer's goroutine and must not block.
@@ -71,6 +77,8 @@ func NewStore() Store {
 		ingresses:  map[NamespacedName]*Ingress{},
 		classes:    map[string]*IngressClass{},
 		secrets:    map[NamespacedName]*Secret{},
+
+		sourceProblems: map[string][]SourceProblem{},
 	}
 }
 
@@ -89,6 +97,7 @@ type memStore struct {
 	sortedIngresses []*Ingress
 	classes         map[string]*IngressClass
 	secrets         map[NamespacedName]*Secret
+	sourceProblems  map[string][]SourceProblem
 
 	handlersMu sync.RWMutex
 	handlers   []func(ConfigKey)

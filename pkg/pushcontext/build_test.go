@@ -408,3 +408,24 @@ func TestSummary(t *testing.T) {
 		t.Errorf("summary does not marshal: %v", err)
 	}
 }
+
+// TestSummarySourceProblems: what a source could not read shows in the
+// summary of the next build, which rebuilds no index for it.
+func TestSummarySourceProblems(t *testing.T) {
+	store := incrementalStore()
+	prev := Build(store, testOpts, nil, nil)
+	if got := prev.Summary().SourceProblems; got == nil || len(got) != 0 {
+		t.Errorf("source problems of a clean store = %#v, want an empty list", got)
+	}
+	problem := model.SourceProblem{File: "/config/echo.yaml", Line: 9, Message: "yaml: did not find expected key"}
+	store.SetSourceProblems("file", []model.SourceProblem{problem})
+	req := model.NewPushRequest(model.ConfigKey{Kind: model.KindSourceProblems, Name: "file"}, time.Now())
+	pc := Build(store, testOpts, prev, req)
+	problem.Source = "file"
+	if diff := cmp.Diff([]model.SourceProblem{problem}, pc.Summary().SourceProblems); diff != "" {
+		t.Errorf("source problems (-want +got)\n%s", diff)
+	}
+	if info := pc.BuildInfo(); info.Full || len(info.Rebuilt) != 0 {
+		t.Errorf("a source problem rebuilt %v (full %v), want nothing", info.Rebuilt, info.Full)
+	}
+}

@@ -91,6 +91,8 @@ type PushContext struct {
 	translation translationProblems
 	// ruleChanges memoises RuleChanges.
 	ruleChanges atomic.Pointer[ruleChangesMemo]
+	// sourceProblems are what the sources could not read, for the summary.
+	sourceProblems []model.SourceProblem
 }
 
 // versionSource is only touched by the push loop (Build and
@@ -255,6 +257,7 @@ func Build(store model.Store, opts Options, prev *PushContext, req *model.PushRe
 		pc.addresses = prev.addresses
 		pc.build.reused(indexAddresses)
 	}
+	pc.sourceProblems = store.SourceProblems()
 	pc.buildDuration = time.Since(pc.buildTime)
 	return pc
 }
@@ -305,6 +308,8 @@ func planBuild(opts Options, prev *PushContext, req *model.PushRequest) buildPla
 			plan.peerAuthn = true
 		case model.KindNamespace:
 			plan.namespaces = true
+		case model.KindSourceProblems:
+			// No index: every build reads them.
 		default:
 			// A kind this package does not know may feed anything.
 			return buildPlan{full: true}

@@ -77,6 +77,10 @@ type Summary struct {
 	// TranslationProblems are what generators reported, through
 	// ReportProblem, that they had to drop while translating this snapshot.
 	TranslationProblems []Problem `json:"translationProblems"`
+	// SourceProblems are what the sources could not read when the snapshot
+	// was built: config files that do not parse (their last good objects
+	// are served) and the objects of files that were rejected.
+	SourceProblems []model.SourceProblem `json:"sourceProblems"`
 }
 
 // SummaryCounts sizes the snapshot.
@@ -150,6 +154,10 @@ func (pc *PushContext) Summary() Summary {
 		Ingress:             pc.ingress.summary(),
 		Problems:            pc.problems(),
 		TranslationProblems: pc.translationProblems(),
+		SourceProblems:      pc.sourceProblems,
+	}
+	if s.SourceProblems == nil {
+		s.SourceProblems = []model.SourceProblem{}
 	}
 	for i := range pc.endpoints.slots {
 		s.Counts.Endpoints += len(pc.endpoints.slots[i].entry.Load().all)

@@ -125,6 +125,8 @@ func newPushPlan(id uint64, req *model.PushRequest, prev, cur *pushcontext.PushC
 			p.secrets = append(p.secrets, model.NamespacedName{Namespace: key.Namespace, Name: key.Name})
 		case model.KindPeerAuthentication:
 			p.peerAuthnChanged = true
+		case model.KindSourceProblems:
+			// Only /debug/pushcontext shows them.
 		default:
 			p.everything = true
 			return p
