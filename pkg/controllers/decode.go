@@ -1,14 +1,15 @@
 package controllers
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
+	"regexp"
+	"strings"
+
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	networkingv1alpha3 "istio.io/client-go/pkg/apis/networking/v1alpha3"
@@ -22,8 +23,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
+
+	"github.com/meshpilot/meshpilot/pkg/validation"
 )
 
 // defaultNamespace is where a namespaced object without one lands, as with
@@ -53,14 +55,29 @@ var clusterScoped = map[schema.GroupKind]bool{
 	{Group: k8snetworkingv1.GroupName, Kind: "IngressClass"}: true,
 }
 
-// decodedDoc is one document of a file: an object, or why there is none.
+// specTypes are the proto messages of the Istio specs, by group and kind.
+// Their decoder drops what it does not know, so they are checked first.
+var specTypes = map[schema.GroupKind]protoreflect.MessageDescriptor{
+	{Group: "networking.istio.io", Kind: "DestinationRule"}:  validation.DestinationRuleSpec,
+	{Group: "security.istio.io", Kind: "PeerAuthentication"}: validation.PeerAuthenticationSpec,
+}
+
+// decodedDoc is one object of a file (one document, or one item of a
+// List), or why it cannot be used.
 type decodedDoc struct {
 	index int
-	key   objectKey
+	// line is where the object starts in its file.
+	line int
+	key  objectKey
 	// hash identifies the document's content; equal hashes mean no change.
 	hash string
 	obj  runtime.Object
 	err  *ObjectError
+
+	// text and under locate the fields of errors found later, when the
+	// object is applied.
+	text  *docText
+	under string
 }
 
 // objectKey identifies an object across versions of its API.
@@ -86,18 +103,24 @@ func newObjectDecoder() *objectDecoder {
 			panic(fmt.Sprintf("building the decoding scheme: %v", err)) // a programming error
 		}
 	}
-	// The universal deserializer is not strict: unknown fields are dropped.
-	return &objectDecoder{codec: serializer.NewCodecFactory(scheme).UniversalDeserializer()}
+	// Strict, as `kubectl --validate=strict`: unknown and duplicate fields
+	// are reported (the object still decodes, so the report can name it).
+	return &objectDecoder{codec: serializer.NewCodecFactory(scheme, serializer.EnableStrict).UniversalDeserializer()}
 }
 
 // DecodeYAML decodes a multi-document YAML (or JSON) stream into the typed
 // objects the sources understand, defaulting the namespace to "default".
-// Each document that cannot be used yields an *ObjectError instead; the
-// others are still returned.
+// Each object that cannot be used yields an *ObjectError instead, and the
+// others are still returned; a stream that does not parse yields only its
+// *ParseError.
 func DecodeYAML(data []byte) ([]runtime.Object, []error) {
+	docs, err := newObjectDecoder().decodeFile(data)
+	if err != nil {
+		return nil, []error{err}
+	}
 	var objs []runtime.Object
 	var errs []error
-	for _, d := range newObjectDecoder().decodeAll(data) {
+	for _, d := range docs {
 		if d.err != nil {
 			errs = append(errs, d.err)
 			continue
@@ -107,108 +130,169 @@ func DecodeYAML(data []byte) ([]runtime.Object, []error) {
 	return objs, errs
 }
 
-func (dec *objectDecoder) decodeAll(data []byte) []decodedDoc {
-	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+// decodeFile decodes every object of a file. It fails with a *ParseError
+// when the file does not parse: a document is not YAML (or JSON), or
+// cannot be told apart from others (it is not an object, or its
+// apiVersion, kind or name is missing or garbled). An object that is identified but unusable (a
+// kind meshpilot does not read, a field that does not exist or holds the
+// wrong type) is a decodedDoc with err set.
+func (dec *objectDecoder) decodeFile(data []byte) ([]decodedDoc, error) {
+	texts, err := splitDocuments(data)
+	if err != nil {
+		return nil, err
+	}
 	var out []decodedDoc
-	for index := 0; ; index++ {
-		raw, err := reader.Read()
-		if errors.Is(err, io.EOF) {
-			return out
-		}
+	for index, text := range texts {
+		docs, err := dec.decodeDocument(index, text)
 		if err != nil {
-			return append(out, decodedDoc{index: index, err: &ObjectError{Reason: ReasonDecode, Document: index, Err: err}})
+			return nil, err
 		}
-		if blankDocument(raw) {
-			index-- // empty documents (a leading "---", comments) do not count
-			continue
-		}
-		out = append(out, dec.decodeOne(index, raw))
+		out = append(out, docs...)
 	}
+	return out, nil
 }
 
-// blankDocument reports whether a document holds only comments and
-// separators (the reader keeps a leading "---").
-func blankDocument(doc []byte) bool {
-	for line := range bytes.Lines(doc) {
-		t := bytes.TrimSpace(line)
-		if len(t) > 0 && t[0] != '#' && !bytes.Equal(t, []byte("---")) {
-			return false
+// decodeDocument decodes one document: one object, or the items of a List.
+func (dec *objectDecoder) decodeDocument(index int, text *docText) ([]decodedDoc, error) {
+	js := text.data
+	if !text.isJSON {
+		var err error
+		if js, err = yaml.YAMLToJSONStrict(text.data); err != nil {
+			return nil, text.yamlError(err)
 		}
 	}
-	return true
-}
-
-// docHeader is the part of a document that identifies it; it parses even
-// when the rest of the document does not fit its type.
-type docHeader struct {
-	APIVersion string `json:"apiVersion"`
-	Kind       string `json:"kind"`
-	Metadata   struct {
-		Name      string `json:"name"`
-		Namespace string `json:"namespace"`
-	} `json:"metadata"`
-	Spec any `json:"spec"`
-}
-
-func (dec *objectDecoder) decodeOne(index int, raw []byte) decodedDoc {
-	doc := decodedDoc{index: index}
-	fail := func(h docHeader, reason string, err error) decodedDoc {
-		doc.err = &ObjectError{Kind: h.Kind, Namespace: h.Metadata.Namespace, Name: h.Metadata.Name,
-			Reason: reason, Document: index, Err: err}
-		return doc
+	var v any
+	d := json.NewDecoder(bytes.NewReader(js))
+	d.UseNumber() // so integers are checked as written
+	if err := d.Decode(&v); err != nil {
+		return nil, &ParseError{Line: text.line, Err: fmt.Errorf("document %d: %w", index, err)}
 	}
-	js, err := yaml.YAMLToJSON(raw)
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return nil, &ParseError{Line: text.line, Err: fmt.Errorf("document %d is not an object", index)}
+	}
+	items, isList := obj["items"].([]any)
+	if kind, _ := obj["kind"].(string); !isList || !strings.HasSuffix(kind, "List") {
+		doc, err := dec.decodeObject(index, text, "", obj, js)
+		return []decodedDoc{doc}, err
+	}
+	// A List (as `kubectl get -o yaml` writes) stands for its items.
+	out := make([]decodedDoc, 0, len(items))
+	for i, item := range items {
+		under := fmt.Sprintf("items[%d]", i)
+		fields, ok := item.(map[string]any)
+		if !ok {
+			return nil, &ParseError{Line: text.lineOf(under), Err: fmt.Errorf("document %d: %s is not an object", index, under)}
+		}
+		itemJS, err := json.Marshal(fields)
+		if err != nil {
+			return nil, &ParseError{Line: text.lineOf(under), Err: err}
+		}
+		doc, err := dec.decodeObject(index, text, under, fields, itemJS)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, doc)
+	}
+	return out, nil
+}
+
+// decodeObject decodes one object of a document, whose fields are fields
+// and JSON js; under is its path in the document ("" or "items[i]").
+func (dec *objectDecoder) decodeObject(index int, text *docText, under string, fields map[string]any, js []byte) (decodedDoc, error) {
+	doc := decodedDoc{index: index, line: text.line, text: text, under: under}
+	if under != "" {
+		doc.line = text.lineOf(under)
+	}
+	apiVersion, _ := fields["apiVersion"].(string)
+	kind, _ := fields["kind"].(string)
+	meta, _ := fields["metadata"].(map[string]any)
+	name, _ := meta["name"].(string)
+	namespace, _ := meta["namespace"].(string)
+	what := fmt.Sprintf("document %d", index)
+	if under != "" {
+		what += " " + under
+	}
+	unknown := func(format string, args ...any) error {
+		return &ParseError{Line: doc.line, Err: fmt.Errorf(what+": "+format, args...)}
+	}
+	if apiVersion == "" || kind == "" {
+		return doc, unknown("apiVersion and kind are required")
+	}
+	gv, err := schema.ParseGroupVersion(apiVersion)
 	if err != nil {
-		return fail(docHeader{}, ReasonDecode, err)
+		return doc, unknown("%v", err)
 	}
-	var h docHeader
-	if err := json.Unmarshal(js, &h); err != nil {
-		return fail(docHeader{}, ReasonDecode, fmt.Errorf("not an object: %w", err))
+	if name == "" {
+		return doc, unknown("metadata.name is required")
 	}
-	if h.APIVersion == "" || h.Kind == "" {
-		return fail(h, ReasonDecode, errors.New("apiVersion and kind are required"))
+	gvk := gv.WithKind(kind)
+	if namespace == "" && !clusterScoped[gvk.GroupKind()] {
+		namespace = defaultNamespace
 	}
-	gv, err := schema.ParseGroupVersion(h.APIVersion)
-	if err != nil {
-		return fail(h, ReasonDecode, err)
+	fail := func(reason string, err error) (decodedDoc, error) {
+		doc.err = &ObjectError{Kind: kind, Namespace: namespace, Name: name, Reason: reason,
+			Document: index, Line: doc.line, Err: text.locate(err, under)}
+		return doc, nil
 	}
-	gvk := gv.WithKind(h.Kind)
 	if !acceptedKinds[gvk] {
-		return fail(h, ReasonUnknownKind, fmt.Errorf("%s is not a kind meshpilot reads", gvk))
+		return fail(ReasonUnknownKind, fmt.Errorf("%s is not a kind meshpilot reads", gvk))
 	}
-	if h.Metadata.Name == "" {
-		return fail(h, ReasonInvalid, errors.New("metadata.name is required"))
-	}
-	if md, ok := specDescriptors[gvk.GroupKind()]; ok {
-		// The spec decoder lets a later oneof member silently replace an
-		// earlier one; the API server's schema rejects such objects, so do
-		// we.
-		if err := checkOneofs(md, h.Spec, "spec"); err != nil {
-			return fail(h, ReasonDecode, err)
+	if md, ok := specTypes[gvk.GroupKind()]; ok {
+		if err := validation.CheckFields(md, fields["spec"], "spec"); err != nil {
+			return fail(ReasonDecode, err)
 		}
 	}
 	obj, _, err := dec.codec.Decode(js, nil, nil)
 	if err != nil {
-		return fail(h, ReasonDecode, err)
+		return fail(ReasonDecode, decodeFieldErrors(err))
 	}
-	meta, err := objectMeta(obj)
+	objMeta, err := objectMeta(obj)
 	if err != nil {
-		return fail(h, ReasonDecode, err)
+		return fail(ReasonDecode, err)
 	}
 	sum := sha256.Sum256(js)
 	doc.hash = hex.EncodeToString(sum[:8])
 	if clusterScoped[gvk.GroupKind()] {
-		meta.Namespace = ""
-	} else if meta.Namespace == "" {
-		meta.Namespace = defaultNamespace
+		objMeta.Namespace = ""
+	} else if objMeta.Namespace == "" {
+		objMeta.Namespace = defaultNamespace
 	}
 	// Files have no resourceVersion; the content hash serves as revision.
-	if meta.ResourceVersion == "" {
-		meta.ResourceVersion = doc.hash
+	if objMeta.ResourceVersion == "" {
+		objMeta.ResourceVersion = doc.hash
 	}
 	doc.obj = obj
-	doc.key = objectKey{groupKind: gvk.GroupKind(), namespace: meta.Namespace, name: meta.Name}
-	return doc
+	doc.key = objectKey{groupKind: gvk.GroupKind(), namespace: objMeta.Namespace, name: objMeta.Name}
+	return doc, nil
+}
+
+var (
+	strictFieldError = regexp.MustCompile(`^(unknown|duplicate) field "(.*)"$`)
+	// jsonTypeError is how the Kubernetes JSON decoder names a value of the
+	// wrong type: "json: cannot unmarshal string into Go struct field
+	// ServicePort.spec.ports.port of type int32".
+	jsonTypeError = regexp.MustCompile(`cannot unmarshal (\w+) into Go struct field [^.\s]+\.(\S+) of type (\S+)`)
+)
+
+// decodeFieldErrors rewrites the Kubernetes decoder's errors about fields
+// as field errors, so that they read as the others and get their lines.
+func decodeFieldErrors(err error) error {
+	if strict, ok := runtime.AsStrictDecodingError(err); ok {
+		var out fieldErrors
+		for _, e := range strict.Errors() {
+			m := strictFieldError.FindStringSubmatch(e.Error())
+			if m == nil {
+				return err
+			}
+			out = append(out, &validation.FieldError{Path: m[2], Message: m[1] + " field"})
+		}
+		return out
+	}
+	if m := jsonTypeError.FindStringSubmatch(err.Error()); m != nil {
+		return &validation.FieldError{Path: m[2], Message: fmt.Sprintf("want %s, got %s", m[3], m[1])}
+	}
+	return err
 }
 
 func objectMeta(obj runtime.Object) (*metav1.ObjectMeta, error) {

@@ -15,7 +15,10 @@ type ObjectError struct {
 	// Document is the 0-based position of the document in its file, or -1
 	// when the object did not come from a file.
 	Document int
-	Err      error
+	// Line is where the object starts in its file, counting from 1; 0 when
+	// it did not come from a file.
+	Line int
+	Err  error
 }
 
 func (e *ObjectError) Error() string {
@@ -26,7 +29,10 @@ func (e *ObjectError) Error() string {
 	if e.Name != "" {
 		what += " " + e.Namespace + "/" + e.Name
 	}
-	if e.Document >= 0 {
+	switch {
+	case e.Line > 0:
+		what = fmt.Sprintf("document %d (%s, line %d)", e.Document, what, e.Line)
+	case e.Document >= 0:
 		what = fmt.Sprintf("document %d (%s)", e.Document, what)
 	}
 	return fmt.Sprintf("%s rejected (%s): %v", what, e.Reason, e.Err)

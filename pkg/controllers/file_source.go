@@ -29,7 +29,8 @@ const DefaultFileDebounce = 100 * time.Millisecond
 
 // FileSourceOptions configures a FileSource.
 type FileSourceOptions struct {
-	// Dir is read recursively for *.yaml, *.yml and *.json files.
+	// Dir is read recursively for *.yaml, *.yml and *.json files, as
+	// `kubectl apply -R -f` reads a directory.
 	Dir   string
 	Store model.Store
 	// DomainSuffix is the cluster DNS domain; DefaultDomainSuffix if empty.
@@ -61,14 +62,37 @@ type FileSource struct {
 	applied map[objectKey]appliedObject
 }
 
+// loadedFile is what the source holds of one file.
 type loadedFile struct {
 	hash [sha256.Size]byte
+	// docs are the objects of the file's last version that parsed.
 	docs []decodedDoc
+	// broken is why the file's current version does not parse (a
+	// *ParseError) or cannot be read; docs are then still the last good
+	// version's, and are served.
+	broken error
 }
 
 type appliedObject struct {
 	doc  decodedDoc
 	file string
+	// err is why the ingester refused the object, nil if it took it.
+	err error
+}
+
+// refusal is why the ingester refused the object, as an error that says
+// where in its file the object and its fields are now.
+func (a appliedObject) refusal() *ObjectError {
+	objErr := &ObjectError{Reason: ReasonInvalid, Err: a.err}
+	if found := (*ObjectError)(nil); errors.As(a.err, &found) {
+		c := *found // the ingester's is kept as it is, for the next report
+		objErr = &c
+	}
+	k := a.doc.key
+	objErr.Kind, objErr.Namespace, objErr.Name = k.groupKind.Kind, k.namespace, k.name
+	objErr.Document, objErr.Line = a.doc.index, a.doc.line
+	objErr.Err = a.doc.text.locate(objErr.Err, a.doc.under)
+	return objErr
 }
 
 // NewFileSource returns a source for opts.Dir; Run starts it.
@@ -226,36 +250,50 @@ func (s *FileSource) listFiles() []string {
 
 // reload reads the directory and applies what changed since the last load.
 // Only files whose bytes changed are decoded again, so a broken document
-// is reported once, not on every unrelated edit.
+// is reported once, not on every unrelated edit. A file that does not parse
+// changes nothing: its objects stay as they were in its last version that
+// parsed (none if it never did) until it parses again or is deleted.
 func (s *FileSource) reload() {
 	paths := s.listFiles()
 	files := make(map[string]*loadedFile, len(paths))
 	changed := map[string]bool{}
 	for _, path := range paths {
+		old := s.files[path]
 		data, err := os.ReadFile(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // deleted since it was listed: its objects go
+		}
 		if err != nil {
-			if !errors.Is(err, fs.ErrNotExist) {
-				s.log.Warn("cannot read config file", "file", path, "error", err)
-			}
+			// An unreadable file is kept as one that does not parse, under
+			// a hash no content has, so it is read again next time.
+			files[path] = s.keep(path, old, [sha256.Size]byte{}, err)
 			continue
 		}
 		hash := sha256.Sum256(data)
-		if old := s.files[path]; old != nil && old.hash == hash {
+		if old != nil && old.hash == hash {
 			files[path] = old
 			continue
 		}
-		lf := &loadedFile{hash: hash, docs: s.decoder.decodeAll(data)}
-		for _, d := range lf.docs {
+		docs, err := s.decoder.decodeFile(data)
+		if err != nil {
+			files[path] = s.keep(path, old, hash, err)
+			continue
+		}
+		if old != nil && old.broken != nil {
+			s.log.Info("config file parses again", "file", path)
+		}
+		for _, d := range docs {
 			if d.err != nil {
 				s.reportDoc(path, d.err)
 			}
 		}
-		files[path] = lf
+		files[path] = &loadedFile{hash: hash, docs: docs}
 		changed[path] = true
 	}
 	s.files = files
 
 	desired := make(map[objectKey]appliedObject)
+	var duplicates []model.SourceProblem
 	for _, path := range paths {
 		lf := files[path]
 		if lf == nil {
@@ -266,17 +304,86 @@ func (s *FileSource) reload() {
 				continue
 			}
 			if first, dup := desired[d.key]; dup {
+				objErr := &ObjectError{Kind: d.key.groupKind.Kind, Namespace: d.key.namespace,
+					Name: d.key.name, Reason: ReasonDuplicate, Document: d.index, Line: d.line,
+					Err: fmt.Errorf("already defined in %s line %d", first.file, first.doc.line)}
 				if changed[path] {
-					s.reportDoc(path, &ObjectError{Kind: d.key.groupKind.Kind, Namespace: d.key.namespace,
-						Name: d.key.name, Reason: ReasonDuplicate, Document: d.index,
-						Err: fmt.Errorf("already defined in %s document %d", first.file, first.doc.index)})
+					s.reportDoc(path, objErr)
 				}
+				duplicates = append(duplicates, sourceProblem(path, objErr))
 				continue
 			}
 			desired[d.key] = appliedObject{doc: d, file: path}
 		}
 	}
 	s.apply(desired)
+	s.publishProblems(duplicates)
+}
+
+// keep records that path's current version, of the given hash, does not
+// parse (or cannot be read, with the zero hash) and keeps serving the
+// objects of old, its last version that parsed. A failure already
+// reported for the same version is not reported again.
+func (s *FileSource) keep(path string, old *loadedFile, hash [sha256.Size]byte, err error) *loadedFile {
+	lf := &loadedFile{hash: hash, broken: err}
+	if old != nil {
+		lf.docs = old.docs
+		if old.broken != nil && old.broken.Error() == err.Error() {
+			return lf
+		}
+	}
+	s.metrics.ConfigErrors.WithLabelValues(FileSourceName, "unknown", ReasonParse).Inc()
+	s.log.Warn("config file does not parse; its objects stay as they were in its last version that did",
+		"file", path, "error", err, "objectsKept", countObjects(lf.docs))
+	return lf
+}
+
+func countObjects(docs []decodedDoc) int {
+	n := 0
+	for _, d := range docs {
+		if d.err == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// publishProblems hands every current problem of the directory to the
+// store, for /debug/pushcontext, and counts the files that do not parse.
+// extra are problems found across files (duplicates).
+func (s *FileSource) publishProblems(extra []model.SourceProblem) {
+	problems := extra
+	rejected := 0
+	for path, lf := range s.files {
+		if lf.broken != nil {
+			rejected++
+			p := model.SourceProblem{File: path, Message: fmt.Sprintf(
+				"does not parse: %v; the %d objects of its last version that did are served", lf.broken, countObjects(lf.docs))}
+			var parseErr *ParseError
+			if errors.As(lf.broken, &parseErr) {
+				p.Line = parseErr.Line
+			}
+			problems = append(problems, p)
+			continue
+		}
+		for _, d := range lf.docs {
+			if d.err != nil {
+				problems = append(problems, sourceProblem(path, d.err))
+			}
+		}
+	}
+	for _, a := range s.applied {
+		if a.err != nil {
+			problems = append(problems, sourceProblem(a.file, a.refusal()))
+		}
+	}
+	s.metrics.FilesRejected.Set(float64(rejected))
+	s.ingester.store.SetSourceProblems(FileSourceName, problems)
+}
+
+func sourceProblem(path string, e *ObjectError) model.SourceProblem {
+	return model.SourceProblem{File: path, Line: e.Line, Kind: e.Kind, Namespace: e.Namespace, Name: e.Name,
+		Message: fmt.Sprintf("rejected (%s): %v", e.Reason, e.Err)}
 }
 
 // kindOrder applies objects that others refer to first: Pods before the
@@ -295,6 +402,9 @@ func (s *FileSource) apply(desired map[objectKey]appliedObject) {
 	for key, next := range desired {
 		if old, ok := s.applied[key]; !ok || old.doc.hash != next.doc.hash {
 			upserts = append(upserts, next)
+		} else if old.err != nil {
+			next.err = old.err // still refused: it has not changed
+			desired[key] = next
 		}
 	}
 	byKind := func(a, b appliedObject) int {
@@ -314,12 +424,9 @@ func (s *FileSource) apply(desired map[objectKey]appliedObject) {
 	for _, next := range upserts {
 		kind := next.doc.key.groupKind.Kind
 		if err := s.ingester.Upsert(next.doc.obj); err != nil {
-			var objErr *ObjectError
-			if !errors.As(err, &objErr) {
-				objErr = &ObjectError{Reason: ReasonInvalid, Err: err}
-			}
-			objErr.Kind, objErr.Document = kind, next.doc.index
-			s.reportDoc(next.file, objErr)
+			next.err = err
+			desired[next.doc.key] = next
+			s.reportDoc(next.file, next.refusal())
 			continue
 		}
 		s.metrics.Events.WithLabelValues(FileSourceName, kind, "upsert").Inc()
@@ -328,5 +435,5 @@ func (s *FileSource) apply(desired map[objectKey]appliedObject) {
 }
 
 func (s *FileSource) reportDoc(path string, e *ObjectError) {
-	report(s.log, s.metrics, FileSourceName, e, "file", path, "document", e.Document)
+	report(s.log, s.metrics, FileSourceName, e, "file", path, "document", e.Document, "line", e.Line)
 }

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -79,7 +80,6 @@ metadata:
   name: ratings
 spec:
   host: ratings
-  someFutureField: ignored
   trafficPolicy:
     loadBalancer: {simple: RANDOM}
 `
@@ -217,17 +217,20 @@ func TestFileSourceInitialLoad(t *testing.T) {
 
 func TestFileSourceBadInputIsSkipped(t *testing.T) {
 	dir := t.TempDir()
+	// A file that parses drops only the objects that are bad.
 	writeFile(t, dir, "mixed.yaml", strings.Join([]string{
 		serviceYAML,
-		"apiVersion: v1\nkind: Service\nmetadata: {name: [unclosed\n", // malformed YAML
 		"apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: vs}\nspec: {}\n",
 		invalidDRYAML,
-		"kind: Service\nmetadata: {name: noversion}\n",
 		"apiVersion: v1\nkind: Service\nmetadata: {name: badspec, namespace: ns}\nspec: {ports: notalist}\n",
 		drYAML,
 		"apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: twolb}\n" +
 			"spec: {host: a, trafficPolicy: {loadBalancer: {simple: RANDOM, consistentHash: {useSourceIp: true}}}}\n",
+		"apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: typo}\nspec: {host: a, simpel: 1}\n",
 	}, "---\n"))
+	// Files that do not parse load nothing, their good documents neither.
+	writeFile(t, dir, "broken.yaml", podYAML+"---\napiVersion: v1\nkind: Service\nmetadata: {name: [unclosed\n")
+	writeFile(t, dir, "noversion.yaml", "kind: Service\nmetadata: {name: noversion}\n")
 	writeFile(t, dir, "also-good.yaml", podYAML)
 	writeFile(t, dir, "dup.yaml", "# the same rule twice\n"+drYAML)
 	h := startFileSource(t, dir)
@@ -242,22 +245,38 @@ func TestFileSourceBadInputIsSkipped(t *testing.T) {
 		kind, reason string
 		want         float64
 	}{
-		{"unknown", ReasonDecode, 1},             // the malformed document
-		{"Service", ReasonDecode, 2},             // no apiVersion; ports not a list
+		{"unknown", ReasonParse, 2},              // broken.yaml, noversion.yaml
+		{"Service", ReasonDecode, 1},             // ports not a list
 		{"VirtualService", ReasonUnknownKind, 1}, // a kind we do not read
 		{"DestinationRule", ReasonInvalid, 1},    // fails validation
-		{"DestinationRule", ReasonDecode, 1},     // two LB policies in one oneof
+		{"DestinationRule", ReasonDecode, 2},     // two LB policies in one oneof; an unknown field
 		{"DestinationRule", ReasonDuplicate, 1},  // dup.yaml repeats ns/reviews
 	} {
 		if got := h.errorCount(tc.kind, tc.reason); got != tc.want {
 			t.Errorf("errors{kind=%s,reason=%s} = %v, want %v", tc.kind, tc.reason, got, tc.want)
 		}
 	}
+	if got := gaugeValue(t, h.metrics.FilesRejected); got != 2 {
+		t.Errorf("files rejected = %v, want 2", got)
+	}
 	logs := h.logs.String()
-	for _, want := range []string{"mixed.yaml", "document=3", "name=broken", "name=vs"} {
+	for _, want := range []string{"mixed.yaml", "document=2", "name=broken", "name=vs", "line 52: spec.simpel: unknown field",
+		`broken.yaml error="line 16: yaml: did not find expected ',' or ']'" objectsKept=0`} {
 		if !strings.Contains(logs, want) {
 			t.Errorf("logs lack %q:\n%s", want, logs)
 		}
+	}
+	var problems []string
+	for _, p := range h.store.SourceProblems() {
+		problems = append(problems, fmt.Sprintf("%s:%d %s %s", filepath.Base(p.File), p.Line, p.Kind, p.Name))
+	}
+	want := []string{
+		"broken.yaml:16  ", "mixed.yaml:14 VirtualService vs", "mixed.yaml:19 DestinationRule broken",
+		"mixed.yaml:29 Service badspec", "mixed.yaml:34 DestinationRule reviews", "mixed.yaml:44 DestinationRule twolb",
+		"mixed.yaml:49 DestinationRule typo", "noversion.yaml:1  ",
+	}
+	if diff := cmp.Diff(want, problems); diff != "" {
+		t.Errorf("problems in the store (-want +got)\n%s", diff)
 	}
 }
 

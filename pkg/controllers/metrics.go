@@ -26,6 +26,10 @@ type Metrics struct {
 	// have no unit or _total suffix.
 	IstioConfigEvents   *prometheus.CounterVec
 	IstioRegistryEvents *prometheus.CounterVec
+	// FilesRejected is the number of config files that do not parse (or
+	// cannot be read) now; the file source serves the objects of their last
+	// version that did.
+	FilesRejected prometheus.Gauge
 }
 
 // kubeEventCounters are one kind's event counters of the Kubernetes
@@ -87,6 +91,9 @@ const (
 	ReasonUnknownKind = "unknown_kind"
 	ReasonInvalid     = "invalid"
 	ReasonDuplicate   = "duplicate"
+	// ReasonParse is a config file that does not parse; its objects are
+	// kept as they were (kind "unknown").
+	ReasonParse = "parse"
 )
 
 // NewMetrics creates the metrics and registers them with reg; a nil reg
@@ -117,9 +124,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "pilot_k8s_reg_events",
 			Help: "Events from k8s registry.",
 		}, []string{"type", "event"}),
+		FilesRejected: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meshpilot_config_files_rejected",
+			Help: "Config files that do not parse now; the objects of their last version that did are served.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.ConfigErrors, m.Events, m.CRDMissing, m.WatchErrors, m.IstioConfigEvents, m.IstioRegistryEvents)
+		reg.MustRegister(m.ConfigErrors, m.Events, m.CRDMissing, m.WatchErrors, m.IstioConfigEvents, m.IstioRegistryEvents,
+			m.FilesRejected)
 	}
 	return m
 }
