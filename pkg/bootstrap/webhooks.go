@@ -100,7 +100,8 @@ func (s *Server) newWebhooks() (*webhooks, error) {
 		Metrics:  metrics,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("webhook server: %w", namedListenError(err, flagWebhookAddr))
+		// The server's errors name it already.
+		return nil, namedListenError(err, flagWebhookAddr)
 	}
 	w.server = server
 	return w, nil

@@ -1,17 +1,21 @@
 package webhook
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
 
-	"github.com/meshpilot/meshpilot/pkg/validation"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/meshpilot/meshpilot/pkg/validation"
 )
 
 // ValidatePath is where the validation webhook is served.
@@ -36,13 +40,13 @@ var validatedKinds = map[schema.GroupKind]validatedKind{
 	{Group: istioNetworkingGroup, Kind: "DestinationRule"}: {
 		versions: []string{"v1", "v1beta1", "v1alpha3"},
 		problems: func(req *admissionv1.AdmissionRequest) (string, []string) {
-			return reviewProblems(req, validation.ValidateDestinationRule)
+			return reviewProblems(req, validation.DestinationRuleSpec, validation.ValidateDestinationRule)
 		},
 	},
 	{Group: istioSecurityGroup, Kind: "PeerAuthentication"}: {
 		versions: []string{"v1", "v1beta1"},
 		problems: func(req *admissionv1.AdmissionRequest) (string, []string) {
-			return reviewProblems(req, validation.ValidatePeerAuthentication)
+			return reviewProblems(req, validation.PeerAuthenticationSpec, validation.ValidatePeerAuthentication)
 		},
 	},
 }
@@ -63,8 +67,10 @@ type validationHandler struct {
 // NewValidationHandler answers admission.k8s.io/v1 reviews of Istio
 // configs: DestinationRules (v1, v1beta1 and v1alpha3) and
 // PeerAuthentications (v1 and v1beta1) are checked with the validation
-// package, as the controllers check them; a denial lists every problem
-// found. Deletes, and kinds or versions it does not validate, are allowed.
+// package, as the controllers check them, strictly (unknown fields and
+// values of the wrong type are refused, by path); a denial lists every
+// problem found. Deletes, and kinds or versions it does not validate, are
+// allowed.
 func NewValidationHandler(opts ValidationOptions) http.Handler {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -110,20 +116,27 @@ func (h *validationHandler) review(req *admissionv1.AdmissionRequest) *admission
 	return deny(fmt.Sprintf("%s %q is invalid: %s", kind, objectRef(req.Namespace, name), strings.Join(reasons, "; ")))
 }
 
-// reviewed is an Istio config object as the review carries it; S is its
-// proto spec, which decodes itself from JSON.
-type reviewed[S any] struct {
+// reviewed is an Istio config object as the review carries it, its spec
+// still JSON.
+type reviewed struct {
 	metav1.ObjectMeta `json:"metadata"`
-	Spec              S `json:"spec"`
+	Spec              json.RawMessage `json:"spec"`
 }
 
+// topLevelFields are the fields an Istio config object may have.
+var topLevelFields = map[string]bool{"apiVersion": true, "kind": true, "metadata": true, "spec": true, "status": true}
+
 // reviewProblems decodes the object under review and returns its name and
-// every problem validate finds with it, one message each.
-func reviewProblems[S any](req *admissionv1.AdmissionRequest, validate func(name, namespace string, spec *S) error) (string, []string) {
+// every problem with it, one message each: the fields a strict decoder
+// refuses (unknown ones, or values of the wrong type for specType), then,
+// once the spec decodes (into S, which decodes itself from JSON), what
+// validate finds.
+func reviewProblems[S any](req *admissionv1.AdmissionRequest, specType protoreflect.MessageDescriptor,
+	validate func(name, namespace string, spec *S) error) (string, []string) {
 	if len(req.Object.Raw) == 0 {
 		return req.Name, []string{"the review carries no object"}
 	}
-	var obj reviewed[S]
+	var obj reviewed
 	if err := json.Unmarshal(req.Object.Raw, &obj); err != nil {
 		return req.Name, []string{fmt.Sprintf("decoding the object: %v", err)}
 	}
@@ -135,7 +148,40 @@ func reviewProblems[S any](req *admissionv1.AdmissionRequest, validate func(name
 	if obj.Name == "" && req.Name == "" {
 		shown = obj.GenerateName + "*"
 	}
-	return shown, splitProblems(validate(name, namespace, &obj.Spec))
+	// A CRD whose schema keeps unknown fields lets anything through to
+	// here, and the spec's decoder would drop what it does not know.
+	problems := strictProblems(req.Object.Raw, specType)
+	var spec S
+	if len(obj.Spec) > 0 {
+		if err := json.Unmarshal(obj.Spec, &spec); err != nil {
+			if len(problems) == 0 {
+				problems = append(problems, fmt.Sprintf("decoding the spec: %v", err))
+			}
+			return shown, problems
+		}
+	}
+	return shown, append(problems, splitProblems(validate(name, namespace, &spec))...)
+}
+
+// strictProblems lists the unknown fields of an object and the fields of
+// its spec that do not hold what their type takes.
+func strictProblems(raw []byte, specType protoreflect.MessageDescriptor) []string {
+	var fields map[string]any
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if err := dec.Decode(&fields); err != nil {
+		return []string{fmt.Sprintf("decoding the object: %v", err)}
+	}
+	var problems []string
+	for _, key := range slices.Sorted(maps.Keys(fields)) {
+		if !topLevelFields[key] {
+			problems = append(problems, key+": unknown field")
+		}
+	}
+	for _, fe := range validation.FieldErrors(validation.CheckFields(specType, fields["spec"], "spec")) {
+		problems = append(problems, fe.Error())
+	}
+	return problems
 }
 
 // reviewedName is the name to validate. A create with generateName may

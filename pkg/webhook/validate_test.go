@@ -219,9 +219,28 @@ func TestValidationHandlerDecisions(t *testing.T) {
 			review: reviewSpec{group: istioNetworkingGroup, version: "v2", kind: "DestinationRule", op: admissionv1.Create, object: brokenDR},
 		},
 		{
-			name:       "undecodable spec is denied with the decode error",
+			name:       "a spec of the wrong type is denied, naming the field",
 			review:     reviewSpec{group: istioNetworkingGroup, version: "v1", kind: "DestinationRule", op: admissionv1.Create, object: strings.Replace(goodDR, "host: reviews.shop.svc.cluster.local", "host: {a: b}", 1)},
-			wantDenied: []string{"decoding the object"},
+			wantDenied: []string{`DestinationRule "shop/reviews" is invalid: spec.host: want a string, got an object`},
+		},
+		{
+			name: "unknown fields are denied, each with its path",
+			review: reviewSpec{group: istioNetworkingGroup, version: "v1", kind: "DestinationRule", op: admissionv1.Create,
+				object: goodDR + "  simpel: ROUND_ROBIN\n  trafficPolicy:\n    conectionPool: {tcp: {maxConnections: 1}}\nspecs: {}\n"},
+			wantDenied: []string{`DestinationRule "shop/reviews" is invalid: specs: unknown field; spec.simpel: unknown field; ` +
+				"spec.trafficPolicy.conectionPool: unknown field (did you mean connectionPool?)"},
+		},
+		{
+			name: "a value of the wrong type names its field",
+			review: reviewSpec{group: istioNetworkingGroup, version: "v1", kind: "DestinationRule", op: admissionv1.Create,
+				object: strings.Replace(brokenDR, "  trafficPolicy:\n", "  trafficPolicy:\n    connectionPool: {tcp: {maxConnections: ten}}\n", 1)},
+			wantDenied: []string{`is invalid: spec.trafficPolicy.connectionPool.tcp.maxConnections: want an integer, got "ten"`},
+		},
+		{
+			name: "an unknown field does not hide what validation finds",
+			review: reviewSpec{group: istioNetworkingGroup, version: "v1", kind: "DestinationRule", op: admissionv1.Create,
+				object: brokenDR + "  simpel: x\n"},
+			wantDenied: []string{"spec.simpel: unknown field; spec.host:", `duplicate subset name "v1"`},
 		},
 		{
 			name:       "create without an object is denied",
@@ -257,9 +276,9 @@ func TestValidationHandlerDecisions(t *testing.T) {
 			review: reviewSpec{group: istioSecurityGroup, version: "v1", kind: "PeerAuthentication", op: admissionv1.Delete, oldObject: brokenPA},
 		},
 		{
-			name:       "undecodable PeerAuthentication mode is denied with the decode error",
+			name:       "an unknown PeerAuthentication mode is denied, quoted once",
 			review:     reviewSpec{group: istioSecurityGroup, version: "v1", kind: "PeerAuthentication", op: admissionv1.Create, object: strings.Replace(goodPA, "mode: STRICT", "mode: STRICTER", 1)},
-			wantDenied: []string{"decoding the object", "STRICTER"},
+			wantDenied: []string{`spec.mtls.mode: want UNSET, DISABLE, PERMISSIVE or STRICT, got "STRICTER"`},
 		},
 		{
 			name:   "PeerAuthentication of an unknown version is allowed",
