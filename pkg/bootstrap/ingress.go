@@ -8,13 +8,16 @@ import (
 	"github.com/meshpilot/meshpilot/pkg/pushcontext"
 )
 
-// ingressWriteBack writes what the control plane concludes about Ingresses
-// back to the API: status addresses and problem Events. Only one replica
-// writes, the holder of the Lease, unless leader election is off.
+// ingressWriteBack reports what the control plane concludes about
+// Ingresses: every replica logs and counts their problems; with a
+// Kubernetes source, status addresses and problem Events are also written
+// back to the API, by one replica only, the holder of the Lease, unless
+// leader election is off.
 type ingressWriteBack struct {
-	status   *controllers.IngressStatusWriter
 	problems *controllers.IngressProblemReporter
-	leader   *controllers.LeaderElector
+	// status and leader are nil without a Kubernetes source.
+	status *controllers.IngressStatusWriter
+	leader *controllers.LeaderElector
 }
 
 func ingressOwnership(o *Options) model.IngressOwnership {
@@ -38,7 +41,18 @@ func pushContextOptions(o *Options) pushcontext.Options {
 
 func (s *Server) newIngressWriteBack() (*ingressWriteBack, error) {
 	metrics := controllers.NewIngressStatusMetrics(s.registry)
-	status, err := controllers.NewIngressStatusWriter(controllers.IngressStatusOptions{
+	// Without a Kubernetes client the reporter only logs and counts.
+	problems, err := controllers.NewIngressProblemReporter(controllers.IngressProblemOptions{
+		Client: s.kube, Logger: s.log, Metrics: metrics,
+	})
+	if err != nil {
+		return nil, err
+	}
+	wb := &ingressWriteBack{problems: problems}
+	if s.kube == nil {
+		return wb, nil
+	}
+	wb.status, err = controllers.NewIngressStatusWriter(controllers.IngressStatusOptions{
 		Client:         s.kube,
 		Store:          s.store,
 		Ownership:      ingressOwnership(&s.opts),
@@ -50,13 +64,6 @@ func (s *Server) newIngressWriteBack() (*ingressWriteBack, error) {
 	if err != nil {
 		return nil, err
 	}
-	problems, err := controllers.NewIngressProblemReporter(controllers.IngressProblemOptions{
-		Client: s.kube, Logger: s.log, Metrics: metrics,
-	})
-	if err != nil {
-		return nil, err
-	}
-	wb := &ingressWriteBack{status: status, problems: problems}
 	if le := s.opts.LeaderElection; le.Enabled {
 		wb.leader, err = controllers.NewLeaderElector(controllers.LeaderOptions{
 			Client:        s.kube,
@@ -72,13 +79,16 @@ func (s *Server) newIngressWriteBack() (*ingressWriteBack, error) {
 		if err != nil {
 			return nil, err
 		}
-		wb.leader.AddRunFunction(status.Run).AddRunFunction(problems.Run)
+		wb.leader.AddRunFunction(wb.status.Run).AddRunFunction(problems.Run)
 	}
 	return wb, nil
 }
 
 // run writes back until ctx ends: while leading, or always without election.
 func (wb *ingressWriteBack) run(ctx context.Context) {
+	if wb.status == nil {
+		return // nothing to write to
+	}
 	if wb.leader != nil {
 		wb.leader.Run(ctx)
 		return
@@ -94,7 +104,5 @@ func (wb *ingressWriteBack) run(ctx context.Context) {
 
 // onBuild hands every new push context's Ingress problems to the reporter.
 func (s *Server) onBuild(pc *pushcontext.PushContext) {
-	if s.writeBack != nil {
-		s.writeBack.problems.Report(pc.IngressProblems())
-	}
+	s.writeBack.problems.Report(pc.IngressProblems())
 }

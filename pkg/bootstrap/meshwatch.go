@@ -53,7 +53,7 @@ func (s *Server) watchMeshConfig(ctx context.Context) {
 			return
 		}
 		s.xds.SetPushContextOptions(pushContextOptions(&next))
-		if s.writeBack != nil {
+		if s.writeBack.status != nil {
 			s.writeBack.status.SetTarget(ingressOwnership(&next), next.Ingress.Service)
 		}
 		last = next

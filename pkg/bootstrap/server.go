@@ -75,10 +75,8 @@ func New(opts Options) (*Server, error) {
 	}
 	s.sources = sources
 
-	if s.kube != nil {
-		if s.writeBack, err = s.newIngressWriteBack(); err != nil {
-			return nil, err
-		}
+	if s.writeBack, err = s.newIngressWriteBack(); err != nil {
+		return nil, err
 	}
 	s.ca = s.newMeshCA()
 	if opts.Webhook.Addr != "" {
@@ -226,7 +224,7 @@ func (s *Server) Run(ctx context.Context) error {
 	for _, src := range s.sources {
 		wg.Go(func() {
 			if err := src.Run(ctx); err != nil && ctx.Err() == nil {
-				errs <- fmt.Errorf("source %s: %w", src.Name(), err)
+				errs <- err // "file source: ...": sources name themselves
 			}
 		})
 	}
@@ -249,9 +247,7 @@ func (s *Server) Run(ctx context.Context) error {
 			}
 		})
 	}
-	if s.writeBack != nil {
-		wg.Go(func() { s.writeBack.run(ctx) })
-	}
+	wg.Go(func() { s.writeBack.run(ctx) })
 	if s.opts.meshConfig != nil {
 		wg.Go(func() { s.watchMeshConfig(ctx) })
 	}

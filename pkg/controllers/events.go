@@ -46,7 +46,9 @@ const (
 type IngressProblemOptions struct {
 	// Client reads the Ingresses that Events are about (their UID makes
 	// `kubectl describe ingress` show the Events) and, unless Recorder is
-	// set, sends the Events (core/v1 events: create, patch).
+	// set, sends the Events (core/v1 events: create, patch). Without one
+	// (Ingresses read from a directory, with no API server to tell) the
+	// reporter only logs and counts, and Run returns at once.
 	Client kubernetes.Interface
 	// Recorder, if set, receives the Events instead of the API server.
 	Recorder record.EventRecorder
@@ -84,8 +86,8 @@ type IngressProblemReporter struct {
 
 // NewIngressProblemReporter checks the options and returns a reporter.
 func NewIngressProblemReporter(opts IngressProblemOptions) (*IngressProblemReporter, error) {
-	if opts.Client == nil {
-		return nil, errors.New("ingress problems: Client is required")
+	if opts.Client == nil && opts.Recorder != nil {
+		return nil, errors.New("ingress problems: a Recorder needs a Client to read the Ingresses")
 	}
 	opts.Component = cmp.Or(opts.Component, defaultEventComponent)
 	r := &IngressProblemReporter{
@@ -143,8 +145,11 @@ func (r *IngressProblemReporter) Report(problems map[model.NamespacedName][]stri
 }
 
 // Run sends Events for problem changes until ctx is done. Run it only on
-// the leader.
+// the leader. Without a Client there is nowhere to send them: it returns.
 func (r *IngressProblemReporter) Run(ctx context.Context) {
+	if r.opts.Client == nil {
+		return
+	}
 	recorder := r.opts.Recorder
 	if recorder == nil {
 		broadcaster := record.NewBroadcaster(record.WithContext(ctx))
