@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"unicode"
 
 	"google.golang.org/protobuf/reflect/protoreflect"
 
@@ -23,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	k8svalidation "k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 
 	"github.com/meshpilot/meshpilot/pkg/validation"
@@ -216,18 +218,27 @@ func (dec *objectDecoder) decodeObject(index int, text *docText, under string, f
 	unknown := func(format string, args ...any) error {
 		return &ParseError{Line: doc.line, Err: fmt.Errorf(what+": "+format, args...)}
 	}
+	// An identity that is missing or garbled ("kind: Service - [x", where
+	// an edit ran two lines together) cannot say which object this was.
 	if apiVersion == "" || kind == "" {
 		return doc, unknown("apiVersion and kind are required")
 	}
 	gv, err := schema.ParseGroupVersion(apiVersion)
-	if err != nil {
-		return doc, unknown("%v", err)
+	if err != nil || !kindName.MatchString(kind) || len(k8svalidation.IsDNS1123Label(gv.Version)) > 0 ||
+		(gv.Group != "" && len(k8svalidation.IsDNS1123Subdomain(gv.Group)) > 0) {
+		return doc, unknown("%q of %q is not a kind of an API version", kind, apiVersion)
 	}
 	if name == "" {
 		return doc, unknown("metadata.name is required")
 	}
 	gvk := gv.WithKind(kind)
-	if namespace == "" && !clusterScoped[gvk.GroupKind()] {
+	// Names are checked only for the kinds read; others have rules of
+	// their own ("system:" names), but never blanks.
+	if strings.ContainsFunc(name+namespace, unicode.IsSpace) || (acceptedKinds[gvk] &&
+		(len(k8svalidation.IsDNS1123Subdomain(name)) > 0 || (namespace != "" && len(k8svalidation.IsDNS1123Label(namespace)) > 0))) {
+		return doc, unknown("%q is not a name of a %s", strings.TrimPrefix(namespace+"/"+name, "/"), kind)
+	}
+	if namespace == "" && acceptedKinds[gvk] && !clusterScoped[gvk.GroupKind()] {
 		namespace = defaultNamespace
 	}
 	fail := func(reason string, err error) (decodedDoc, error) {
@@ -268,6 +279,8 @@ func (dec *objectDecoder) decodeObject(index int, text *docText, under string, f
 }
 
 var (
+	// kindName is what a kind looks like: "EndpointSlice".
+	kindName         = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9]*$`)
 	strictFieldError = regexp.MustCompile(`^(unknown|duplicate) field "(.*)"$`)
 	// jsonTypeError is how the Kubernetes JSON decoder names a value of the
 	// wrong type: "json: cannot unmarshal string into Go struct field

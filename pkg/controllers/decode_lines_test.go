@@ -75,6 +75,12 @@ spec:
 		objects: []string{"a"},
 		errs:    []string{"document 1 (Service ns/b, line 3) rejected (decode): line 5: spec.ports[0].nodePorts: unknown field"},
 	}, {
+		name:    "a kind meshpilot does not read, with a name of its own rules",
+		file:    svc + "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: \"system:reader\"}\n",
+		objects: []string{"s"},
+		errs: []string{"document 1 (ClusterRole /system:reader, line 7) rejected (unknown_kind): " +
+			"rbac.authorization.k8s.io/v1, Kind=ClusterRole is not a kind meshpilot reads"},
+	}, {
 		name: "a List stands for its items",
 		file: `apiVersion: v1
 kind: List
@@ -135,6 +141,10 @@ func TestDecodeFilesThatDoNotParse(t *testing.T) {
 		{"no name", svc + "---\napiVersion: v1\nkind: Service\nmetadata: {namespace: ns}\n", "line 7: document 1: metadata.name is required"},
 		{"no name in a List item", "kind: List\napiVersion: v1\nitems:\n- {apiVersion: v1, kind: Service}\n",
 			"line 4: document 0 items[0]: metadata.name is required"},
+		{"two lines run together into the kind", "apiVersion: v1\nkind: Service\n  - [unclosed\nmetadata: {name: s}\n",
+			`line 1: document 0: "Service - [unclosed" of "v1" is not a kind of an API version`},
+		{"two lines run together into the name", "apiVersion: v1\nkind: Service\nmetadata:\n  name: echo\n    - x\n",
+			`line 1: document 0: "echo - x" is not a name of a Service`},
 		{"a separator kubectl refuses", svc + "--- junk\n" + svc, `line 6: invalid document separator "--- junk"`},
 		{"JSON syntax", "{\"apiVersion\": \"v1\",\n \"kind\": \"Service\",,\n}", "line 2: invalid JSON: invalid character ',' looking for beginning of object key string"},
 		{"JSON cut short", "{\"apiVersion\": \"v1\",\n \"kind\": \"Service\"\n", "line 3: invalid JSON: unexpected EOF"},
