@@ -58,8 +58,8 @@ spec:
 		name:    "unknown fields of a Kubernetes kind, as kubectl --validate=strict",
 		file:    svc + "---\n" + strings.Replace(svc, "name: s,", "name: t,", 1) + "  sessionAfinity: None\nstatus: {}\nextra: 1\n",
 		objects: []string{"s"},
-		errs: []string{"document 1 (Service ns/t, line 7) rejected (decode): line 14: extra: unknown field; " +
-			"line 12: spec.sessionAfinity: unknown field"},
+		errs: []string{"document 1 (Service ns/t, line 7) rejected (decode): line 12: spec.sessionAfinity: unknown field; " +
+			"line 14: extra: unknown field"},
 	}, {
 		name: "a Kubernetes field of the wrong type",
 		file: strings.Replace(svc, "port: 80", "port: eighty", 1),

@@ -2,11 +2,13 @@ package controllers
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -166,6 +168,8 @@ func (t *docText) locate(err error, under string) error {
 		located.Line = t.lineOf(path)
 		out = append(out, &located)
 	}
+	// In the order they are read in the file.
+	slices.SortStableFunc(out, func(a, b *validation.FieldError) int { return cmp.Compare(a.Line, b.Line) })
 	return out
 }
 

@@ -103,7 +103,7 @@ func TestBadEditKeepsLastGoodConfig(t *testing.T) {
 		} {
 			broken := strings.Replace(withoutB, edit.old, edit.new, 1)
 			m.apply(t, "echo", broken)
-			problem := waitForSourceProblem(t, cp, echoPath)
+			problem := waitForSourceProblem(t, cp, echoPath, "does not parse")
 			wantLine := strings.Count(broken[:strings.Index(broken, edit.at)], "\n") + 1
 			if problem.Line < wantLine-1 || problem.Line > wantLine || !strings.Contains(problem.Message, "does not parse") {
 				t.Errorf("round %d: problem %+v, want one about line %d", round, problem, wantLine)
@@ -139,7 +139,7 @@ func TestBadEditKeepsLastGoodConfig(t *testing.T) {
 		invalid := strings.Replace(echo, "conditions: {ready: true}", "conditions: {ready: true}\n  zones: [a]", 1)
 		m.apply(t, "echo", invalid)
 		waitFor(t, 30*time.Second, "echo-b alone to answer", func() error { return answersFrom(c, "echo-b") })
-		problem := waitForSourceProblem(t, cp, echoPath)
+		problem := waitForSourceProblem(t, cp, echoPath, "zones")
 		wantLine := strings.Count(invalid[:strings.Index(invalid, "zones:")], "\n") + 1
 		if problem.Kind != "EndpointSlice" || problem.Name != "echo-a" ||
 			!strings.Contains(problem.Message, fmt.Sprintf("line %d: endpoints[0].zones: unknown field", wantLine)) {
@@ -151,7 +151,7 @@ func TestBadEditKeepsLastGoodConfig(t *testing.T) {
 		m.apply(t, "rule", strings.Replace(fx.render(ruleYAML), "loadBalancer: {simple: LEAST_REQUEST}",
 			"loadBalancer: {simpel: LEAST_REQUEST}", 1))
 		waitFor(t, 30*time.Second, "the rule to be dropped", func() error { return lbPolicy(t, cp, ns, host, clusterv3.Cluster_ROUND_ROBIN) })
-		problem = waitForSourceProblem(t, cp, filepath.Join(m.dir, "rule.yaml"))
+		problem = waitForSourceProblem(t, cp, filepath.Join(m.dir, "rule.yaml"), "simpel")
 		if !strings.Contains(problem.Message, "spec.trafficPolicy.loadBalancer.simpel: unknown field (did you mean simple?)") {
 			t.Errorf("problem %+v, want the rule's misspelt field", problem)
 		}
@@ -267,18 +267,18 @@ func sourceProblemsOf(t *testing.T, cp *controlPlane) []model.SourceProblem {
 }
 
 // waitForSourceProblem waits until /debug/pushcontext reports exactly one
-// problem, of file, and returns it.
-func waitForSourceProblem(t *testing.T, cp *controlPlane, file string) model.SourceProblem {
+// problem of file, whose message contains text, and returns it.
+func waitForSourceProblem(t *testing.T, cp *controlPlane, file, text string) model.SourceProblem {
 	t.Helper()
 	var found model.SourceProblem
-	waitFor(t, 30*time.Second, "a problem of "+file+" in /debug/pushcontext", func() error {
+	waitFor(t, 30*time.Second, fmt.Sprintf("a problem of %s with %q in /debug/pushcontext", file, text), func() error {
 		var of []model.SourceProblem
 		for _, p := range sourceProblemsOf(t, cp) {
 			if p.File == file {
 				of = append(of, p)
 			}
 		}
-		if len(of) != 1 {
+		if len(of) != 1 || !strings.Contains(of[0].Message, text) {
 			return fmt.Errorf("problems of %s: %+v", file, of)
 		}
 		found = of[0]
