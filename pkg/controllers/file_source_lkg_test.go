@@ -9,20 +9,9 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/meshpilot/meshpilot/pkg/model"
 )
-
-func gaugeValue(t testing.TB, g prometheus.Gauge) float64 {
-	t.Helper()
-	var m dto.Metric
-	if err := g.Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	return m.GetGauge().GetValue()
-}
 
 // echoFile holds a Service, its Pod and its EndpointSlice in one file, as
 // examples/mesh/echo.yaml does.

@@ -18,6 +18,16 @@ func counterValue(t testing.TB, c prometheus.Counter) float64 {
 	return m.GetCounter().GetValue()
 }
 
+// gaugeValue reads a gauge.
+func gaugeValue(t testing.TB, g prometheus.Gauge) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := g.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetGauge().GetValue()
+}
+
 // seriesCount is how many label combinations a collector has produced.
 func seriesCount(c prometheus.Collector) int {
 	ch := make(chan prometheus.Metric)

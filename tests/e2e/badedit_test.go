@@ -17,46 +17,6 @@ import (
 	"github.com/meshpilot/meshpilot/pkg/pushcontext"
 )
 
-// echoFileYAML is one file holding the Service, both Pods and both
-// EndpointSlices, as examples/mesh/echo.yaml does.
-const echoFileYAML = serviceYAML + "---" + sliceAYAML + "---" + sliceBYAML
-
-const sliceAYAML = `
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: echo-a
-  namespace: {{.NS}}
-  labels:
-    kubernetes.io/service-name: echo
-addressType: IPv4
-ports:
-- name: grpc
-  port: {{.PortA}}
-endpoints:
-- addresses: ["{{.IP}}"]
-  conditions: {ready: true}
-  targetRef: {kind: Pod, name: echo-a, namespace: {{.NS}}}
-`
-
-const sliceBYAML = `
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: echo-b
-  namespace: {{.NS}}
-  labels:
-    kubernetes.io/service-name: echo
-addressType: IPv4
-ports:
-- name: grpc
-  port: {{.PortB}}
-endpoints:
-- addresses: ["{{.IP}}"]
-  conditions: {ready: true}
-  targetRef: {kind: Pod, name: echo-b, namespace: {{.NS}}}
-`
-
 // TestBadEditKeepsLastGoodConfig edits the files of `pilot discovery
 // --config-dir` under a real grpc-go client that calls all along, failing
 // fast: a file that no longer parses changes nothing (wherever the error
@@ -75,8 +35,11 @@ func TestBadEditKeepsLastGoodConfig(t *testing.T) {
 	cp := startControlPlane(t, m)
 	a := startBackend(t, cp, ip, ns, "echo-a", map[string]string{"app": "echo", "version": "v1"})
 	b := startBackend(t, cp, ip, ns, "echo-b", map[string]string{"app": "echo", "version": "v2"})
-	fx.PortA, fx.PortB = a.port, b.port
-	echo := fx.render(echoFileYAML)
+	// One file holds the Service, both Pods and both EndpointSlices, as
+	// examples/mesh/echo.yaml did.
+	withoutB := fx.render(serviceYAML) + "---" + fx.render(sliceYAML, "echo-a", a.port)
+	sliceB := fx.render(sliceYAML, "echo-b", b.port)
+	echo := withoutB + "---" + sliceB
 	m.apply(t, "echo", echo)
 	echoPath := filepath.Join(m.dir, "echo.yaml")
 
@@ -87,7 +50,6 @@ func TestBadEditKeepsLastGoodConfig(t *testing.T) {
 	t.Run("a file that no longer parses changes nothing", func(t *testing.T) {
 		// The broken versions also drop echo-b's slice: that edit must not
 		// apply either.
-		withoutB := fx.render(serviceYAML + "---" + sliceAYAML)
 		for round, edit := range []struct {
 			old, new string
 			// at is the text on the line the error is reported at (YAML
@@ -125,7 +87,7 @@ func TestBadEditKeepsLastGoodConfig(t *testing.T) {
 	})
 
 	t.Run("the file parsing again applies its edit", func(t *testing.T) {
-		m.apply(t, "echo", fx.render(serviceYAML+"---"+sliceAYAML))
+		m.apply(t, "echo", withoutB)
 		waitFor(t, 30*time.Second, "echo-a alone to answer", func() error { return answersFrom(c, "echo-a") })
 		if got := cp.metric(t, "meshpilot_config_files_rejected"); got != 0 {
 			t.Errorf("meshpilot_config_files_rejected = %v, want 0", got)
@@ -163,8 +125,8 @@ func TestBadEditKeepsLastGoodConfig(t *testing.T) {
 	t.Run("a deleted file deletes its objects", func(t *testing.T) {
 		// echo-b's slice moves to a file of its own: written there first,
 		// it is never missing.
-		m.apply(t, "slice-b", fx.render(sliceBYAML))
-		m.apply(t, "echo", fx.render(serviceYAML+"---"+sliceAYAML))
+		m.apply(t, "slice-b", sliceB)
+		m.apply(t, "echo", withoutB)
 		m.apply(t, "rule", fx.render(ruleYAML))
 		waitFor(t, 30*time.Second, "both backends to answer", func() error { return answersFrom(c, "echo-a", "echo-b") })
 		waitFor(t, 30*time.Second, "the rule", func() error { return lbPolicy(t, cp, ns, host, clusterv3.Cluster_LEAST_REQUEST) })
