@@ -194,7 +194,7 @@ func TestValidationWebhookThroughAPIServer(t *testing.T) {
 			t.Errorf("denial %q does not name the webhook", msg)
 		}
 		dr := drFromYAML(t, brokenDR, ns)
-		problems := expectedProblems(t, brokenDR)
+		problems := expectedProblems[brokenDR]
 		for _, want := range []string{"duplicate subset name", "spec.host", "tunnel.protocol"} {
 			if !strings.Contains(msg, want) {
 				t.Errorf("denial lacks %q: %s", want, msg)
