@@ -116,14 +116,9 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 func (p *Plugin) addPod(args *skel.CmdArgs, pd *pod, podIPs []netip.Addr) error {
 	ctx, cancel := context.WithTimeout(context.Background(), pd.conf.timeout)
 	defer cancel()
-	info, err := p.lookup(ctx, pd)
+	info, err := p.membership(ctx, pd)
 	if err != nil {
-		// Without the labels we cannot tell a mesh pod from another, and
-		// starting an ambient pod uncaptured is the one thing we must not
-		// do; the kubelet retries.
-		return types.NewError(types.ErrTryAgainLater,
-			fmt.Sprintf("meshpilot-cni: read pod %s/%s from the API server: %v", pd.namespace, pd.name, err),
-			"cannot tell whether the pod is in the ambient mesh")
+		return err
 	}
 	if !info.Ambient() {
 		p.log().Debug("pod not in the ambient mesh, passed through", "pod", pd.namespace+"/"+pd.name)
@@ -162,6 +157,20 @@ func agentError(err error, pd *pod, what, outcome string) error {
 	}
 }
 
+// membership reads the pod for ADD and CHECK. Without its labels we cannot
+// tell a mesh pod from another, and starting an ambient pod uncaptured is
+// the one thing we must not do, so a failed read is a try-again error: the
+// kubelet retries.
+func (p *Plugin) membership(ctx context.Context, pd *pod) (PodInfo, error) {
+	info, err := p.lookup(ctx, pd)
+	if err != nil {
+		return PodInfo{}, types.NewError(types.ErrTryAgainLater,
+			fmt.Sprintf("meshpilot-cni: read pod %s/%s from the API server: %v", pd.namespace, pd.name, err),
+			"cannot tell whether the pod is in the ambient mesh")
+	}
+	return info, nil
+}
+
 func (p *Plugin) lookup(ctx context.Context, pd *pod) (PodInfo, error) {
 	pods, err := p.pods(pd.conf)
 	if err != nil {
@@ -197,11 +206,9 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), pd.conf.timeout)
 	defer cancel()
-	info, err := p.lookup(ctx, pd)
+	info, err := p.membership(ctx, pd)
 	if err != nil {
-		return types.NewError(types.ErrTryAgainLater,
-			fmt.Sprintf("meshpilot-cni: read pod %s/%s from the API server: %v", pd.namespace, pd.name, err),
-			"cannot tell whether the pod is in the ambient mesh")
+		return err
 	}
 	if !info.Ambient() {
 		return nil
