@@ -200,7 +200,8 @@ func TestServerRefusesHandshake(t *testing.T) {
 			if n.counters.Conns[Inbound].Load() != 0 {
 				t.Errorf("an HTTP/2 connection was opened")
 			}
-			if !strings.Contains(n.log.String(), tc.refer) {
+			// The refusal is counted before it is logged.
+			if !waitUntil(5*time.Second, func() bool { return strings.Contains(n.log.String(), tc.refer) }) {
 				t.Errorf("log does not say why (%q):\n%s", tc.refer, n.log.String())
 			}
 		})
