@@ -281,6 +281,9 @@ var istioTriggerReasons = map[model.Kind]string{
 	model.KindIngress:            istioTriggerConfig,
 	model.KindIngressClass:       istioTriggerConfig,
 	model.KindSecret:             istioTriggerSecret,
+	// What a source could not read is config too: a file that stopped
+	// parsing, or parses again.
+	model.KindSourceProblems: istioTriggerConfig,
 }
 
 // triggers are the pre-resolved trigger counters: meshpilot's by kind and

@@ -239,6 +239,8 @@ func TestPushTriggersByIstioReason(t *testing.T) {
 		{"mixed", req(key(model.KindService, "a"), key(model.KindEndpoints, "a"), key(model.KindDestinationRule, "r")),
 			map[string]float64{"service": 1, "endpoint": 1, "config": 1},
 			map[string]float64{"Service": 1, "Endpoints": 1, "DestinationRule": 1}},
+		{"source problems are config", req(key(model.KindSourceProblems, "file")),
+			map[string]float64{"config": 1}, map[string]float64{"SourceProblems": 1}},
 		{"unknown kind", req(key(model.Kind(200), "x")), map[string]float64{"unknown": 1}, map[string]float64{"Unknown": 1}},
 	}
 	for _, tc := range cases {
