@@ -45,8 +45,8 @@ test-race: ## Run the concurrent packages' tests (with the real API server) unde
 test-unit: ## Run tests that need no API server.
 	$(GO) test $(TEST_FLAGS) -short ./pkg/...
 
-bench: ## Run the benchmarks of the hot paths.
-	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./pkg/...
+bench: ## Run the benchmarks of the hot paths (a restart needs the real API server).
+	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" $(GO) test -run '^$$' -bench . -benchmem -count=1 ./pkg/...
 
 generate: ## Regenerate committed generated files (CRDs from istio.io/api, also into charts/base/crds; the chart's injection template; Go code of the .proto files in api/).
 	$(GO) run ./hack/crdextract

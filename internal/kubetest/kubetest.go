@@ -45,7 +45,7 @@ const shortSkipReason = "needs a real kube-apiserver and etcd (envtest); -short 
 // suite and must not pass by not running.
 func Start(t testing.TB) *Env {
 	t.Helper()
-	env := start(t, testing.Short())
+	env := start(t, testing.Short(), nil)
 	env.InstallCRDs(t)
 	return env
 }
@@ -54,7 +54,18 @@ func Start(t testing.TB) *Env {
 // happens when they are installed later (with InstallCRDs).
 func StartWithoutCRDs(t testing.TB) *Env {
 	t.Helper()
-	return start(t, testing.Short())
+	return start(t, testing.Short(), nil)
+}
+
+// StartAtScale is Start with room for tens of thousands of Services: the
+// API server's default service range (a /24) holds 254 ClusterIPs.
+func StartAtScale(t testing.TB) *Env {
+	t.Helper()
+	env := start(t, testing.Short(), func(e *envtest.Environment) {
+		e.ControlPlane.GetAPIServer().Configure().Set("service-cluster-ip-range", "10.96.0.0/16")
+	})
+	env.InstallCRDs(t)
+	return env
 }
 
 // InstallCRDs installs meshpilot's CRDs (manifests/crds) and returns once
@@ -73,7 +84,7 @@ func (e *Env) InstallCRDs(t testing.TB) {
 	}
 }
 
-func start(t testing.TB, short bool) *Env {
+func start(t testing.TB, short bool, configure func(*envtest.Environment)) *Env {
 	t.Helper()
 	if short {
 		t.Skip(shortSkipReason)
@@ -85,6 +96,9 @@ func start(t testing.TB, short bool) *Env {
 	env := &envtest.Environment{}
 	if os.Getenv(startTimeoutEnv) == "" {
 		env.ControlPlaneStartTimeout = defaultStartTimeout
+	}
+	if configure != nil {
+		configure(env)
 	}
 	cfg, err := env.Start()
 	if err != nil {

@@ -75,7 +75,7 @@ func runStart(t *testing.T, short bool) *stopRecorder {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		start(rec, short)
+		start(rec, short, nil)
 		t.Error("start returned instead of failing or skipping")
 	}()
 	<-done

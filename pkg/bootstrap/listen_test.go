@@ -147,7 +147,7 @@ func runPortConflicts(t *testing.T, base func(*testing.T) Options, cases []portC
 
 // localOptions listens on loopback ports the kernel picks, so that only the
 // port a case takes can collide.
-func localOptions(t *testing.T) Options {
+func localOptions(t testing.TB) Options {
 	o := DefaultOptions()
 	o.XDSAddr, o.SecureXDSAddr = "127.0.0.1:0", "127.0.0.1:0"
 	o.HTTPAddr, o.MonitoringAddr = "127.0.0.1:0", "127.0.0.1:0"
@@ -156,7 +156,7 @@ func localOptions(t *testing.T) Options {
 	return o
 }
 
-func writeKubeconfig(t *testing.T, cfg *rest.Config, path string) {
+func writeKubeconfig(t testing.TB, cfg *rest.Config, path string) {
 	t.Helper()
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["envtest"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
