@@ -44,3 +44,29 @@ func BenchmarkEndpointPushToClients(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkLoneEndpointChange measures what a proxy feels when one
+// EndpointSlice changes after a quiet period: from the store write, through
+// the store's change handler and the push loop, to the client holding the
+// new ClusterLoadAssignment. Such a change is not held for the debounce
+// period. Between ops the benchmark waits out the quiet period (2 ms here),
+// untimed, so every change is a lone one.
+func BenchmarkLoneEndpointChange(b *testing.B) {
+	const quiet = 2 * time.Millisecond
+	h := newHarness(b, harnessConfig{seed: seedAB, debounceAfter: quiet, debounceMax: time.Second})
+	c := h.sotw("client")
+	c.ack(c.subscribe(EndpointType, hostname("a")), hostname("a"))
+
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		time.Sleep(2 * quiet)
+		b.StartTimer()
+		setEndpoints(h.store, "a", "10.1.0.1", fmt.Sprintf("10.6.%d.%d", i/250%250, i%250+1))
+		r := c.expect(EndpointType)
+		b.StopTimer()
+		c.ack(r, hostname("a"))
+		b.StartTimer()
+	}
+}

@@ -13,15 +13,22 @@ import (
 func TestDebouncer(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
-	svc := func(name string) *model.PushRequest {
-		return model.NewPushRequest(model.ConfigKey{Kind: model.KindService, Namespace: "ns", Name: name}, t0)
+	update := func(name string) *model.PushRequest {
+		kind := model.KindService
+		if len(name) > 4 && name[:4] == "eps-" {
+			kind = model.KindEndpoints
+		}
+		return model.NewPushRequest(model.ConfigKey{Kind: kind, Namespace: "ns", Name: name}, t0)
 	}
 	type step struct {
-		add   string // a Service update at ms; "" for a timer firing at ms
-		ms    int
-		armed bool          // add: the caller must arm its timer
-		wait  time.Duration // timer: how much longer to wait, 0 if due
-		keys  int           // timer: the keys of the pushed request
+		// add is an update at ms: a Service, or endpoints when it starts
+		// with "eps-"; "" is the timer firing at ms.
+		add       string
+		ms        int
+		armed     bool          // add: the caller must arm its timer
+		immediate bool          // add: the update is pushed at once
+		wait      time.Duration // timer: how much longer to wait, 0 if due
+		keys      int           // timer: the keys of the pushed request
 	}
 	for _, tc := range []struct {
 		name  string
@@ -58,13 +65,38 @@ func TestDebouncer(t *testing.T) {
 			{add: "b", ms: 150, armed: true},
 			{ms: 250, keys: 1},
 		}},
+		{"a lone endpoint change is pushed at once", []step{
+			{add: "eps-a", ms: 0, immediate: true},
+			{add: "eps-b", ms: 500, immediate: true},
+		}},
+		{"endpoint changes that follow it are merged", []step{
+			{add: "eps-a", ms: 0, immediate: true},
+			{add: "eps-b", ms: 20, armed: true},
+			{add: "eps-c", ms: 50},
+			{ms: 120, wait: 30 * time.Millisecond},
+			{ms: 150, keys: 2},
+			// 100 ms after the last update: lone again.
+			{add: "eps-d", ms: 150, immediate: true},
+		}},
+		{"an endpoint change joins a pending burst", []step{
+			{add: "a", ms: 0, armed: true},
+			{add: "eps-a", ms: 500},
+			{ms: 600, keys: 2},
+		}},
+		{"quiet is counted from the last update, not the last push", []step{
+			{add: "a", ms: 0, armed: true},
+			{ms: 100, keys: 1},
+			{add: "eps-a", ms: 120, immediate: true}, // 20 ms after the push, 120 after a
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := debouncer{after: 100 * time.Millisecond, max: time.Second}
 			for i, st := range tc.steps {
 				if st.add != "" {
-					if armed := d.add(svc(st.add), at(st.ms)); armed != st.armed {
-						t.Fatalf("step %d: add %s at %d ms: armed = %v, want %v", i, st.add, st.ms, armed, st.armed)
+					immediate, armed := d.add(update(st.add), at(st.ms))
+					if armed != st.armed || (immediate != nil) != st.immediate {
+						t.Fatalf("step %d: add %s at %d ms: armed = %v, immediate = %v; want %v, %v",
+							i, st.add, st.ms, armed, immediate != nil, st.armed, st.immediate)
 					}
 					continue
 				}

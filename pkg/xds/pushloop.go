@@ -78,7 +78,14 @@ func (s *Server) pushLoop(ctx context.Context) {
 			if req == nil {
 				continue
 			}
-			if d.add(req, time.Now()) {
+			now := time.Now()
+			immediate, arm := d.add(req, now)
+			if immediate != nil {
+				s.push(immediate)
+				s.metrics.debounced(now)
+				continue
+			}
+			if arm {
 				timer.Reset(d.after)
 				timerC = timer.C
 			}
