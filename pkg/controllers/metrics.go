@@ -118,11 +118,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"kind", "reason"}),
 		IstioConfigEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pilot_k8s_cfg_events",
-			Help: "Events from k8s config.",
+			Help: "Kubernetes source events for Istio and Ingress config, by kind and event.",
 		}, []string{"type", "event"}),
 		IstioRegistryEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pilot_k8s_reg_events",
-			Help: "Events from k8s registry.",
+			Help: "Kubernetes source events for Services, EndpointSlices, Pods and Namespaces, by kind and event.",
 		}, []string{"type", "event"}),
 		FilesRejected: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "meshpilot_config_files_rejected",

@@ -62,45 +62,45 @@ func newIstioMetrics(m *Metrics) *istioMetrics {
 	return &istioMetrics{
 		pushes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pilot_xds_pushes",
-			Help: "Pilot build and send errors for lds, rds, cds and eds.",
+			Help: "xDS responses sent, by short type; <type>_senderr counts sends that failed. istiod's name for meshpilot_xds_pushes_total.",
 		}, []string{"type"}),
 		pushTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "pilot_xds_push_time",
-			Help:    "Total time in seconds Pilot takes to push lds, rds, cds and eds.",
+			Help:    "Seconds to generate and send one xDS response, by short type.",
 			Buckets: istioPushTimeBuckets,
 		}, []string{"type"}),
 		convergence: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "pilot_proxy_convergence_time",
-			Help:    "Delay in seconds between config change and a proxy receiving all required configuration.",
+			Help:    "Seconds from the oldest change in a push to the last response that push sent a proxy.",
 			Buckets: istioConvergenceBuckets,
 		}),
 		clients: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "pilot_xds",
-			Help: "Number of endpoints connected to this pilot using XDS.",
+			Help: "Connected xDS streams, by the ISTIO_VERSION their nodes report.",
 		}, []string{"version"}),
 		rejects: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pilot_total_xds_rejects",
-			Help: "Total number of XDS responses from pilot rejected by proxy.",
+			Help: "xDS responses a client rejected (NACKs), by short type.",
 		}, []string{"type"}),
 		sendTime: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "pilot_xds_send_time",
-			Help:    "Total time in seconds Pilot takes to send generated configuration.",
+			Help:    "Seconds one Send on an xDS stream took.",
 			Buckets: istioSendTimeBuckets,
 		}),
 		debounceTime: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "pilot_debounce_time",
-			Help: "Delay in seconds between the first config enters debouncing and the merged push request is pushed " +
-				"into the push queue (includes pushcontext_init_seconds).",
+			Help: "Seconds from the first change of a burst to its merged push being handed to the connections, " +
+				"push context build included.",
 			Buckets: istioPushTimeBuckets,
 		}),
 		pushContextInit: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "pilot_pushcontext_init_seconds",
-			Help:    "Total time in seconds Pilot takes to init pushContext.",
+			Help:    "Seconds to build one push context.",
 			Buckets: istioPushContextInitBuckets,
 		}),
 		services: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "pilot_services",
-			Help: "Total services known to pilot.",
+			Help: "Services in the push context being served.",
 		}, func() float64 {
 			if served := m.served.Load(); served != nil {
 				if pc := (*served)(); pc != nil {
@@ -111,15 +111,15 @@ func newIstioMetrics(m *Metrics) *istioMetrics {
 		}),
 		triggers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pilot_push_triggers",
-			Help: "Total number of times a push was triggered, labeled by reason for the push.",
+			Help: "Config updates, counted once per reason they carry.",
 		}, []string{"type"}),
 		writeTimeouts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilot_xds_write_timeout",
-			Help: "Pilot XDS response write timeouts.",
+			Help: "xDS sends that timed out, closing their stream.",
 		}),
 		internalErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pilot_total_xds_internal_errors",
-			Help: "Total number of internal XDS errors in pilot.",
+			Help: "xDS streams ended by an unexpected receive error.",
 		}),
 	}
 }
