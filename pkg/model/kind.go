@@ -14,6 +14,9 @@ const (
 	KindIngressClass
 	KindSecret
 	KindPeerAuthentication
+	// KindVirtualService configs hold *networking.VirtualService
+	// (istio.io/api/networking/v1) specs.
+	KindVirtualService
 	// KindSourceProblems keys are named after the source whose problems
 	// changed (model.SourceProblem); no proxy's config depends on them.
 	KindSourceProblems
@@ -29,6 +32,7 @@ var kindNames = map[Kind]string{
 	KindIngressClass:       "IngressClass",
 	KindSecret:             "Secret",
 	KindPeerAuthentication: "PeerAuthentication",
+	KindVirtualService:     "VirtualService",
 	KindSourceProblems:     "SourceProblems",
 }
 
