@@ -3,6 +3,7 @@ package xds
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -69,4 +70,72 @@ func connected(h *harness, name string) bool {
 		}
 	}
 	return false
+}
+
+// A client that stops reading costs the server one response in flight and
+// one merged push plan, however many pushes happen meanwhile: responses are
+// generated only when the previous one has been sent, so the heap does not
+// grow with the pushes the client misses. Then the client is dropped.
+func TestSlowClientCostIsBounded(t *testing.T) {
+	// Each push would make the slow client one more megabyte-sized response;
+	// a server that queued them would hold pushes MiB. The bound leaves room
+	// for the push contexts and the garbage collector's slack.
+	const (
+		pushes    = 60
+		maxGrowth = 24 << 20
+	)
+	h := newHarness(t, harnessConfig{seed: seedAB, sendTimeout: slowSendTimeout})
+	slowConn := h.dial(grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
+	defer slowConn.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	slow, err := discoveryv3.NewAggregatedDiscoveryServiceClient(slowConn).StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := slow.Send(&discoveryv3.DiscoveryRequest{Node: nodeFor("slow"), TypeUrl: bulkType, ResourceNames: []string{"bulk"}}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the slow client's first response to be generated", func() bool {
+		return h.gens.count(proxyID("slow"), bulkType) > 0
+	})
+	fast := h.sotw("fast")
+	fast.ack(fast.subscribe(ClusterType))
+	before := heapInUse()
+
+	for i := range pushes {
+		addService(h.store, fmt.Sprintf("svc-%d", i), "10.3.0.1")
+		for {
+			cds := fast.expect(ClusterType)
+			fast.ack(cds)
+			if len(cds.GetResources()) == 3+i {
+				break
+			}
+		}
+	}
+	if !connected(h, "slow") {
+		t.Fatal("the slow stream was dropped before the pushes ended: the test proved nothing")
+	}
+	if got := h.gens.count(proxyID("slow"), bulkType); got > 2 {
+		t.Errorf("the stuck client's response was generated %d times while it read nothing, want at most 2 "+
+			"(the one in flight and the one waiting for it)", got)
+	}
+	growth := int64(heapInUse()) - int64(before)
+	t.Logf("heap growth over %d pushes: %d KiB; slow generations %d", pushes, growth>>10, h.gens.count(proxyID("slow"), bulkType))
+	if growth > maxGrowth {
+		t.Errorf("heap grew by %d MiB over %d pushes to a client that reads nothing, want at most %d MiB",
+			growth>>20, pushes, maxGrowth>>20)
+	}
+	h.eventually("the slow stream's send to time out", func() bool {
+		return h.counter(h.server.metrics.streamErrors, reasonSendTimeout) >= 1
+	})
+	h.eventually("the slow stream to be dropped", func() bool { return !connected(h, "slow") })
+}
+
+// heapInUse is the live heap after a collection.
+func heapInUse() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
 }
