@@ -19,6 +19,7 @@ import (
 var (
 	DestinationRuleSpec    = (&networking.DestinationRule{}).ProtoReflect().Descriptor()
 	PeerAuthenticationSpec = (&security.PeerAuthentication{}).ProtoReflect().Descriptor()
+	VirtualServiceSpec     = (&networking.VirtualService{}).ProtoReflect().Descriptor()
 )
 
 // FieldError is one problem with one field of an object.
