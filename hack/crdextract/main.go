@@ -25,6 +25,7 @@ const (
 var CRDs = []string{
 	"destinationrules.networking.istio.io",
 	"peerauthentications.security.istio.io",
+	"virtualservices.networking.istio.io",
 }
 
 func main() {
