@@ -144,7 +144,7 @@ func incrementalStore() model.Store {
 func TestIncrementalBuild(t *testing.T) {
 	store := incrementalStore()
 	pc := Build(store, testOpts, nil, nil)
-	all := []string{indexServices, indexDestinationRules, indexResolution, indexEndpoints, indexWorkloads, indexServiceTargets, indexIngress, indexCredentials, indexPeerAuthentication, indexAddresses}
+	all := []string{indexServices, indexDestinationRules, indexResolution, indexEndpoints, indexWorkloads, indexServiceTargets, indexIngress, indexCredentials, indexPeerAuthentication, indexVirtualServices, indexAddresses}
 
 	steps := []struct {
 		name string
@@ -262,6 +262,19 @@ func TestIncrementalBuild(t *testing.T) {
 			wantRebuilt: []string{indexPeerAuthentication},
 		},
 		{
+			name: "virtual service change rebuilds its index only",
+			change: func(*PushContext) *model.PushRequest {
+				store.UpsertConfig(&model.Config{
+					Kind: model.KindVirtualService, Namespace: "ns-1", Name: "svc-1",
+					Spec: &networking.VirtualService{Hosts: []string{"svc-1"}, Http: []*networking.HTTPRoute{{
+						Route: []*networking.HTTPRouteDestination{{Destination: &networking.Destination{Host: "svc-1", Subset: "v2"}}},
+					}}},
+				})
+				return pushRequest(key(model.KindVirtualService, "ns-1", "svc-1"))
+			},
+			wantRebuilt: []string{indexVirtualServices},
+		},
+		{
 			name: "forced full push rebuilds everything",
 			change: func(*PushContext) *model.PushRequest {
 				return &model.PushRequest{Full: true}
@@ -302,6 +315,7 @@ func TestIncrementalBuild(t *testing.T) {
 				indexIngress:            pc.ingress == prev.ingress,
 				indexCredentials:        pc.credentials == prev.credentials,
 				indexPeerAuthentication: pc.peerAuthn == prev.peerAuthn,
+				indexVirtualServices:    pc.virtualServices == prev.virtualServices,
 				indexAddresses:          pc.addresses == prev.addresses,
 			}
 			for _, name := range all {

@@ -77,6 +77,8 @@ type PushContext struct {
 	// credentials depends on DestinationRules and Secrets.
 	credentials *credentialIndex
 	peerAuthn   *peerAuthnIndex
+	// virtualServices depends on VirtualServices only.
+	virtualServices *virtualServiceIndex
 	// addresses is what workload discovery reads (addresses.go).
 	addresses *addressIndex
 
@@ -247,6 +249,13 @@ func Build(store model.Store, opts Options, prev *PushContext, req *model.PushRe
 		pc.peerAuthn = prev.peerAuthn
 		pc.build.reused(indexPeerAuthentication)
 	}
+	if plan.full || plan.virtualServices {
+		pc.virtualServices = buildVirtualServiceIndex(store.Configs(model.KindVirtualService), opts.DomainSuffix)
+		pc.build.rebuilt(indexVirtualServices)
+	} else {
+		pc.virtualServices = prev.virtualServices
+		pc.build.reused(indexVirtualServices)
+	}
 	if plan.full || plan.workloads || plan.services || plan.namespaces {
 		if workloads == nil {
 			workloads = store.Workloads()
@@ -274,6 +283,7 @@ type buildPlan struct {
 	// secrets by Secret changes alone.
 	ingress, secrets bool
 	peerAuthn        bool
+	virtualServices  bool
 	// namespaces is set by Namespace changes (their ambient labels).
 	namespaces bool
 	// endpoints lists the services whose endpoints must be re-read from the
@@ -306,6 +316,8 @@ func planBuild(opts Options, prev *PushContext, req *model.PushRequest) buildPla
 			plan.workloads = true
 		case model.KindPeerAuthentication:
 			plan.peerAuthn = true
+		case model.KindVirtualService:
+			plan.virtualServices = true
 		case model.KindNamespace:
 			plan.namespaces = true
 		case model.KindSourceProblems:

@@ -19,6 +19,7 @@ const (
 	indexIngress            = "ingress"
 	indexCredentials        = "credentials"
 	indexPeerAuthentication = "peerAuthentication"
+	indexVirtualServices    = "virtualServices"
 	indexAddresses          = "addresses"
 )
 
@@ -70,7 +71,10 @@ type Summary struct {
 	Counts           SummaryCounts     `json:"counts"`
 	Visibility       VisibilitySummary `json:"visibility"`
 	DestinationRules []RuleSummary     `json:"destinationRules"`
-	Ingress          IngressSummary    `json:"ingress"`
+	// VirtualServices are those bound to the mesh, oldest first: for a
+	// host, the first one a proxy's namespace sees wins.
+	VirtualServices []VirtualServiceSummary `json:"virtualServices"`
+	Ingress         IngressSummary          `json:"ingress"`
 	// Problems include what was dropped from each owned Ingress (the same
 	// reasons IngressProblems gives).
 	Problems []Problem `json:"problems"`
@@ -151,6 +155,7 @@ func (pc *PushContext) Summary() Summary {
 			MergedDestinationRules: len(pc.rules.entries),
 		},
 		Visibility:          pc.visibilitySummary(),
+		VirtualServices:     pc.virtualServices.summary(),
 		Ingress:             pc.ingress.summary(),
 		Problems:            pc.problems(),
 		TranslationProblems: pc.translationProblems(),
@@ -218,6 +223,7 @@ func (pc *PushContext) problems() []Problem {
 	out := make([]Problem, 0, len(pc.services.problems)+len(pc.rules.problems))
 	out = append(out, pc.services.problems...)
 	out = append(out, pc.rules.problems...)
+	out = append(out, pc.virtualServices.problems...)
 	for name, reasons := range pc.ingress.problems {
 		for _, r := range reasons {
 			out = append(out, Problem{Kind: model.KindIngress.String(), Namespace: name.Namespace, Name: name.Name, Message: r})
