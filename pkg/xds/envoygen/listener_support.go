@@ -94,7 +94,7 @@ type proxyRuleScope struct {
 
 func ruleScopeOf(proxy *model.Proxy, push *pushcontext.PushContext) proxyRuleScope {
 	s := proxyRuleScope{namespace: proxy.Namespace}
-	if len(proxy.Labels) > 0 && push.HasWorkloadSelectorRules(proxy.Namespace) {
+	if len(proxy.Labels) > 0 && (push.HasWorkloadSelectorRules(proxy.Namespace) || push.RoutesDependOnSourceLabels(proxy.Namespace)) {
 		s.labels = canonicalLabels(proxy.Labels)
 	}
 	return s

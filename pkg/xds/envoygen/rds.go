@@ -13,6 +13,7 @@ import (
 
 	"github.com/meshpilot/meshpilot/pkg/model"
 	"github.com/meshpilot/meshpilot/pkg/pushcontext"
+	"github.com/meshpilot/meshpilot/pkg/xds/httproute"
 )
 
 // RouteGenerator serves RDS to Envoy sidecars: for each outbound HTTP port,
@@ -167,6 +168,8 @@ type vhostKey struct {
 	port   uint32
 	viewer namespaceRelation
 	rule   *pushcontext.DestinationRule
+	// vs is the VirtualService whose routes the virtual host carries.
+	vs *pushcontext.VirtualService
 }
 
 // namespaceRelation is how a proxy's namespace relates to a service's, as
@@ -233,13 +236,29 @@ func (b *routeBuild) appendVirtualHosts(out []byte, services []*model.Service, p
 			continue
 		}
 		dr := b.push.DestinationRuleForProxy(b.proxy, svc.Hostname)
+		vs := b.push.VirtualServiceFor(b.proxy.Namespace, svc.Hostname)
 		// A virtual host that lost domains is particular to this route
-		// configuration and is not shared.
-		shared := len(kept) == len(hosts)
-		key := vhostKey{svc: svc, port: port, viewer: relation(b.proxy.Namespace, svc.Namespace), rule: dr}
+		// configuration and is not shared, nor is one whose routes depend
+		// on the proxy's labels.
+		shared := len(kept) == len(hosts) && (vs == nil || !vs.UsesSourceLabels)
+		key := vhostKey{svc: svc, port: port, viewer: relation(b.proxy.Namespace, svc.Namespace), rule: dr, vs: vs}
 		if shared {
 			if vb, ok := b.gen.vhosts.get(key); ok {
 				out = appendVirtualHost(out, vb)
+				continue
+			}
+		}
+		if vs != nil {
+			vb, err := b.virtualServiceHost(vs, svc, port, portStr, kept)
+			if err != nil {
+				return nil, err
+			}
+			if vb != nil {
+				out = appendVirtualHost(out, vb)
+				if shared {
+					newKeys = append(newKeys, key)
+					newBytes = append(newBytes, vb)
+				}
 				continue
 			}
 		}
@@ -263,6 +282,33 @@ func (b *routeBuild) appendVirtualHosts(out []byte, services []*model.Service, p
 	}
 	b.gen.vhosts.addAll(newKeys, newBytes)
 	return out, nil
+}
+
+// virtualServiceHost marshals the virtual host of a service port that a
+// VirtualService routes; nil when none of its routes applies to the port,
+// and the default virtual host serves it. Such hosts are few, so they are
+// built as messages rather than encoded by hand.
+func (b *routeBuild) virtualServiceHost(vs *pushcontext.VirtualService, svc *model.Service, port uint32, portStr string, hosts []string) ([]byte, error) {
+	routes := httproute.Routes(httproute.Input{
+		Flavor: httproute.Envoy, Proxy: b.proxy, Push: b.push, VS: vs, Host: svc.Hostname, Port: port,
+		DefaultRetry: b.g.parts.defaultRetry,
+		HashPolicy: func(host string, p uint32) []*route.RouteAction_HashPolicy {
+			return HashPolicy(b.push.DestinationRuleForProxy(b.proxy, host).TrafficPolicy(p, "").GetLoadBalancer())
+		},
+		Report: func(reason string) { b.problems.report(vs.Key(), reason) },
+	})
+	if routes == nil {
+		return nil, nil
+	}
+	vh := &route.VirtualHost{Name: hostPort(svc.Hostname, port), Routes: routes, IncludeRequestAttemptCount: true}
+	for _, h := range hosts {
+		vh.Domains = append(vh.Domains, h, h+":"+portStr)
+	}
+	vb, err := lrMarshal.Marshal(vh)
+	if err != nil {
+		return nil, err
+	}
+	return vb[:len(vb):len(vb)], nil
 }
 
 // hashPolicy is the request hash for the service port's consistent-hash

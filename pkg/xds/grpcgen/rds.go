@@ -9,10 +9,13 @@ import (
 
 	"github.com/meshpilot/meshpilot/pkg/model"
 	"github.com/meshpilot/meshpilot/pkg/pushcontext"
+	"github.com/meshpilot/meshpilot/pkg/xds/httproute"
 )
 
 // RouteGenerator serves RDS: one route configuration per dial target
-// ("host:port"), routing everything to the service port's default cluster.
+// ("host:port"), with the routes of the VirtualService the client's
+// namespace uses for the service, else one route to the service port's
+// default cluster.
 type RouteGenerator struct {
 	opts Options
 }
@@ -69,23 +72,57 @@ func (g *RouteGenerator) routeConfig(proxy *model.Proxy, push *pushcontext.PushC
 		// for a resolved short form may not be one of the canonical spellings.
 		domains = append([]string{name}, domains...)
 	}
-	action := &route.RouteAction{
-		ClusterSpecifier: &route.RouteAction_Cluster{Cluster: clusterKey{host: svc.Hostname, port: port.Port}.name()},
-	}
-	if dr := push.DestinationRuleFor(proxy.Namespace, svc.Hostname); dr != nil {
-		action.HashPolicy = hashPolicy(dr.TrafficPolicy(port.Port, ""), dropReporter{push: push, logger: g.opts.Logger, rule: dr, resource: name})
+	routes := g.virtualServiceRoutes(proxy, push, svc, port)
+	if routes == nil {
+		action := &route.RouteAction{
+			ClusterSpecifier: &route.RouteAction_Cluster{Cluster: clusterKey{host: svc.Hostname, port: port.Port}.name()},
+			HashPolicy:       g.hashPolicy(proxy, push, name, svc.Hostname, port.Port),
+		}
+		routes = []*route.Route{{
+			Match:  &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
+			Action: &route.Route_Route{Route: action},
+		}}
 	}
 	return marshalResource(name, &route.RouteConfiguration{
 		Name: name,
 		VirtualHosts: []*route.VirtualHost{{
 			Name:    name,
 			Domains: domains,
-			Routes: []*route.Route{{
-				Match:  &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
-				Action: &route.Route_Route{Route: action},
-			}},
+			Routes:  routes,
 		}},
 	})
+}
+
+// virtualServiceRoutes are the routes of the VirtualService the proxy's
+// namespace uses for the service, nil when there is none or none of its
+// routes applies to the port.
+func (g *RouteGenerator) virtualServiceRoutes(proxy *model.Proxy, push *pushcontext.PushContext, svc *model.Service, port *model.Port) []*route.Route {
+	vs := push.VirtualServiceFor(proxy.Namespace, svc.Hostname)
+	if vs == nil {
+		return nil
+	}
+	return httproute.Routes(httproute.Input{
+		Flavor: httproute.GRPC, Proxy: proxy, Push: push, VS: vs, Host: svc.Hostname, Port: port.Port,
+		HashPolicy: func(host string, p uint32) []*route.RouteAction_HashPolicy {
+			return g.hashPolicy(proxy, push, host, host, p)
+		},
+		Report: func(reason string) {
+			if push.ReportProblem(vs.Key(), "proxyless gRPC: "+reason) {
+				g.opts.Logger.Warn("VirtualService partly not translated for proxyless gRPC",
+					"virtualService", vs.String(), "reason", reason)
+			}
+		},
+	})
+}
+
+// hashPolicy is the request hash of the destination's consistent-hash load
+// balancer, from the DestinationRule the proxy's namespace sees for it.
+func (g *RouteGenerator) hashPolicy(proxy *model.Proxy, push *pushcontext.PushContext, resource, host string, port uint32) []*route.RouteAction_HashPolicy {
+	dr := push.DestinationRuleFor(proxy.Namespace, host)
+	if dr == nil {
+		return nil
+	}
+	return hashPolicy(dr.TrafficPolicy(port, ""), dropReporter{push: push, logger: g.opts.Logger, rule: dr, resource: resource})
 }
 
 // hashPolicy gives a ring-hash cluster the request hash gRPC can compute: a
