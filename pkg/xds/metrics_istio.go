@@ -278,6 +278,7 @@ var istioTriggerReasons = map[model.Kind]string{
 	model.KindNamespace:          istioTriggerNamespace,
 	model.KindDestinationRule:    istioTriggerConfig,
 	model.KindPeerAuthentication: istioTriggerConfig,
+	model.KindVirtualService:     istioTriggerConfig,
 	model.KindIngress:            istioTriggerConfig,
 	model.KindIngressClass:       istioTriggerConfig,
 	model.KindSecret:             istioTriggerSecret,

@@ -52,6 +52,10 @@ type pushPlan struct {
 	// listeners follow them, and clusters (auto mTLS) follow the
 	// namespace-wide ones.
 	peerAuthnChanged bool
+	// virtualServicesChanged is set when VirtualServices changed: only
+	// routes follow them (a route naming a new subset makes a gRPC client
+	// subscribe to its cluster through CDS on its own).
+	virtualServicesChanged bool
 	// addressesChanged is set when Pods, Services or Namespaces changed:
 	// what node proxies are sent (WDS) is made of them.
 	addressesChanged bool
@@ -125,6 +129,8 @@ func newPushPlan(id uint64, req *model.PushRequest, prev, cur *pushcontext.PushC
 			p.secrets = append(p.secrets, model.NamespacedName{Namespace: key.Namespace, Name: key.Name})
 		case model.KindPeerAuthentication:
 			p.peerAuthnChanged = true
+		case model.KindVirtualService:
+			p.virtualServicesChanged = true
 		case model.KindSourceProblems:
 			// Only /debug/pushcontext shows them.
 		default:
@@ -172,6 +178,8 @@ func mergePlans(id uint64, older, newer *pushPlan) *pushPlan {
 		secrets:          slices.Concat(older.secrets, newer.secrets),
 		peerAuthnChanged: older.peerAuthnChanged || newer.peerAuthnChanged,
 		addressesChanged: older.addressesChanged || newer.addressesChanged,
+
+		virtualServicesChanged: older.virtualServicesChanged || newer.virtualServicesChanged,
 	}
 	if len(older.rules)+len(newer.rules) > 0 {
 		m.rules = maps.Clone(older.rules)
@@ -351,6 +359,7 @@ func (p *pushPlan) meshScope(proxy *model.Proxy) pushScope {
 	sc.endpoints = p.endpointsChanged
 	sc.clusters, sc.listeners = p.peerAuthnChanged, p.peerAuthnChanged
 	sc.addresses = p.addressesChanged
+	sc.routes = p.virtualServicesChanged
 	for host, change := range p.rules {
 		if !visibleIn(p.prev, ns, host) && !visibleIn(p.cur, ns, host) {
 			continue

@@ -269,6 +269,22 @@ func TestPushScopes(t *testing.T) {
 			mine: []string{"cds", "lds"}, other: []string{"cds", "lds"}, gateway: []string{"cds", "lds"},
 		},
 		{
+			// Only routes follow VirtualServices; clusters of the subsets
+			// they name exist already (from the DestinationRule), and gRPC
+			// clients subscribe to them through CDS when the routes say so.
+			name: "virtual service",
+			change: func(s model.Store) []model.ConfigKey {
+				s.UpsertConfig(&model.Config{
+					Kind: model.KindVirtualService, Namespace: "default", Name: "to-v1",
+					Spec: &networking.VirtualService{Hosts: []string{"private"}, Http: []*networking.HTTPRoute{{
+						Route: []*networking.HTTPRouteDestination{{Destination: &networking.Destination{Host: "private", Subset: "v1"}}},
+					}}},
+				})
+				return []model.ConfigKey{{Kind: model.KindVirtualService, Namespace: "default", Name: "to-v1"}}
+			},
+			mine: []string{"rds"}, other: []string{"rds"}, gateway: []string{"rds"},
+		},
+		{
 			name: "new rule with subsets",
 			change: func(s model.Store) []model.ConfigKey {
 				withPrivateRule(s)
