@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cespare/xxhash/v2"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -146,7 +147,7 @@ func (c *connection) initialize(node *corev3.Node) error {
 	}
 	proxy, err := parseNode(node)
 	if err != nil {
-		return status.Error(codes.InvalidArgument, err.Error())
+		return status.Error(codes.InvalidArgument, clip(err.Error()))
 	}
 	if err := c.authenticate(proxy); err != nil {
 		return err
@@ -529,6 +530,12 @@ func (c *connection) recvError(ctx context.Context, err error) error {
 	switch status.Code(err) {
 	case codes.Canceled, codes.DeadlineExceeded:
 		return nil
+	case codes.ResourceExhausted:
+		// A request over the server's size limit: gRPC has refused it, and
+		// the mistake is the client's, not a server failure.
+		c.s.metrics.streamErrors.WithLabelValues(reasonInvalidArgument).Inc()
+		c.log.Warn("request too large; closing the stream", "err", err)
+		return err
 	case codes.Internal:
 		// gRPC reports a request that does not unmarshal as Internal (and
 		// has already sent that status, ending the stream); it is a bad
@@ -544,6 +551,24 @@ func (c *connection) recvError(ctx context.Context, err error) error {
 	c.s.metrics.istio.internalErrors.Inc()
 	c.log.Warn("receive failed", "err", err)
 	return err
+}
+
+// maxStatusMessage bounds what a status message quotes of a client's input:
+// the status travels in an HTTP/2 header, and the log repeats it, so a
+// megabyte-long node id must not come back a megabyte long.
+const maxStatusMessage = 1 << 10
+
+// clip shortens msg to maxStatusMessage bytes, on a rune boundary, saying
+// how long it was.
+func clip(msg string) string {
+	if len(msg) <= maxStatusMessage {
+		return msg
+	}
+	cut := maxStatusMessage
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d bytes in all)", msg[:cut], len(msg))
 }
 
 func (c *connection) streamError(err error) error {
