@@ -28,6 +28,12 @@ func istioConfigParts(obj any) (model.Kind, *metav1.ObjectMeta, any, bool) {
 		return model.KindDestinationRule, &o.ObjectMeta, &o.Spec, true
 	case *networkingv1alpha3.DestinationRule:
 		return model.KindDestinationRule, &o.ObjectMeta, &o.Spec, true
+	case *networkingv1.VirtualService:
+		return model.KindVirtualService, &o.ObjectMeta, &o.Spec, true
+	case *networkingv1beta1.VirtualService:
+		return model.KindVirtualService, &o.ObjectMeta, &o.Spec, true
+	case *networkingv1alpha3.VirtualService:
+		return model.KindVirtualService, &o.ObjectMeta, &o.Spec, true
 	case *securityv1.PeerAuthentication:
 		return model.KindPeerAuthentication, &o.ObjectMeta, &o.Spec, true
 	case *securityv1beta1.PeerAuthentication:
@@ -44,6 +50,8 @@ func convertIstioConfig(meta *metav1.ObjectMeta, spec any) (*model.Config, error
 		return ConvertDestinationRule(meta, s)
 	case *apisecurity.PeerAuthentication:
 		return ConvertPeerAuthentication(meta, s)
+	case *apinetworking.VirtualService:
+		return ConvertVirtualService(meta, s)
 	}
 	return nil, errors.New("unsupported Istio config spec")
 }
@@ -66,6 +74,17 @@ func ConvertPeerAuthentication(meta *metav1.ObjectMeta, spec *apisecurity.PeerAu
 		return nil, err
 	}
 	return newConfig(model.KindPeerAuthentication, meta, spec), nil
+}
+
+// ConvertVirtualService validates a VirtualService and wraps it as a
+// model.Config whose Spec is the *VirtualService of istio.io/api/networking/v1
+// (which aliases v1alpha3's, as v1beta1's does). The spec is shared with the
+// object, not copied.
+func ConvertVirtualService(meta *metav1.ObjectMeta, spec *apinetworking.VirtualService) (*model.Config, error) {
+	if err := validation.ValidateVirtualService(meta.Name, meta.Namespace, spec); err != nil {
+		return nil, err
+	}
+	return newConfig(model.KindVirtualService, meta, spec), nil
 }
 
 // newConfig wraps a validated, non-nil spec (validators refuse nil).

@@ -47,6 +47,9 @@ var acceptedKinds = map[schema.GroupVersionKind]bool{
 	networkingv1.SchemeGroupVersion.WithKind("DestinationRule"):       true,
 	networkingv1beta1.SchemeGroupVersion.WithKind("DestinationRule"):  true,
 	networkingv1alpha3.SchemeGroupVersion.WithKind("DestinationRule"): true,
+	networkingv1.SchemeGroupVersion.WithKind("VirtualService"):        true,
+	networkingv1beta1.SchemeGroupVersion.WithKind("VirtualService"):   true,
+	networkingv1alpha3.SchemeGroupVersion.WithKind("VirtualService"):  true,
 	securityv1.SchemeGroupVersion.WithKind("PeerAuthentication"):      true,
 	securityv1beta1.SchemeGroupVersion.WithKind("PeerAuthentication"): true,
 }
@@ -62,6 +65,7 @@ var clusterScoped = map[schema.GroupKind]bool{
 var specTypes = map[schema.GroupKind]protoreflect.MessageDescriptor{
 	{Group: "networking.istio.io", Kind: "DestinationRule"}:  validation.DestinationRuleSpec,
 	{Group: "security.istio.io", Kind: "PeerAuthentication"}: validation.PeerAuthenticationSpec,
+	{Group: "networking.istio.io", Kind: "VirtualService"}:   validation.VirtualServiceSpec,
 }
 
 // decodedDoc is one object of a file (one document, or one item of a

@@ -389,7 +389,7 @@ func sourceProblem(path string, e *ObjectError) model.SourceProblem {
 // kindOrder applies objects that others refer to first: Pods before the
 // slices that target them, so endpoints get their labels at once.
 var kindOrder = map[string]int{"Namespace": 0, "Service": 1, "Pod": 2, "EndpointSlice": 3, "DestinationRule": 4,
-	"PeerAuthentication": 5, "IngressClass": 6, "Secret": 7, "Ingress": 8}
+	"VirtualService": 5, "PeerAuthentication": 6, "IngressClass": 7, "Secret": 8, "Ingress": 9}
 
 func (s *FileSource) apply(desired map[objectKey]appliedObject) {
 	var removed []appliedObject

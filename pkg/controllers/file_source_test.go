@@ -220,7 +220,7 @@ func TestFileSourceBadInputIsSkipped(t *testing.T) {
 	// A file that parses drops only the objects that are bad.
 	writeFile(t, dir, "mixed.yaml", strings.Join([]string{
 		serviceYAML,
-		"apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: vs}\nspec: {}\n",
+		"apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: gw}\nspec: {}\n",
 		invalidDRYAML,
 		"apiVersion: v1\nkind: Service\nmetadata: {name: badspec, namespace: ns}\nspec: {ports: notalist}\n",
 		drYAML,
@@ -245,12 +245,12 @@ func TestFileSourceBadInputIsSkipped(t *testing.T) {
 		kind, reason string
 		want         float64
 	}{
-		{"unknown", ReasonParse, 2},              // broken.yaml, noversion.yaml
-		{"Service", ReasonDecode, 1},             // ports not a list
-		{"VirtualService", ReasonUnknownKind, 1}, // a kind we do not read
-		{"DestinationRule", ReasonInvalid, 1},    // fails validation
-		{"DestinationRule", ReasonDecode, 2},     // two LB policies in one oneof; an unknown field
-		{"DestinationRule", ReasonDuplicate, 1},  // dup.yaml repeats ns/reviews
+		{"unknown", ReasonParse, 2},             // broken.yaml, noversion.yaml
+		{"Service", ReasonDecode, 1},            // ports not a list
+		{"Gateway", ReasonUnknownKind, 1},       // a kind we do not read
+		{"DestinationRule", ReasonInvalid, 1},   // fails validation
+		{"DestinationRule", ReasonDecode, 2},    // two LB policies in one oneof; an unknown field
+		{"DestinationRule", ReasonDuplicate, 1}, // dup.yaml repeats ns/reviews
 	} {
 		if got := h.errorCount(tc.kind, tc.reason); got != tc.want {
 			t.Errorf("errors{kind=%s,reason=%s} = %v, want %v", tc.kind, tc.reason, got, tc.want)
@@ -260,7 +260,7 @@ func TestFileSourceBadInputIsSkipped(t *testing.T) {
 		t.Errorf("files rejected = %v, want 2", got)
 	}
 	logs := h.logs.String()
-	for _, want := range []string{"mixed.yaml", "document=2", "name=broken", "name=vs", "line 52: spec.simpel: unknown field",
+	for _, want := range []string{"mixed.yaml", "document=2", "name=broken", "name=gw", "line 52: spec.simpel: unknown field",
 		`broken.yaml error="line 16: yaml: did not find expected ',' or ']'" objectsKept=0`} {
 		if !strings.Contains(logs, want) {
 			t.Errorf("logs lack %q:\n%s", want, logs)
@@ -271,7 +271,7 @@ func TestFileSourceBadInputIsSkipped(t *testing.T) {
 		problems = append(problems, fmt.Sprintf("%s:%d %s %s", filepath.Base(p.File), p.Line, p.Kind, p.Name))
 	}
 	want := []string{
-		"broken.yaml:16  ", "mixed.yaml:14 VirtualService vs", "mixed.yaml:19 DestinationRule broken",
+		"broken.yaml:16  ", "mixed.yaml:14 Gateway gw", "mixed.yaml:19 DestinationRule broken",
 		"mixed.yaml:29 Service badspec", "mixed.yaml:34 DestinationRule reviews", "mixed.yaml:44 DestinationRule twolb",
 		"mixed.yaml:49 DestinationRule typo", "noversion.yaml:1  ",
 	}

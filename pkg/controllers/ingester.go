@@ -22,9 +22,9 @@ type IngesterOptions struct {
 // Ingester is the one place where Kubernetes objects become model objects.
 // Sources hand it typed objects (Service, EndpointSlice, Pod, Namespace,
 // Secret, Ingress and IngressClass of networking.k8s.io/v1, DestinationRule
-// of networking.istio.io v1, v1beta1 or v1alpha3, and PeerAuthentication of
-// security.istio.io v1 or v1beta1); it
-// converts them and writes the store. It remembers Pods and EndpointSlices
+// and VirtualService of networking.istio.io v1, v1beta1 or v1alpha3, and
+// PeerAuthentication of security.istio.io v1 or v1beta1); it converts them
+// and writes the store. It remembers Pods and EndpointSlices
 // so that a Pod change re-converts the slices that point at it. It is safe
 // for concurrent use; objects handed to it must not be mutated afterwards.
 type Ingester struct {
@@ -64,8 +64,8 @@ func NewIngester(opts IngesterOptions) *Ingester {
 
 // Upsert applies an added or updated object. It returns an *ObjectError for
 // an object it rejects; a rejected Istio config (DestinationRule,
-// PeerAuthentication) also removes any earlier version of the same object
-// from the store, as Istio does.
+// PeerAuthentication, VirtualService) also removes any earlier version of
+// the same object from the store, as Istio does.
 func (in *Ingester) Upsert(obj any) error {
 	in.mu.Lock()
 	defer in.mu.Unlock()

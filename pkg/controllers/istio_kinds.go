@@ -49,8 +49,18 @@ var (
 			return f.Security().V1().PeerAuthentications().Informer()
 		},
 	}
+	virtualServices = istioKind{
+		kind: "VirtualService", group: "networking.istio.io", resource: "virtualservices",
+		versions: []string{"v1", "v1beta1"},
+		informer: func(f istioinformers.SharedInformerFactory, version string) cache.SharedIndexInformer {
+			if version == "v1beta1" {
+				return f.Networking().V1beta1().VirtualServices().Informer()
+			}
+			return f.Networking().V1().VirtualServices().Informer()
+		},
+	}
 	// istioKinds are watched in this order.
-	istioKinds = []istioKind{destinationRules, peerAuthentications}
+	istioKinds = []istioKind{destinationRules, peerAuthentications, virtualServices}
 )
 
 // istioKindVersion asks discovery which version of k to watch: the first

@@ -52,7 +52,7 @@ type KubeSourceOptions struct {
 	// Resyncs do not write the store: unchanged resourceVersions are skipped.
 	ResyncPeriod time.Duration
 	// MetadataClient watches for the Istio CRDs (DestinationRule,
-	// PeerAuthentication) that are not installed at start, so that
+	// PeerAuthentication, VirtualService) that are not installed at start, so that
 	// installing one later takes effect without a restart (it needs list
 	// and watch on those customresourcedefinitions, by name). Nil leaves a
 	// missing CRD ignored until a restart.
@@ -60,8 +60,8 @@ type KubeSourceOptions struct {
 }
 
 // KubeSource watches Services, EndpointSlices, Pods, Namespaces,
-// Ingresses, IngressClasses, TLS Secrets, DestinationRules and
-// PeerAuthentications through informers and feeds them to the Ingester.
+// Ingresses, IngressClasses, TLS Secrets, DestinationRules,
+// PeerAuthentications and VirtualServices through informers and feeds them to the Ingester.
 type KubeSource struct {
 	opts     KubeSourceOptions
 	log      *slog.Logger

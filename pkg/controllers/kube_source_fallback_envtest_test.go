@@ -45,6 +45,11 @@ func TestKubeSourceFallsBackToV1beta1(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := env.Istio.NetworkingV1beta1().VirtualServices(ns).Create(ctx, &networkingv1beta1.VirtualService{
+		ObjectMeta: metav1.ObjectMeta{Name: "old"}, Spec: vsToSubset("reviews", "v1"),
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	store := model.NewStore()
 	metrics := NewMetrics(prometheus.NewRegistry())
 	src, err := NewKubeSource(KubeSourceOptions{Client: env.Kube, IstioClient: env.Istio, Store: store, Metrics: metrics})
@@ -62,6 +67,7 @@ func TestKubeSourceFallsBackToV1beta1(t *testing.T) {
 	eventually(t, "sync", src.HasSynced)
 	eventually(t, "v1beta1 rule", func() bool { return drNames(store)["old"] != nil })
 	eventually(t, "v1beta1 policy", func() bool { return paNames(store)["old"] != nil })
+	eventually(t, "v1beta1 VirtualService", func() bool { return vsNames(store)["old"] != nil })
 	for _, k := range istioKinds {
 		if got := counterValue(t, metrics.CRDMissing.WithLabelValues(k.crd())); got != 0 {
 			t.Errorf("%s CRD reported missing %v times", k.kind, got)

@@ -54,6 +54,12 @@ func TestIstioKindVersion(t *testing.T) {
 		{name: "PeerAuthentication in another group does not count", kind: peerAuthentications, want: "", wantMissing: 1,
 			served: []*metav1.APIResourceList{list("networking.istio.io/v1", "peerauthentications")}},
 		{name: "PeerAuthentication CRD absent", kind: peerAuthentications, want: "", wantMissing: 1},
+		{name: "VirtualService v1 served", kind: virtualServices, want: "v1",
+			served: []*metav1.APIResourceList{list("networking.istio.io/v1", "destinationrules", "virtualservices"), list("networking.istio.io/v1beta1", "virtualservices")}},
+		{name: "VirtualService only v1beta1", kind: virtualServices, want: "v1beta1",
+			served: []*metav1.APIResourceList{list("networking.istio.io/v1", "destinationrules"), list("networking.istio.io/v1beta1", "virtualservices")}},
+		{name: "VirtualService CRD absent", kind: virtualServices, want: "", wantMissing: 1,
+			served: []*metav1.APIResourceList{list("networking.istio.io/v1", "destinationrules")}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -20,8 +20,9 @@ type Metrics struct {
 	// pilot_k8s_cfg_events and pilot_k8s_reg_events: the Kubernetes
 	// source's informer events as they arrive, by Istio's type (the kind, as
 	// Istio names it) and event (add, update, delete). Config kinds are
-	// DestinationRule, PeerAuthentication, Ingress and IngressClass;
-	// registry kinds are Services, EndpointSlice, Pods and Namespaces.
+	// DestinationRule, PeerAuthentication, VirtualService, Ingress and
+	// IngressClass; registry kinds are Services, EndpointSlice, Pods and
+	// Namespaces.
 	// Secrets count in neither, as in istiod. Like istiod's counters, they
 	// have no unit or _total suffix.
 	IstioConfigEvents   *prometheus.CounterVec
@@ -55,6 +56,7 @@ var istioEventTypes = map[string]struct {
 	"Namespace":          {registry: true, name: "Namespaces"},
 	"DestinationRule":    {name: "DestinationRule"},
 	"PeerAuthentication": {name: "PeerAuthentication"},
+	"VirtualService":     {name: "VirtualService"},
 	"Ingress":            {name: "Ingress"},
 	"IngressClass":       {name: "IngressClass"},
 }
