@@ -185,7 +185,7 @@ func TestSimulationDestinationRules(t *testing.T) {
 			xdstest.Request{DestinationIP: "10.50.0.1", Port: VirtualOutboundPort},
 			routeWant{xdstest.OutcomeNoHealthyUpstream, VirtualOutboundListener, "", "", BlackHoleCluster, nil, "", nil}},
 	})
-	// meshpilot has no VirtualService, so no route selects a subset; a
+	// This fixture has no VirtualService, so no route selects a subset; a
 	// subset's cluster must still hold exactly its labels' endpoints, with
 	// its own policy.
 	runClusterCases(t, sims, []clusterCase{
@@ -200,5 +200,45 @@ func TestSimulationDestinationRules(t *testing.T) {
 			clusterWant{xdstest.OutcomeRouted, "EDS", "RING_HASH", []xdstest.Endpoint{ep("10.1.0.1:8080")}}},
 		// The root-namespace proxy's rule defines no subsets.
 		{"root-client", "outbound|80|v1|web.app.svc.cluster.local", clusterWant{Outcome: xdstest.OutcomeNoCluster}},
+	})
+}
+
+// TestSimulationVirtualServices: where a VirtualService's routes send a
+// sidecar's request, by Istio's rules: the first route whose match holds
+// wins; a route picks a DestinationRule subset, whose cluster holds only
+// that subset's endpoints; sourceLabels match the calling proxy's labels;
+// a namespace's private VirtualService beats the public one.
+func TestSimulationVirtualServices(t *testing.T) {
+	sims := simulations(t, "virtualservices")
+	const (
+		host  = "web.app.svc.cluster.local"
+		vh    = host + ":80"
+		v1    = "outbound|80|v1|" + host
+		v2    = "outbound|80|v2|" + host
+		label = "0.0.0.0_80"
+	)
+	v1Endpoints := []xdstest.Endpoint{ep("10.1.0.1:8080")}
+	v2Endpoints := []xdstest.Endpoint{ep("10.1.0.2:8080")}
+	req := func(path string, headers map[string]string) xdstest.Request {
+		return xdstest.Request{DestinationIP: "10.96.0.20", Port: 80, Host: host, Path: path, Headers: headers}
+	}
+	runRouteCases(t, sims, []routeCase{
+		{"no match but the last: the default route to v1", "client", req("/", nil),
+			routeWant{xdstest.OutcomeRouted, label, "80", vh, v1, nil, "", v1Endpoints}},
+		{"header match to v2", "client", req("/", map[string]string{"x-canary": "yes"}),
+			routeWant{xdstest.OutcomeRouted, label, "80", vh, v2, nil, "", v2Endpoints}},
+		{"header with another value: the default route", "client", req("/", map[string]string{"x-canary": "no"}),
+			routeWant{xdstest.OutcomeRouted, label, "80", vh, v1, nil, "", v1Endpoints}},
+		{"the caller's labels select v2", "canary-client", req("/", nil),
+			routeWant{xdstest.OutcomeRouted, label, "80", vh, v2, nil, "", v2Endpoints}},
+		{"a namespace's private VirtualService wins", "other-client", req("/", map[string]string{"x-canary": "no"}),
+			routeWant{xdstest.OutcomeRouted, label, "80", vh, v2, nil, "", v2Endpoints}},
+	})
+	t.Run("weighted split", func(t *testing.T) {
+		r := sims["client"].Route(req("/split/a", nil))
+		want := []xdstest.WeightedCluster{{Name: v1, Weight: 80}, {Name: v2, Weight: 20}}
+		if r.Outcome != xdstest.OutcomeWeighted || !cmp.Equal(r.Weighted, want) {
+			t.Errorf("outcome %s, weighted %v; want %s, %v\nsimulation: %s", r.Outcome, r.Weighted, xdstest.OutcomeWeighted, want, r.Detail)
+		}
 	})
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	networking "istio.io/api/networking/v1"
 	security "istio.io/api/security/v1beta1"
 	"sigs.k8s.io/yaml"
@@ -19,14 +20,13 @@ import (
 
 // fixture is the readable input of a golden test case.
 type fixture struct {
-	Proxy            fixtureProxy       `json:"proxy"`
-	Services         []fixtureService   `json:"services"`
-	Endpoints        []fixtureEndpoints `json:"endpoints"`
-	DestinationRules []fixtureConfig    `json:"destinationRules"`
-	// PeerAuthentications are created after the rules, one second apart in
-	// file order, which fixes Istio's oldest-wins order.
-	PeerAuthentications []fixtureConfig `json:"peerAuthentications"`
-	Request             fixtureRequest  `json:"request"`
+	Proxy               fixtureProxy       `json:"proxy"`
+	Services            []fixtureService   `json:"services"`
+	Endpoints           []fixtureEndpoints `json:"endpoints"`
+	DestinationRules    []fixtureConfig    `json:"destinationRules"`
+	PeerAuthentications []fixtureConfig    `json:"peerAuthentications"`
+	VirtualServices     []fixtureConfig    `json:"virtualServices"`
+	Request             fixtureRequest     `json:"request"`
 }
 
 type fixtureProxy struct {
@@ -149,33 +149,34 @@ func (f fixture) store(t testing.TB) model.Store {
 	for _, key := range order {
 		store.SetEndpoints(key.svc, key.slice, slices[key])
 	}
-	for i, dr := range f.DestinationRules {
-		spec := &networking.DestinationRule{}
-		if err := protojson.Unmarshal(dr.Spec, spec); err != nil {
-			t.Fatalf("destination rule %s: %v", dr.Metadata.Name, err)
+	// Configs are created one second apart, rules first, then
+	// PeerAuthentications, then VirtualServices, which fixes Istio's
+	// oldest-first order.
+	n := 0
+	for _, list := range []struct {
+		kind    model.Kind
+		configs []fixtureConfig
+		spec    func() proto.Message
+	}{
+		{model.KindDestinationRule, f.DestinationRules, func() proto.Message { return &networking.DestinationRule{} }},
+		{model.KindPeerAuthentication, f.PeerAuthentications, func() proto.Message { return &security.PeerAuthentication{} }},
+		{model.KindVirtualService, f.VirtualServices, func() proto.Message { return &networking.VirtualService{} }},
+	} {
+		for _, c := range list.configs {
+			spec := list.spec()
+			if err := protojson.Unmarshal(c.Spec, spec); err != nil {
+				t.Fatalf("%s %s: %v", list.kind, c.Metadata.Name, err)
+			}
+			n++
+			store.UpsertConfig(&model.Config{
+				Kind:         list.kind,
+				Name:         c.Metadata.Name,
+				Namespace:    c.Metadata.Namespace,
+				Revision:     fmt.Sprint(n),
+				CreationTime: created.Add(time.Duration(n-1) * time.Second),
+				Spec:         spec,
+			})
 		}
-		store.UpsertConfig(&model.Config{
-			Kind:         model.KindDestinationRule,
-			Name:         dr.Metadata.Name,
-			Namespace:    dr.Metadata.Namespace,
-			Revision:     fmt.Sprint(i + 1),
-			CreationTime: created.Add(time.Duration(i) * time.Second),
-			Spec:         spec,
-		})
-	}
-	for i, pa := range f.PeerAuthentications {
-		spec := &security.PeerAuthentication{}
-		if err := protojson.Unmarshal(pa.Spec, spec); err != nil {
-			t.Fatalf("peer authentication %s: %v", pa.Metadata.Name, err)
-		}
-		store.UpsertConfig(&model.Config{
-			Kind:         model.KindPeerAuthentication,
-			Name:         pa.Metadata.Name,
-			Namespace:    pa.Metadata.Namespace,
-			Revision:     fmt.Sprint(len(f.DestinationRules) + i + 1),
-			CreationTime: created.Add(time.Duration(len(f.DestinationRules)+i) * time.Second),
-			Spec:         spec,
-		})
 	}
 	return store
 }

@@ -129,10 +129,33 @@ func grpcAcceptsRoutes(rc *route.RouteConfiguration, inbound bool) error {
 				}
 				continue
 			}
-			if !strings.HasPrefix(r.GetRoute().GetCluster(), "outbound|") {
-				return fmt.Errorf("route in %s goes to %q", vh.GetName(), r.GetRoute().GetCluster())
+			if err := grpcAcceptsAction(r.GetRoute()); err != nil {
+				return fmt.Errorf("route in %s: %v", vh.GetName(), err)
 			}
 		}
+	}
+	return nil
+}
+
+// grpcAcceptsAction checks a forwarding action as gRFC A28 has clients
+// read it: one cluster, or weighted clusters whose weights add up to more
+// than zero.
+func grpcAcceptsAction(a *route.RouteAction) error {
+	if wc := a.GetWeightedClusters(); wc != nil {
+		var total uint32
+		for _, c := range wc.GetClusters() {
+			if !strings.HasPrefix(c.GetName(), "outbound|") {
+				return fmt.Errorf("weighted cluster %q", c.GetName())
+			}
+			total += c.GetWeight().GetValue()
+		}
+		if total == 0 {
+			return errors.New("weighted clusters add up to 0")
+		}
+		return nil
+	}
+	if !strings.HasPrefix(a.GetCluster(), "outbound|") {
+		return fmt.Errorf("goes to %q", a.GetCluster())
 	}
 	return nil
 }
