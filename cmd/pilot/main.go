@@ -41,6 +41,6 @@ func newRootCommand() *cobra.Command {
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return fmt.Errorf("%w\nRun '%s --help' for usage.", err, cmd.CommandPath())
 	})
-	root.AddCommand(newDiscoveryCommand(), newNodeProxyCommand(), newCNICommand(), newVersionCommand(), newTagCommand())
+	root.AddCommand(newDiscoveryCommand(), newNodeProxyCommand(), newCNICommand(), newVersionCommand(), newTagCommand(), newLoadCommand())
 	return root
 }

@@ -1,0 +1,784 @@
+package loadtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"io"
+	"slices"
+	"sync"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// Type URLs of the resources the clients follow.
+const (
+	ClusterType  = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
+	EndpointType = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
+	ListenerType = "type.googleapis.com/envoy.config.listener.v3.Listener"
+	RouteType    = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
+)
+
+// Kind is the kind of xDS client to imitate.
+type Kind string
+
+// The kinds of client: Envoy sidecars over SotW and delta ADS, Envoy
+// routers (gateways) over SotW, and proxyless gRPC (grpc-go's xDS client).
+const (
+	KindSidecar      Kind = "sidecar"
+	KindSidecarDelta Kind = "sidecar-delta"
+	KindRouter       Kind = "router"
+	KindGRPC         Kind = "grpc"
+)
+
+const (
+	adsSotW  = "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources"
+	adsDelta = "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources"
+)
+
+// rawCodec hands response bytes to the client unparsed, so that the skim
+// is the only decoding; requests are small and marshalled as usual. Its
+// name is "proto" so the server sees the ordinary content type.
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) ([]byte, error) {
+	m, ok := v.(proto.Message)
+	if !ok {
+		return nil, fmt.Errorf("raw codec: cannot marshal %T", v)
+	}
+	return proto.Marshal(m)
+}
+
+func (rawCodec) Unmarshal(data []byte, v any) error {
+	p, ok := v.(*[]byte)
+	if !ok {
+		return fmt.Errorf("raw codec: cannot unmarshal into %T", v)
+	}
+	// grpc-go materializes a fresh slice for a v1 codec, so keeping it is safe.
+	*p = data
+	return nil
+}
+
+func (rawCodec) Name() string { return "proto" }
+
+var hashSeed = maphash.MakeSeed()
+
+// Client is one xDS client. It follows its configuration as the client it
+// imitates does:
+//
+//   - Envoy (sidecar, router): CDS wildcard first; EDS for every EDS
+//     cluster; LDS wildcard once the initial clusters are warm; RDS for
+//     every route configuration a listener's HTTP connection manager names.
+//     A new or changed EDS cluster warms until its load assignment arrives.
+//     SotW re-requests EDS (RDS) with the full set of names, before the CDS
+//     (LDS) ACK, whenever a cluster (listener) is added, changed or
+//     removed, as Envoy's gRPC mux does; delta sends only changes of the
+//     subscribed names.
+//   - proxyless gRPC: LDS for its targets by name, then RDS, CDS and EDS by
+//     name down the chain; no warming.
+//
+// Every response is ACKed. After the stream breaks, the client reconnects
+// (with a short backoff, not Envoy's) and asks again for everything it
+// holds, with the versions it accepted last; delta does not send
+// initial_resource_versions, so the server sends everything again.
+type Client struct {
+	kind      Kind
+	node      *corev3.Node
+	targets   []string // proxyless: listener names
+	delta     bool
+	proxyless bool
+	conn      *grpc.ClientConn
+	cancel    context.CancelFunc
+	done      chan struct{}
+
+	mu        sync.Mutex
+	types     map[string]*subscription
+	clusters  map[string]*clusterEntry
+	byEDS     map[string][]string // EDS name -> clusters fetching it
+	listeners map[string]*listenerEntry
+	routes    map[string]uint64 // proxyless: route config -> hash of what it named
+	routeRefs map[string][]string
+	cdsInit   bool
+
+	streams     int       // streams opened so far
+	streamStart time.Time // when the current stream was opened
+	fullAt      time.Time // when the current stream first held a full config; zero until then
+	received    map[string]int
+	bytes       int64
+	err         error
+	expect      *expectation
+}
+
+// subscription is the client's state of one type.
+type subscription struct {
+	url       string
+	wildcard  bool
+	on        bool
+	names     map[string]int  // name -> references (not for wildcards)
+	got       map[string]bool // names received on the current stream
+	sent      map[string]bool // delta: names the server was told about
+	responded bool            // a response arrived on the current stream
+	version   string
+	nonce     string
+}
+
+type clusterEntry struct {
+	edsName string
+	hash    uint64
+	warming bool
+}
+
+type listenerEntry struct {
+	hash   uint64
+	routes []string
+}
+
+// ClientOptions identify a client.
+type ClientOptions struct {
+	Kind  Kind
+	Index int // unique among the clients of a run; numbers the node
+	// Namespace of a sidecar or proxyless client (routers live in
+	// istio-system).
+	Namespace string
+	// Targets are the listener names (host:port) a proxyless client dials.
+	Targets []string
+}
+
+// NewClient dials addr; the ADS stream opens with Start.
+func NewClient(addr string, o ClientOptions) (*Client, error) {
+	node, err := clientNode(o)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := grpc.NewClient(addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30)),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: 5 * time.Second,
+		}))
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", addr, err)
+	}
+	c := &Client{
+		kind: o.Kind, node: node, targets: o.Targets, conn: conn,
+		delta: o.Kind == KindSidecarDelta, proxyless: o.Kind == KindGRPC,
+		types:     map[string]*subscription{},
+		clusters:  map[string]*clusterEntry{},
+		byEDS:     map[string][]string{},
+		listeners: map[string]*listenerEntry{},
+		routes:    map[string]uint64{},
+		routeRefs: map[string][]string{},
+		received:  map[string]int{},
+		done:      make(chan struct{}),
+	}
+	for _, u := range []string{ClusterType, EndpointType, ListenerType, RouteType} {
+		c.types[u] = &subscription{url: u, names: map[string]int{}, got: map[string]bool{}, sent: map[string]bool{}}
+	}
+	return c, nil
+}
+
+func clientNode(o ClientOptions) (*corev3.Node, error) {
+	ip := fmt.Sprintf("10.200.%d.%d", o.Index/250, o.Index%250+1)
+	ns := o.Namespace
+	meta := map[string]any{"INSTANCE_IPS": ip}
+	var id string
+	switch o.Kind {
+	case KindSidecar, KindSidecarDelta, KindGRPC:
+		if ns == "" {
+			return nil, errors.New("a sidecar or gRPC client needs a namespace")
+		}
+		id = fmt.Sprintf("sidecar~%s~load-%d.%s~%s.svc.cluster.local", ip, o.Index, ns, ns)
+		meta["LABELS"] = map[string]any{"app": "load-client"}
+		if o.Kind == KindGRPC {
+			meta["GENERATOR"] = "grpc"
+			if len(o.Targets) == 0 {
+				return nil, errors.New("a gRPC client needs at least one target")
+			}
+		}
+	case KindRouter:
+		ns = "istio-system"
+		id = fmt.Sprintf("router~%s~gateway-%d.%s~%s.svc.cluster.local", ip, o.Index, ns, ns)
+		meta["LABELS"] = map[string]any{"istio": "ingressgateway"}
+	default:
+		return nil, fmt.Errorf("unknown client kind %q", o.Kind)
+	}
+	meta["NAMESPACE"] = ns
+	st, err := structpb.NewStruct(meta)
+	if err != nil {
+		return nil, err
+	}
+	return &corev3.Node{Id: id, Metadata: st}, nil
+}
+
+// Start opens the stream and keeps it open, reconnecting when it breaks,
+// until Close.
+func (c *Client) Start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	go c.run(ctx)
+}
+
+// Close ends the stream and the connection.
+func (c *Client) Close() {
+	if c.cancel != nil {
+		c.cancel()
+		<-c.done
+	}
+	_ = c.conn.Close()
+}
+
+func (c *Client) run(ctx context.Context) {
+	defer close(c.done)
+	for ctx.Err() == nil {
+		err := c.stream(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		c.mu.Lock()
+		c.err = err
+		c.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// sender is one open stream; only the goroutine running stream sends.
+type sender struct {
+	s        grpc.ClientStream
+	delta    bool
+	node     *corev3.Node
+	nodeSent bool
+}
+
+func (s *sender) sotw(req *discoveryv3.DiscoveryRequest) error {
+	if !s.nodeSent {
+		req.Node, s.nodeSent = s.node, true
+	}
+	return s.s.SendMsg(req)
+}
+
+func (s *sender) deltaReq(req *discoveryv3.DeltaDiscoveryRequest) error {
+	if !s.nodeSent {
+		req.Node, s.nodeSent = s.node, true
+	}
+	return s.s.SendMsg(req)
+}
+
+func (c *Client) stream(ctx context.Context) error {
+	method := adsSotW
+	if c.delta {
+		method = adsDelta
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	st, err := c.conn.NewStream(sctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, method,
+		grpc.ForceCodec(rawCodec{}), grpc.WaitForReady(true))
+	if err != nil {
+		return err
+	}
+	snd := &sender{s: st, delta: c.delta, node: c.node}
+	c.mu.Lock()
+	c.streams++
+	c.streamStart, c.fullAt = time.Now(), time.Time{}
+	for _, sub := range c.types {
+		sub.responded, sub.nonce = false, ""
+		clear(sub.got)
+		clear(sub.sent)
+	}
+	var reqs []pending
+	if c.streams == 1 {
+		reqs = c.begin()
+	} else {
+		reqs = c.resubscribe()
+	}
+	c.mu.Unlock()
+	if err := c.send(snd, reqs); err != nil {
+		return err
+	}
+	for {
+		var b []byte
+		if err := st.RecvMsg(&b); err != nil {
+			if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
+				return fmt.Errorf("stream closed: %w", err)
+			}
+			return err
+		}
+		resp, err := skimResponse(b, c.delta)
+		if err != nil {
+			return fmt.Errorf("skim response: %w", err)
+		}
+		c.mu.Lock()
+		c.received[resp.typeURL]++
+		c.bytes += int64(len(b))
+		reqs := c.handle(resp)
+		c.mu.Unlock()
+		if err := c.send(snd, reqs); err != nil {
+			return err
+		}
+	}
+}
+
+// pending is a request computed under the lock and sent outside it.
+type pending struct {
+	url         string
+	ack         bool
+	version     string
+	nonce       string
+	names       []string
+	subscribe   []string
+	unsubscribe []string
+	wildcard    bool
+}
+
+func (c *Client) send(snd *sender, reqs []pending) error {
+	for _, r := range reqs {
+		var err error
+		if c.delta {
+			err = snd.deltaReq(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: r.url, ResponseNonce: r.nonce,
+				ResourceNamesSubscribe: r.subscribe, ResourceNamesUnsubscribe: r.unsubscribe})
+		} else {
+			err = snd.sotw(&discoveryv3.DiscoveryRequest{TypeUrl: r.url, VersionInfo: r.version,
+				ResponseNonce: r.nonce, ResourceNames: r.names})
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// begin is the first request of the first stream.
+func (c *Client) begin() []pending {
+	if c.proxyless {
+		lds := c.types[ListenerType]
+		lds.on = true
+		for _, t := range c.targets {
+			lds.names[t]++
+		}
+		return []pending{c.request(lds, "")}
+	}
+	cds := c.types[ClusterType]
+	cds.on, cds.wildcard = true, true
+	return []pending{c.request(cds, "")}
+}
+
+// resubscribe asks a new stream for every subscribed type, in Envoy's
+// order: clusters and their endpoints before listeners and their routes.
+func (c *Client) resubscribe() []pending {
+	var out []pending
+	for _, u := range []string{ClusterType, EndpointType, ListenerType, RouteType} {
+		if sub := c.types[u]; sub.on {
+			out = append(out, c.request(sub, ""))
+		}
+	}
+	return out
+}
+
+// request is a request for sub's current subscription: SotW repeats the
+// full set of names with the last accepted version; delta sends the
+// difference to what the server was told.
+func (c *Client) request(sub *subscription, nonce string) pending {
+	p := pending{url: sub.url, version: sub.version, nonce: nonce, wildcard: sub.wildcard}
+	if !c.delta {
+		if !sub.wildcard {
+			p.names = sortedKeys(sub.names)
+		}
+		return p
+	}
+	if sub.wildcard {
+		// The first delta request of a wildcard subscription names nothing.
+		return p
+	}
+	for n := range sub.names {
+		if !sub.sent[n] {
+			p.subscribe = append(p.subscribe, n)
+			sub.sent[n] = true
+		}
+	}
+	for n := range sub.sent {
+		if sub.names[n] == 0 {
+			p.unsubscribe = append(p.unsubscribe, n)
+			delete(sub.sent, n)
+		}
+	}
+	slices.Sort(p.subscribe)
+	slices.Sort(p.unsubscribe)
+	return p
+}
+
+// changed reports whether a delta subscription has increments to send.
+func (c *Client) changed(sub *subscription) bool {
+	if !sub.on || sub.wildcard {
+		return false
+	}
+	for n := range sub.names {
+		if !sub.sent[n] {
+			return true
+		}
+	}
+	for n := range sub.sent {
+		if sub.names[n] == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func sortedKeys(m map[string]int) []string {
+	out := make([]string, 0, len(m))
+	for k, v := range m {
+		if v > 0 {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (c *Client) ref(url, name string, delta int) {
+	sub := c.types[url]
+	sub.on = true
+	sub.names[name] += delta
+	if sub.names[name] <= 0 {
+		delete(sub.names, name)
+		delete(sub.got, name)
+	}
+}
+
+// handle applies a response and returns the requests it causes: the
+// re-requests of dependent types first, then the ACK.
+func (c *Client) handle(r *response) []pending {
+	sub := c.types[r.typeURL]
+	if sub == nil || !sub.on {
+		return nil // Envoy ignores types it did not ask for.
+	}
+	sub.responded, sub.nonce, sub.version = true, r.nonce, r.version
+	for _, res := range r.resources {
+		sub.got[res.name] = true
+	}
+	var out []pending
+	switch r.typeURL {
+	case ClusterType:
+		out = c.onClusters(r)
+	case EndpointType:
+		c.onEndpoints(r)
+	case ListenerType:
+		out = c.onListeners(r)
+	case RouteType:
+		out = c.onRoutes(r)
+	}
+	out = append(out, c.ack(sub, r.nonce))
+	if !c.proxyless && !c.cdsInit && c.types[ClusterType].responded && c.warmingCount() == 0 {
+		// Cluster initialization is over: LDS starts, after the ACK.
+		c.cdsInit = true
+		lds := c.types[ListenerType]
+		lds.on, lds.wildcard = true, true
+		out = append(out, c.request(lds, ""))
+	}
+	if c.fullAt.IsZero() && c.full() {
+		c.fullAt = time.Now()
+	}
+	return out
+}
+
+func (c *Client) ack(sub *subscription, nonce string) pending {
+	p := c.request(sub, nonce)
+	p.ack = true
+	return p
+}
+
+func (c *Client) warmingCount() int {
+	n := 0
+	for _, e := range c.clusters {
+		if e.warming {
+			n++
+		}
+	}
+	return n
+}
+
+// full reports whether the current stream delivered everything subscribed:
+// the wildcard types answered, every named resource received, and for
+// Envoy, listeners subscribed and no cluster warming.
+func (c *Client) full() bool {
+	if !c.proxyless && !c.types[ListenerType].on {
+		return false
+	}
+	for _, sub := range c.types {
+		if sub.wildcard {
+			if !sub.responded {
+				return false
+			}
+			continue
+		}
+		for n := range sub.names {
+			if !sub.got[n] {
+				return false
+			}
+		}
+	}
+	return c.warmingCount() == 0
+}
+
+func (c *Client) onClusters(r *response) []pending {
+	seen := make(map[string]bool, len(r.resources))
+	edsChanged := false
+	for _, res := range r.resources {
+		ci, err := skimCluster(res.value)
+		if err != nil {
+			continue
+		}
+		name := ci.name
+		if name == "" {
+			name = res.name
+		}
+		seen[name] = true
+		h := maphash.Bytes(hashSeed, res.value)
+		e := c.clusters[name]
+		if e != nil && e.hash == h {
+			continue
+		}
+		if e == nil {
+			e = &clusterEntry{}
+			c.clusters[name] = e
+		}
+		if e.edsName != ci.edsName {
+			if e.edsName != "" {
+				c.unrefEDS(name, e.edsName)
+			}
+			if ci.edsName != "" {
+				c.byEDS[ci.edsName] = append(c.byEDS[ci.edsName], name)
+				c.ref(EndpointType, ci.edsName, 1)
+			}
+		}
+		e.edsName, e.hash = ci.edsName, h
+		// grpc-go uses a cluster at once; Envoy warms it until its load
+		// assignment arrives.
+		e.warming = ci.edsName != "" && !c.proxyless
+		if ci.edsName != "" {
+			edsChanged = true
+		}
+		c.checkCluster(name, res.value, e)
+	}
+	removed := r.removed
+	if !c.delta && !c.proxyless {
+		// A SotW wildcard response holds every cluster: the rest are gone.
+		for name := range c.clusters {
+			if !seen[name] {
+				removed = append(removed, name)
+			}
+		}
+	}
+	for _, name := range removed {
+		if e := c.clusters[name]; e != nil {
+			if e.edsName != "" {
+				c.unrefEDS(name, e.edsName)
+				edsChanged = true
+			}
+			delete(c.clusters, name)
+		}
+	}
+	eds := c.types[EndpointType]
+	if c.delta {
+		if c.changed(eds) {
+			return []pending{c.request(eds, eds.nonce)}
+		}
+		return nil
+	}
+	if edsChanged && eds.on {
+		return []pending{c.request(eds, eds.nonce)}
+	}
+	return nil
+}
+
+func (c *Client) unrefEDS(cluster, eds string) {
+	c.byEDS[eds] = slices.DeleteFunc(c.byEDS[eds], func(s string) bool { return s == cluster })
+	if len(c.byEDS[eds]) == 0 {
+		delete(c.byEDS, eds)
+	}
+	c.ref(EndpointType, eds, -1)
+}
+
+func (c *Client) onEndpoints(r *response) {
+	for _, res := range r.resources {
+		for _, cl := range c.byEDS[res.name] {
+			if e := c.clusters[cl]; e != nil && e.warming {
+				e.warming = false
+				c.checkWarm(cl)
+			}
+		}
+		if x := c.expect; x != nil && x.kind == expectEndpoint && x.at.IsZero() && res.name == x.name {
+			if ok, _ := claHasAddress(res.value, x.addr); ok {
+				c.satisfy()
+			}
+		}
+	}
+}
+
+func (c *Client) onListeners(r *response) []pending {
+	seen := make(map[string]bool, len(r.resources))
+	routesChanged := false
+	for _, res := range r.resources {
+		seen[res.name] = true
+		h := maphash.Bytes(hashSeed, res.value)
+		e := c.listeners[res.name]
+		if e != nil && e.hash == h {
+			continue
+		}
+		routes, err := listenerRoutes(res.value)
+		if err != nil {
+			continue
+		}
+		if e == nil {
+			e = &listenerEntry{}
+			c.listeners[res.name] = e
+		}
+		for _, rt := range e.routes {
+			c.ref(RouteType, rt, -1)
+		}
+		for _, rt := range routes {
+			c.ref(RouteType, rt, 1)
+		}
+		e.hash, e.routes = h, routes
+		routesChanged = true
+	}
+	removed := r.removed
+	if !c.delta && !c.proxyless {
+		for name := range c.listeners {
+			if !seen[name] {
+				removed = append(removed, name)
+			}
+		}
+	}
+	for _, name := range removed {
+		if e := c.listeners[name]; e != nil {
+			for _, rt := range e.routes {
+				c.ref(RouteType, rt, -1)
+			}
+			delete(c.listeners, name)
+			routesChanged = true
+		}
+	}
+	rds := c.types[RouteType]
+	if c.delta {
+		if c.changed(rds) {
+			return []pending{c.request(rds, rds.nonce)}
+		}
+		return nil
+	}
+	if routesChanged && rds.on {
+		return []pending{c.request(rds, rds.nonce)}
+	}
+	return nil
+}
+
+// onRoutes follows a proxyless client's routes to the clusters they name;
+// Envoy fetches its clusters by wildcard and needs nothing from them.
+func (c *Client) onRoutes(r *response) []pending {
+	if !c.proxyless {
+		return nil
+	}
+	changed := false
+	for _, res := range r.resources {
+		h := maphash.Bytes(hashSeed, res.value)
+		if c.routes[res.name] == h {
+			continue
+		}
+		cls, err := routeClusters(res.value)
+		if err != nil {
+			continue
+		}
+		for _, cl := range c.routeRefs[res.name] {
+			c.ref(ClusterType, cl, -1)
+		}
+		for _, cl := range cls {
+			c.ref(ClusterType, cl, 1)
+		}
+		c.routes[res.name], c.routeRefs[res.name] = h, cls
+		changed = true
+	}
+	if !changed {
+		return nil
+	}
+	cds := c.types[ClusterType]
+	return []pending{c.request(cds, cds.nonce)}
+}
+
+// Stats is what a client has received so far.
+type Stats struct {
+	Responses map[string]int // by type URL
+	Bytes     int64
+	Streams   int
+}
+
+// Stats returns a copy of the client's counters.
+func (c *Client) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := Stats{Responses: make(map[string]int, len(c.received)), Bytes: c.bytes, Streams: c.streams}
+	for k, v := range c.received {
+		out.Responses[k] = v
+	}
+	return out
+}
+
+// Full returns the stream count and when the current stream first held a
+// full config (zero if not yet).
+func (c *Client) Full() (streams int, at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.streams, c.fullAt
+}
+
+// Err is the last error that broke the stream, if any.
+func (c *Client) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// Kind is the kind of client.
+func (c *Client) Kind() Kind { return c.kind }
+
+// Holds reports whether the client subscribes to the given resource (a
+// cluster, or an EDS name).
+func (c *Client) Holds(typeURL, name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sub := c.types[typeURL]
+	if sub.wildcard {
+		return true
+	}
+	return sub.names[name] > 0
+}
+
+// Summary describes the client's state, for errors about clients that did
+// not get there.
+func (c *Client) Summary() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	missing := 0
+	for _, sub := range c.types {
+		for n := range sub.names {
+			if !sub.got[n] {
+				missing++
+			}
+		}
+	}
+	return fmt.Sprintf("%s %s: %d clusters (%d warming), %d listeners, %d named resources not received, last error: %v",
+		c.kind, c.node.GetId(), len(c.clusters), c.warmingCount(), len(c.listeners), missing, c.err)
+}
