@@ -190,7 +190,9 @@ func (c *connection) identity(st *pushState) string {
 		b.WriteString("ingress-gateway")
 		b.WriteByte(0)
 	}
-	if push.HasWorkloadSelectorRules(p.Namespace) {
+	if push.HasWorkloadSelectorRules(p.Namespace) || push.RoutesDependOnSourceLabels(p.Namespace) {
+		// Workload-selected rules, and VirtualService matches on the
+		// caller's labels, make any label matter.
 		b.WriteString("labels:")
 		b.WriteString(labelsKey(p.Labels))
 	} else if keys := push.FailoverPriorityLabels(); len(keys) > 0 {

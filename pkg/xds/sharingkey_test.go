@@ -6,8 +6,10 @@ import (
 	"maps"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1"
 	security "istio.io/api/security/v1beta1"
@@ -68,6 +70,16 @@ func seedProxyInputs(s model.Store) {
 		Ports:    []*model.Port{{Name: "grpc", Port: 8080, Protocol: model.ProtocolGRPC, TargetPort: 8080}}})
 	s.UpsertWorkload(&model.Workload{Name: "api-0", Namespace: "peers", IPs: []string{"10.0.0.2"},
 		Labels: map[string]string{"app": "api"}})
+	// A VirtualService whose route depends on the caller's labels: routes
+	// in peers (which has no workload-selecting DestinationRule) differ
+	// between proxies that differ only in them.
+	s.UpsertConfig(&model.Config{Kind: model.KindVirtualService, Namespace: "peers", Name: "canary",
+		CreationTime: ruleCreated, Spec: &networking.VirtualService{Hosts: []string{hostname("a")}, ExportTo: []string{"."},
+			Http: []*networking.HTTPRoute{{
+				Match:   []*networking.HTTPMatchRequest{{SourceLabels: map[string]string{"track": "canary"}}},
+				Route:   []*networking.HTTPRouteDestination{{Destination: &networking.Destination{Host: hostname("a")}}},
+				Timeout: durationpb.New(time.Second),
+			}}}})
 }
 
 // proxyVariants returns, for each field of model.Proxy, copies of base that
@@ -90,6 +102,7 @@ func proxyVariants(t *testing.T, base model.Proxy) map[string][]model.Proxy {
 				{"app": "picky"},
 				{"app": "api"},
 				{"app": "api", model.TLSModeLabel: model.TLSModeIstio},
+				{"app": "api", "track": "canary"},
 				{"app": "client", model.TLSModeLabel: model.TLSModeIstio},
 			} {
 				variants = append(variants, labels)
