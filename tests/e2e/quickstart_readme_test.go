@@ -136,12 +136,12 @@ func (p portMap) apply(s string) string {
 	return s
 }
 
-// copyExamples copies examples/mesh and examples/bootstrap into dir with
+// copyExamples copies examples/mesh, examples/bootstrap and examples/routing into dir with
 // the ports moved, so the steps' relative paths find them and their edits
 // leave the repository alone.
 func copyExamples(t *testing.T, repo, dir string, ports portMap) {
 	t.Helper()
-	for _, sub := range []string{"examples/mesh", "examples/bootstrap"} {
+	for _, sub := range []string{"examples/mesh", "examples/bootstrap", "examples/routing"} {
 		entries, err := os.ReadDir(filepath.Join(repo, sub))
 		if err != nil {
 			t.Fatal(err)

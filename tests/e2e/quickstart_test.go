@@ -21,7 +21,7 @@ import (
 // TestQuickstart runs the quick start of README.md step by step, as the
 // README writes it: `make run` (through the Makefile's own run recipe),
 // the echo backends and client of examples/echo, the curl calls and the
-// file moves. What each step's output block shows the client printing is
+// file edits. What each step's output block shows the client printing is
 // what the client must print. When the README and the code drift apart,
 // this test fails.
 //
@@ -104,8 +104,9 @@ func (q *quickstart) run(step int, c shellCommand) {
 		q.startEcho(step, c)
 	case c.args[0] == "curl":
 		q.curl(step, c)
-	case c.args[0] == "mv" && len(c.args) == 3:
-		q.move(step, c)
+	case (c.args[0] == "mv" || c.args[0] == "cp") && len(c.args) == 3,
+		c.args[0] == "rm" && len(c.args) == 2:
+		q.fileOp(step, c)
 	default:
 		t.Fatalf("step %d runs %q, which this test cannot run; teach it (tests/e2e/quickstart_test.go)", step, c.line)
 	}
@@ -243,23 +244,42 @@ func (q *quickstart) curl(step int, c shellCommand) {
 	}
 }
 
-// move renames a file of the examples' copy; the README's /tmp/ is a
-// directory of the test's own.
-func (q *quickstart) move(step int, c shellCommand) {
+// fileOp moves, copies or removes a file of the examples' copy; the
+// README's /tmp/ is a directory of the test's own. A copy is written to a
+// temporary name and renamed, as an editor saves, so the directory source
+// never reads half a file.
+func (q *quickstart) fileOp(step int, c shellCommand) {
 	path := func(p string) string {
 		if rest, ok := strings.CutPrefix(p, "/tmp/"); ok {
 			return filepath.Join(q.moved, rest)
 		}
 		if filepath.IsAbs(p) {
-			q.t.Fatalf("step %d: %q moves a file outside the repository", step, c.line)
+			q.t.Fatalf("step %d: %q touches a file outside the repository", step, c.line)
 		}
 		return filepath.Join(q.dir, p)
 	}
-	from, to := path(c.args[1]), path(c.args[2])
-	if strings.HasSuffix(c.args[2], "/") {
-		to = filepath.Join(to, filepath.Base(from))
+	var err error
+	switch c.args[0] {
+	case "rm":
+		err = os.Remove(path(c.args[1]))
+	case "mv", "cp":
+		from, to := path(c.args[1]), path(c.args[2])
+		if strings.HasSuffix(c.args[2], "/") {
+			to = filepath.Join(to, filepath.Base(from))
+		}
+		if c.args[0] == "mv" {
+			err = os.Rename(from, to)
+			break
+		}
+		var data []byte
+		if data, err = os.ReadFile(from); err == nil {
+			tmp := filepath.Join(q.moved, ".copy-"+filepath.Base(to))
+			if err = os.WriteFile(tmp, data, 0o644); err == nil {
+				err = os.Rename(tmp, to)
+			}
+		}
 	}
-	if err := os.Rename(from, to); err != nil {
+	if err != nil {
 		q.t.Fatalf("step %d: %v", step, err)
 	}
 }
