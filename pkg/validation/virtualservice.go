@@ -196,7 +196,7 @@ func (p *problems) httpRoute(path string, r *networking.HTTPRoute, onlyGateways 
 		for _, op := range []map[string]string{r.GetHeaders().GetRequest().GetSet(), r.GetHeaders().GetRequest().GetAdd()} {
 			for _, k := range sortedKeys(op) {
 				if isAuthorityHeader(k) {
-					p.add(path+".headers.request", "%q is set while rewrite.authority also sets the authority; set it once", k)
+					p.add(path+".headers.request", "%q is set while rewrite.authority also sets the authority: set it in one place", k)
 				}
 			}
 		}
@@ -289,7 +289,7 @@ func (p *problems) httpMatch(path string, m *networking.HTTPMatchRequest, onlyGa
 			kPath := path + "." + field.name + "[" + k + "]"
 			if strings.HasPrefix(k, jwtClaimPrefix) {
 				if !onlyGateways {
-					p.add(kPath, "JWT claim routing works only on gateways; this VirtualService applies to the mesh")
+					p.add(kPath, "JWT claim routing works only on gateways, and this VirtualService applies to the mesh")
 				}
 			} else {
 				p.headerName(kPath, k)
@@ -460,7 +460,7 @@ func (p *problems) routeDestinations(path string, ds []*networking.RouteDestinat
 // whatever its weight, but several must not all weigh zero.
 func (p *problems) totalWeight(path string, n int, total int64) {
 	if n > 1 && total == 0 {
-		p.add(path, "the weights of %d destinations add up to 0; at least one must be positive", n)
+		p.add(path, "the weights of %d destinations add up to 0: at least one must be positive", n)
 	}
 }
 
@@ -550,7 +550,7 @@ func (p *problems) retries(path string, r *networking.HTTPRetry) {
 	}
 	p.checkNonNegative(path+".attempts", r.GetAttempts())
 	if r.GetAttempts() == 0 && (r.GetPerTryTimeout() != nil || r.GetRetryOn() != "" || r.GetRetryRemoteLocalities() != nil) {
-		p.add(path, "attempts is 0 (retries disabled), so perTryTimeout, retryOn and retryRemoteLocalities have no effect; remove them or set attempts")
+		p.add(path, "attempts is 0 (retries disabled), so perTryTimeout, retryOn and retryRemoteLocalities have no effect: remove them or set attempts")
 	}
 	p.checkDuration(path+".perTryTimeout", r.GetPerTryTimeout())
 	p.checkDuration(path+".backoff", r.GetBackoff())
@@ -586,7 +586,7 @@ func (p *problems) fault(path string, f *networking.HTTPFaultInjection) {
 		case *networking.HTTPFaultInjection_Delay_FixedDelay:
 			p.checkDuration(path+".delay.fixedDelay", t.FixedDelay)
 		case *networking.HTTPFaultInjection_Delay_ExponentialDelay:
-			p.add(path+".delay.exponentialDelay", "is not supported; use fixedDelay")
+			p.add(path+".delay.exponentialDelay", "is not supported: use fixedDelay")
 		}
 	}
 	if a := f.GetAbort(); a != nil {
@@ -603,7 +603,7 @@ func (p *problems) fault(path string, f *networking.HTTPFaultInjection) {
 				p.add(path+".abort.grpcStatus", "%q is not a gRPC status name (such as UNAVAILABLE)", t.GrpcStatus)
 			}
 		case *networking.HTTPFaultInjection_Abort_Http2Error:
-			p.add(path+".abort.http2Error", "is not supported; use httpStatus or grpcStatus")
+			p.add(path+".abort.http2Error", "is not supported: use httpStatus or grpcStatus")
 		}
 	}
 }
