@@ -43,6 +43,12 @@ var validatedKinds = map[schema.GroupKind]validatedKind{
 			return reviewProblems(req, validation.DestinationRuleSpec, validation.ValidateDestinationRule)
 		},
 	},
+	{Group: istioNetworkingGroup, Kind: "VirtualService"}: {
+		versions: []string{"v1", "v1beta1", "v1alpha3"},
+		problems: func(req *admissionv1.AdmissionRequest) (string, []string) {
+			return reviewProblems(req, validation.VirtualServiceSpec, validation.ValidateVirtualService)
+		},
+	},
 	{Group: istioSecurityGroup, Kind: "PeerAuthentication"}: {
 		versions: []string{"v1", "v1beta1"},
 		problems: func(req *admissionv1.AdmissionRequest) (string, []string) {
@@ -65,8 +71,8 @@ type validationHandler struct {
 }
 
 // NewValidationHandler answers admission.k8s.io/v1 reviews of Istio
-// configs: DestinationRules (v1, v1beta1 and v1alpha3) and
-// PeerAuthentications (v1 and v1beta1) are checked with the validation
+// configs: DestinationRules and VirtualServices (v1, v1beta1 and v1alpha3)
+// and PeerAuthentications (v1 and v1beta1) are checked with the validation
 // package, as the controllers check them, strictly (unknown fields and
 // values of the wrong type are refused, by path); a denial lists every
 // problem found. Deletes, and kinds or versions it does not validate, are

@@ -78,6 +78,36 @@ spec:
     "9080": {mode: PERMISSIVE}
 `
 
+// brokenVS breaks several VirtualService rules at once: an overlapping
+// host, a route that both forwards and redirects, a subset that is no DNS
+// label, a regex RE2 cannot compile and weights that add up to nothing.
+const brokenVS = `
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: broken, namespace: shop}
+spec:
+  hosts: ["*.shop.example.com", cart.shop.example.com]
+  http:
+  - match: [{uri: {regex: "(unclosed"}}]
+    redirect: {uri: /elsewhere}
+    route:
+    - destination: {host: cart, subset: V_2}
+      weight: 0
+    - destination: {host: cart, subset: v1}
+      weight: 0
+`
+
+const goodVS = `
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: echo, namespace: shop}
+spec:
+  hosts: [echo.shop.svc.cluster.local]
+  http:
+  - route:
+    - destination: {host: echo.shop.svc.cluster.local, subset: v2}
+`
+
 // expectedProblems are the problems each broken manifest has, by Istio's
 // validation rules, written out: the handler must report each of them (as
 // its message contains), and no other.
@@ -92,6 +122,13 @@ var expectedProblems = map[string][]string{
 		`spec.mtls.mode: unknown mode 9: must be UNSET, DISABLE, PERMISSIVE or STRICT`,
 		`spec.portLevelMtls: needs a selector with at least one label: mesh-wide and namespace-wide policies cannot set port-level mTLS`,
 		`spec.portLevelMtls[0]: port number must be in 1..65535, got 0`,
+	},
+	brokenVS: {
+		`spec.hosts[1]: "cart.shop.example.com" overlaps "*.shop.example.com" (hosts[0])`,
+		`spec.http[0]: route and redirect are mutually exclusive`,
+		`spec.http[0].match[0].uri.regex: not an RE2 regular expression`,
+		`spec.http[0].route[0].destination.subset: a lowercase RFC 1123 label must consist of lower case alphanumeric characters`,
+		`spec.http[0].route: the weights of 2 destinations add up to 0`,
 	},
 }
 
@@ -199,7 +236,38 @@ func TestValidationHandlerDecisions(t *testing.T) {
 		},
 		{
 			name:   "other kinds are allowed",
-			review: reviewSpec{group: istioNetworkingGroup, version: "v1", kind: "VirtualService", op: admissionv1.Create, object: strings.Replace(brokenDR, "DestinationRule", "VirtualService", 1)},
+			review: reviewSpec{group: istioNetworkingGroup, version: "v1", kind: "Gateway", op: admissionv1.Create, object: strings.Replace(brokenDR, "DestinationRule", "Gateway", 1)},
+		},
+		{
+			name:   "valid VirtualService v1 create",
+			review: reviewSpec{group: istioNetworkingGroup, version: "v1", kind: "VirtualService", op: admissionv1.Create, object: goodVS},
+		},
+		{
+			name:              "invalid VirtualService lists every problem",
+			review:            reviewSpec{group: istioNetworkingGroup, version: "v1", kind: "VirtualService", op: admissionv1.Create, object: brokenVS},
+			wantDenied:        []string{`VirtualService "shop/broken" is invalid`},
+			wantAllProblemsOf: brokenVS,
+		},
+		{
+			name:              "invalid VirtualService v1beta1 update",
+			review:            reviewSpec{group: istioNetworkingGroup, version: "v1beta1", kind: "VirtualService", op: admissionv1.Update, object: withVersion(brokenVS, "v1beta1"), oldObject: withVersion(goodVS, "v1beta1")},
+			wantAllProblemsOf: brokenVS,
+		},
+		{
+			name:              "invalid VirtualService v1alpha3 create",
+			review:            reviewSpec{group: istioNetworkingGroup, version: "v1alpha3", kind: "VirtualService", op: admissionv1.Create, object: withVersion(brokenVS, "v1alpha3")},
+			wantAllProblemsOf: brokenVS,
+		},
+		{
+			name: "a VirtualService's unknown fields and wrong types are denied by path",
+			review: reviewSpec{group: istioNetworkingGroup, version: "v1", kind: "VirtualService", op: admissionv1.Create,
+				object: strings.Replace(goodVS, "subset: v2}", "subest: v2}\n      weight: heavy", 1)},
+			wantDenied: []string{`VirtualService "shop/echo" is invalid: spec.http[0].route[0].destination.subest: unknown field (did you mean subset?); ` +
+				`spec.http[0].route[0].weight: want an integer, got "heavy"`},
+		},
+		{
+			name:   "delete of an invalid VirtualService is allowed",
+			review: reviewSpec{group: istioNetworkingGroup, version: "v1", kind: "VirtualService", op: admissionv1.Delete, oldObject: brokenVS},
 		},
 		{
 			name:   "unknown versions are allowed",
