@@ -105,6 +105,36 @@ spec:
         consistentHash: {httpHeaderName: x-user}
 `
 
+// routeYAML sends every call to subset v1 of ruleYAML.
+const routeYAML = `
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata:
+  name: echo
+  namespace: {{.NS}}
+spec:
+  hosts: [echo]
+  http:
+  - route:
+    - destination: {host: echo, subset: v1}
+`
+
+// invalidRouteYAML passes the CRD's schema but not Istio's rules: a subset
+// name is no DNS label. It must be reported and skipped, and never disturb
+// the valid VirtualService of the same host.
+const invalidRouteYAML = `
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata:
+  name: invalid
+  namespace: {{.NS}}
+spec:
+  hosts: [{{.Host}}]
+  http:
+  - route:
+    - destination: {host: echo, subset: Not_A_Label}
+`
+
 // invalidRuleYAML passes the CRD's schema but not Istio's rules: two subsets
 // share a name. It must be reported and skipped, and never disturb the rest.
 const invalidRuleYAML = `

@@ -28,8 +28,9 @@ func TestGRPCFlowConfigDir(t *testing.T) {
 
 // runGRPCFlow routes real RPCs through meshpilot while endpoints and rules
 // change: one backend, then two (round robin), then the other one only, then
-// a DestinationRule. No step may cause a NACK, and an invalid rule applied
-// alongside never disturbs valid config.
+// a DestinationRule, then a VirtualService that picks one of its subsets.
+// No step may cause a NACK, and an invalid rule or route applied alongside
+// never disturbs valid config.
 func runGRPCFlow(t *testing.T, m mesh, ns string) {
 	ip := hostIP(t)
 	host := fmt.Sprintf("echo.%s.svc.cluster.local", ns)
@@ -159,8 +160,40 @@ func runGRPCFlow(t *testing.T, m mesh, ns string) {
 		}
 	})
 
+	t.Run("a VirtualService sends every call to one subset, and its removal undoes it", func(t *testing.T) {
+		m.apply(t, "slice-a", fx.render(sliceYAML, "echo-a", a.port))
+		bothAnswer := func() error {
+			seen, err := c.callN(30)
+			if err != nil {
+				return err
+			}
+			if seen["echo-a"] == 0 || seen["echo-b"] == 0 {
+				return fmt.Errorf("answers by backend: %v", seen)
+			}
+			return nil
+		}
+		waitFor(t, 30*time.Second, "both backends to answer again", bothAnswer)
+		m.apply(t, "invalid-route", fx.render(invalidRouteYAML))
+		m.apply(t, "route", fx.render(routeYAML))
+		waitFor(t, 30*time.Second, "subset v1 (echo-a) alone to answer", func() error {
+			seen, err := c.callN(10)
+			if err != nil {
+				return err
+			}
+			if seen["echo-a"] != 10 {
+				return fmt.Errorf("answers by backend: %v", seen)
+			}
+			return nil
+		})
+		m.remove(t, "route")
+		waitFor(t, 30*time.Second, "both backends to answer without the VirtualService", bothAnswer)
+	})
+
 	if n := cp.nacks(t); n != 0 {
 		t.Errorf("clients sent %v NACKs; want none", n)
+	}
+	if n := cp.configErrors(t, "VirtualService"); n < 1 {
+		t.Errorf("meshpilot_config_errors_total{kind=\"VirtualService\"} = %v: the invalid VirtualService was not counted", n)
 	}
 	// Counted by value and kind: in the directory variant a broken Service
 	// file is counted too, so a series of any kind would prove nothing.
