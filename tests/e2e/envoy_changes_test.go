@@ -179,6 +179,27 @@ func TestEnvoyFollowsEachChange(t *testing.T) {
 			return nil
 		},
 	}, {
+		// A VirtualService picks a subset: only RDS changes; the route
+		// names a cluster the client already holds.
+		name: "VirtualService routes to a subset",
+		apply: func(t *testing.T) {
+			m.apply(t, "route", fx.render(`
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: echo, namespace: {{.NS}}}
+spec:
+  hosts: [echo]
+  http:
+  - route:
+    - destination: {host: echo, subset: v2}
+`))
+		},
+		sidecar: func(s xdstest.Snapshot) error { return expectRoute(s, "8080", echo, "/ -> "+echoV2) },
+	}, {
+		name:    "VirtualService removed",
+		apply:   func(t *testing.T) { m.remove(t, "route") },
+		sidecar: func(s xdstest.Snapshot) error { return expectRoute(s, "8080", echo, "/ -> "+echoCluster) },
+	}, {
 		name:  "DestinationRule subsets removed",
 		apply: func(t *testing.T) { m.apply(t, "rule", fx.render(lbRuleYAML("ROUND_ROBIN"))) },
 		sidecar: func(s xdstest.Snapshot) error {
