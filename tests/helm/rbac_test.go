@@ -109,10 +109,13 @@ func TestRBACIsSufficientAndNecessary(t *testing.T) {
 			{"watch", "destinationrules.networking.istio.io", true},
 			{"list", "peerauthentications.security.istio.io", true},
 			{"watch", "peerauthentications.security.istio.io", true},
-			{"list", "virtualservices.networking.istio.io", false},
+			{"list", "virtualservices.networking.istio.io", true},
+			{"watch", "virtualservices.networking.istio.io", true},
+			{"list", "gateways.networking.istio.io", false},
 			{"list", "authorizationpolicies.security.istio.io", false},
 			{"get", "destinationrules.networking.istio.io", false},
 			{"get", "peerauthentications.security.istio.io", false},
+			{"get", "virtualservices.networking.istio.io", false},
 		} {
 			review, err := env.Kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
 				Spec: authorizationv1.SubjectAccessReviewSpec{
@@ -127,6 +130,39 @@ func TestRBACIsSufficientAndNecessary(t *testing.T) {
 			}
 			if review.Status.Allowed != tc.allowed {
 				t.Errorf("%s customresourcedefinitions/%s: allowed = %v, want %v", tc.verb, tc.name, review.Status.Allowed, tc.allowed)
+			}
+		}
+	})
+
+	// The Istio kinds it reads, in any namespace, and not the ones it does
+	// not read.
+	t.Run("reading the Istio kinds it serves, and no other", func(t *testing.T) {
+		for _, tc := range []struct {
+			verb, group, resource string
+			allowed               bool
+		}{
+			{"list", "networking.istio.io", "virtualservices", true},
+			{"watch", "networking.istio.io", "virtualservices", true},
+			{"list", "networking.istio.io", "destinationrules", true},
+			{"list", "security.istio.io", "peerauthentications", true},
+			{"list", "networking.istio.io", "gateways", false},
+			{"list", "networking.istio.io", "serviceentries", false},
+			{"create", "networking.istio.io", "virtualservices", false},
+			{"update", "networking.istio.io", "virtualservices", false},
+		} {
+			review, err := env.Kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+				Spec: authorizationv1.SubjectAccessReviewSpec{
+					User: "system:serviceaccount:" + releaseNamespace + ":" + serviceAccount,
+					ResourceAttributes: &authorizationv1.ResourceAttributes{
+						Verb: tc.verb, Group: tc.group, Resource: tc.resource, Namespace: "shop",
+					},
+				},
+			}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if review.Status.Allowed != tc.allowed {
+				t.Errorf("%s %s.%s: allowed = %v, want %v", tc.verb, tc.resource, tc.group, review.Status.Allowed, tc.allowed)
 			}
 		}
 	})
