@@ -313,7 +313,7 @@ webhooks:
 - name: rev.validation.istio.io
   clientConfig: {url: %q}
   rules:
-  - {operations: [CREATE, UPDATE], apiGroups: [networking.istio.io], apiVersions: ["*"], resources: [destinationrules]}
+  - {operations: [CREATE, UPDATE], apiGroups: [networking.istio.io], apiVersions: ["*"], resources: [destinationrules, virtualservices]}
   - {operations: [CREATE, UPDATE], apiGroups: [security.istio.io], apiVersions: ["*"], resources: [peerauthentications]}
   failurePolicy: Fail
   sideEffects: None
