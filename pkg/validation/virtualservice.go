@@ -64,10 +64,10 @@ const jwtClaimPrefix = "@request.auth.claims"
 // (networking.istio.io v1, v1beta1 or v1alpha3, which share this spec), or
 // nil. name and namespace are the object's metadata.
 //
-// The rules are Istio's, with one difference: hosts are required, because
-// meshpilot serves no delegation, and a VirtualService without hosts is
-// only ever the target of one. For the same reason an HTTP route may not
-// delegate.
+// The rules are Istio's, with one difference: hosts are required. Istio
+// reads a VirtualService without hosts as the target of a delegating
+// route, and meshpilot serves no delegation (a route that delegates is
+// valid, and reported as not served when routes are built).
 func ValidateVirtualService(name, namespace string, vs *networking.VirtualService) error {
 	var p problems
 	p.objectMeta(name, namespace)
@@ -242,11 +242,21 @@ func (p *problems) httpActions(path string, r *networking.HTTPRoute) {
 	if r.GetDirectResponse() != nil {
 		actions = append(actions, "directResponse")
 	}
+	if d := r.GetDelegate(); d != nil {
+		// A route handed to another VirtualService does nothing itself.
+		actions = append(actions, "delegate")
+		if d.GetName() == "" {
+			p.add(path+".delegate.name", "is required")
+		} else {
+			for _, msg := range validation.IsDNS1123Subdomain(d.GetName()) {
+				p.add(path+".delegate.name", "%s", msg)
+			}
+		}
+		p.sourceNamespace(path+".delegate.namespace", d.GetNamespace())
+	}
 	switch {
-	case r.GetDelegate() != nil:
-		p.add(path+".delegate", "delegation to another VirtualService is not supported")
 	case len(actions) == 0:
-		p.add(path, "one of route, redirect or directResponse is required")
+		p.add(path, "one of route, redirect, directResponse or delegate is required")
 	case len(actions) > 1:
 		p.add(path, "%s are mutually exclusive", strings.Join(actions, " and "))
 	}

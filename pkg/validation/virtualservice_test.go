@@ -166,7 +166,7 @@ http: [{route: [{destination: {host: a}}]}]`,
 		{
 			name: "http route without an action",
 			spec: `{hosts: [a], http: [{match: [{uri: {prefix: /}}]}]}`,
-			want: []string{"spec.http[0]: one of route, redirect or directResponse is required"},
+			want: []string{"spec.http[0]: one of route, redirect, directResponse or delegate is required"},
 		},
 		{
 			name: "route, redirect and direct response together",
@@ -187,9 +187,24 @@ http:
 			},
 		},
 		{
-			name: "delegation",
-			spec: `{hosts: [a], http: [{delegate: {name: b, namespace: c}}]}`,
-			want: []string{"spec.http[0].delegate: delegation to another VirtualService is not supported"},
+			name: "delegation alone",
+			spec: `{hosts: [a], http: [{delegate: {name: b, namespace: c}}, {delegate: {name: d}}]}`,
+		},
+		{
+			name: "delegation with another action, or without a valid name",
+			spec: `
+hosts: [a]
+http:
+- delegate: {name: b}
+  route: [{destination: {host: a}}]
+- delegate: {namespace: Bad_NS}
+- delegate: {name: "B_b"}`,
+			want: []string{
+				"spec.http[0]: route and delegate are mutually exclusive",
+				"spec.http[1].delegate.name: is required",
+				"spec.http[1].delegate.namespace: a lowercase RFC 1123 label",
+				"spec.http[2].delegate.name: a lowercase RFC 1123 subdomain",
+			},
 		},
 		{
 			name: "destinations: missing, bad host, subset, port, weights",
