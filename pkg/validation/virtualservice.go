@@ -9,6 +9,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	networking "istio.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -202,7 +205,7 @@ func (p *problems) httpRoute(path string, r *networking.HTTPRoute, onlyGateways 
 		}
 	}
 	p.httpDestinations(path+".route", r.GetRoute())
-	p.checkDuration(path+".timeout", r.GetTimeout())
+	p.checkMillis(path+".timeout", r.GetTimeout())
 	p.retries(path+".retries", r.GetRetries())
 	p.fault(path+".fault", r.GetFault())
 	p.cors(path+".corsPolicy", r.GetCorsPolicy())
@@ -562,8 +565,8 @@ func (p *problems) retries(path string, r *networking.HTTPRetry) {
 	if r.GetAttempts() == 0 && (r.GetPerTryTimeout() != nil || r.GetRetryOn() != "" || r.GetRetryRemoteLocalities() != nil) {
 		p.add(path, "attempts is 0 (retries disabled), so perTryTimeout, retryOn and retryRemoteLocalities have no effect: remove them or set attempts")
 	}
-	p.checkDuration(path+".perTryTimeout", r.GetPerTryTimeout())
-	p.checkDuration(path+".backoff", r.GetBackoff())
+	p.checkMillis(path+".perTryTimeout", r.GetPerTryTimeout())
+	p.checkMillis(path+".backoff", r.GetBackoff())
 	if r.GetRetryOn() == "" {
 		return
 	}
@@ -594,7 +597,7 @@ func (p *problems) fault(path string, f *networking.HTTPFaultInjection) {
 		case nil:
 			p.add(path+".delay.fixedDelay", "is required")
 		case *networking.HTTPFaultInjection_Delay_FixedDelay:
-			p.checkDuration(path+".delay.fixedDelay", t.FixedDelay)
+			p.checkMillis(path+".delay.fixedDelay", t.FixedDelay)
 		case *networking.HTTPFaultInjection_Delay_ExponentialDelay:
 			p.add(path+".delay.exponentialDelay", "is not supported: use fixedDelay")
 		}
@@ -647,7 +650,7 @@ func (p *problems) cors(path string, c *networking.CorsPolicy) {
 		}
 	}
 	if age := c.GetMaxAge(); age != nil {
-		p.checkDuration(path+".maxAge", age)
+		p.checkMillis(path+".maxAge", age)
 		if age.GetNanos() != 0 {
 			p.add(path+".maxAge", "must be whole seconds (Access-Control-Max-Age counts seconds)")
 		}
@@ -727,6 +730,18 @@ func (p *problems) tcpRoute(path string, r *networking.TCPRoute) {
 func (p *problems) subnets(path string, subnets []string) {
 	for i, s := range subnets {
 		p.subnet(fmt.Sprintf("%s[%d]", path, i), s)
+	}
+}
+
+// checkMillis checks a duration Envoy takes in milliseconds: at least one,
+// and whole ones, since finer digits would be dropped without a word.
+func (p *problems) checkMillis(path string, d *durationpb.Duration) {
+	if d == nil || d.CheckValid() != nil || d.AsDuration() < minDuration {
+		p.checkDuration(path, d)
+		return
+	}
+	if d.AsDuration()%time.Millisecond != 0 {
+		p.add(path, "must be whole milliseconds, got %v", d.AsDuration())
 	}
 }
 

@@ -288,7 +288,8 @@ http:
   timeout: 0.0001s
   retries: {attempts: -1, perTryTimeout: 0s, backoff: 0.0005s, retryOn: "5xx,sometimes,999"}
 - route: [{destination: {host: a}}]
-  retries: {attempts: 0, retryOn: 5xx}`,
+  retries: {attempts: 0, retryOn: 5xx}
+  timeout: 1.0005s`,
 			want: []string{
 				"spec.http[0].timeout: duration must be at least 1ms",
 				"spec.http[0].retries.attempts: must not be negative",
@@ -296,6 +297,7 @@ http:
 				"spec.http[0].retries.backoff: duration must be at least 1ms",
 				`spec.http[0].retries.retryOn: "sometimes" is neither a retry condition nor an HTTP status code`,
 				`spec.http[0].retries.retryOn: "999" is neither`,
+				"spec.http[1].timeout: must be whole milliseconds, got 1.0005s",
 				"spec.http[1].retries: attempts is 0 (retries disabled)",
 			},
 		},
