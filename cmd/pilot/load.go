@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -22,11 +23,11 @@ func newLoadCommand() *cobra.Command {
 	scn := loadtest.StandardScenario()
 	cfg := loadtest.Config{ChurnService: 0}
 	var (
-		kubeconfig, writeDir, output, metricsURL, cpLog string
-		pid                                             int
-		writeOnly, quiet                                bool
-		sidecars, deltaSidecars, routers, grpcClients   int
-		phases                                          []string
+		kubeconfig, writeDir, output, metricsURL, cpLog, jsonOut, cpuProfile string
+		pid                                                                  int
+		writeOnly, quiet                                                     bool
+		sidecars, deltaSidecars, routers, grpcClients                        int
+		phases                                                               []string
 	)
 	cmd := &cobra.Command{
 		Use:   "load [flags] [-- control-plane command...]",
@@ -131,6 +132,17 @@ and the tool starts it, samples it and can restart it for the reconnect phase.`,
 				fmt.Fprintln(progress, "load: no --pid, --metrics-url or control-plane command: the control plane's CPU and RSS are not measured")
 			}
 
+			if cpuProfile != "" {
+				f, err := os.Create(cpuProfile)
+				if err != nil {
+					return fmt.Errorf("--cpu-profile: %w", err)
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return fmt.Errorf("--cpu-profile: %w", err)
+				}
+				defer pprof.StopCPUProfile()
+			}
 			report, runErr := loadtest.Run(ctx, cfg)
 			if report != nil {
 				w := cmd.OutOrStdout()
@@ -139,6 +151,9 @@ and the tool starts it, samples it and can restart it for the reconnect phase.`,
 					err = report.WriteJSON(w)
 				} else {
 					err = report.WriteTable(w)
+				}
+				if err == nil && jsonOut != "" {
+					err = writeReportFile(jsonOut, report)
 				}
 				if err != nil && runErr == nil {
 					runErr = err
@@ -174,6 +189,8 @@ and the tool starts it, samples it and can restart it for the reconnect phase.`,
 	f.DurationVar(&cfg.Settle, "settle", 2*time.Minute, "longest wait for the control plane to go idle after the scenario is written")
 	f.DurationVar(&cfg.SampleInterval, "sample-interval", 100*time.Millisecond, "how often CPU and RSS are sampled")
 	f.StringVarP(&output, "output", "o", "table", "output format: table or json")
+	f.StringVar(&jsonOut, "json-out", "", "also write the report as JSON to this file, to compare runs")
+	f.StringVar(&cpuProfile, "cpu-profile", "", "write a CPU profile of the tool itself to this file, to check that the clients stay cheap")
 	f.BoolVarP(&quiet, "quiet", "q", false, "no progress lines on stderr")
 	return cmd
 }
@@ -206,4 +223,16 @@ func openLog(path string, fallback io.Writer) (io.Writer, func(), error) {
 		return nil, nil, fmt.Errorf("--control-plane-log: %w", err)
 	}
 	return f, func() { _ = f.Close() }, nil
+}
+
+func writeReportFile(path string, r *loadtest.Report) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("--json-out: %w", err)
+	}
+	if err := r.WriteJSON(f); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("--json-out: %w", err)
+	}
+	return f.Close()
 }

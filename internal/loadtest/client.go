@@ -16,7 +16,9 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 )
@@ -47,29 +49,46 @@ const (
 )
 
 // rawCodec hands response bytes to the client unparsed, so that the skim
-// is the only decoding; requests are small and marshalled as usual. Its
-// name is "proto" so the server sees the ordinary content type.
+// is the only decoding, and copies them into the client's own buffer,
+// reused from one response to the next: multi-megabyte responses would
+// otherwise each be a fresh allocation to clear and collect. Requests are
+// encoded by the client (rawRequest) or are protos. Its name is "proto" so
+// the server sees the ordinary content type.
 type rawCodec struct{}
 
-func (rawCodec) Marshal(v any) ([]byte, error) {
+func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if b, ok := v.(rawRequest); ok {
+		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+	}
 	m, ok := v.(proto.Message)
 	if !ok {
 		return nil, fmt.Errorf("raw codec: cannot marshal %T", v)
 	}
-	return proto.Marshal(m)
+	b, err := proto.Marshal(m)
+	return mem.BufferSlice{mem.SliceBuffer(b)}, err
 }
 
-func (rawCodec) Unmarshal(data []byte, v any) error {
-	p, ok := v.(*[]byte)
+// recvBuf holds the last response; its bytes are valid until the next.
+type recvBuf struct{ b []byte }
+
+func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	rb, ok := v.(*recvBuf)
 	if !ok {
 		return fmt.Errorf("raw codec: cannot unmarshal into %T", v)
 	}
-	// grpc-go materializes a fresh slice for a v1 codec, so keeping it is safe.
-	*p = data
+	n := data.Len()
+	if cap(rb.b) < n {
+		rb.b = make([]byte, n)
+	}
+	rb.b = rb.b[:n]
+	data.CopyTo(rb.b)
 	return nil
 }
 
 func (rawCodec) Name() string { return "proto" }
+
+// rawRequest is a request the client encoded itself.
+type rawRequest []byte
 
 var hashSeed = maphash.MakeSeed()
 
@@ -109,6 +128,8 @@ type Client struct {
 	routes    map[string]uint64 // proxyless: route config -> hash of what it named
 	routeRefs map[string][]string
 	cdsInit   bool
+	nWarming  int    // clusters warming
+	gen       uint64 // numbers wildcard responses, to find what one left out
 
 	streams     int       // streams opened so far
 	streamStart time.Time // when the current stream was opened
@@ -121,13 +142,19 @@ type Client struct {
 
 // subscription is the client's state of one type.
 type subscription struct {
-	url       string
-	wildcard  bool
-	on        bool
-	names     map[string]int  // name -> references (not for wildcards)
-	got       map[string]bool // names received on the current stream
-	sent      map[string]bool // delta: names the server was told about
-	responded bool            // a response arrived on the current stream
+	url      string
+	wildcard bool
+	on       bool
+	names    map[string]int  // name -> references (not for wildcards)
+	got      map[string]bool // names received on the current stream
+	sent     map[string]bool // delta: names the server was told about
+	// wire is resource_names encoded (field 3 of DiscoveryRequest, sorted),
+	// rebuilt only when the set of names changes: a SotW client repeats
+	// thousands of EDS names in every ACK, and sorting and marshalling them
+	// each time made the tool cost more than the server.
+	wire      []byte
+	wireOK    bool
+	responded bool // a response arrived on the current stream
 	version   string
 	nonce     string
 }
@@ -136,11 +163,24 @@ type clusterEntry struct {
 	edsName string
 	hash    uint64
 	warming bool
+	gen     uint64 // the last response that held it
 }
 
 type listenerEntry struct {
 	hash   uint64
 	routes []string
+	gen    uint64
+}
+
+func (c *Client) setWarming(e *clusterEntry, w bool) {
+	if e.warming != w {
+		e.warming = w
+		if w {
+			c.nWarming++
+		} else {
+			c.nWarming--
+		}
+	}
 }
 
 // ClientOptions identify a client.
@@ -264,11 +304,39 @@ type sender struct {
 	nodeSent bool
 }
 
-func (s *sender) sotw(req *discoveryv3.DiscoveryRequest) error {
-	if !s.nodeSent {
-		req.Node, s.nodeSent = s.node, true
+// DiscoveryRequest field numbers.
+const (
+	reqVersion       = 1
+	reqNode          = 2
+	reqResourceNames = 3
+	reqTypeURL       = 4
+	reqNonce         = 5
+)
+
+// sotw encodes a DiscoveryRequest by hand around the cached names.
+func (s *sender) sotw(p pending) error {
+	b := make([]byte, 0, len(p.namesWire)+len(p.version)+len(p.url)+len(p.nonce)+16)
+	if p.version != "" {
+		b = protowire.AppendTag(b, reqVersion, protowire.BytesType)
+		b = protowire.AppendString(b, p.version)
 	}
-	return s.s.SendMsg(req)
+	if !s.nodeSent {
+		node, err := proto.Marshal(s.node)
+		if err != nil {
+			return err
+		}
+		b = protowire.AppendTag(b, reqNode, protowire.BytesType)
+		b = protowire.AppendBytes(b, node)
+		s.nodeSent = true
+	}
+	b = append(b, p.namesWire...)
+	b = protowire.AppendTag(b, reqTypeURL, protowire.BytesType)
+	b = protowire.AppendString(b, p.url)
+	if p.nonce != "" {
+		b = protowire.AppendTag(b, reqNonce, protowire.BytesType)
+		b = protowire.AppendString(b, p.nonce)
+	}
+	return s.s.SendMsg(rawRequest(b))
 }
 
 func (s *sender) deltaReq(req *discoveryv3.DeltaDiscoveryRequest) error {
@@ -286,7 +354,7 @@ func (c *Client) stream(ctx context.Context) error {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	st, err := c.conn.NewStream(sctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, method,
-		grpc.ForceCodec(rawCodec{}), grpc.WaitForReady(true))
+		grpc.ForceCodecV2(rawCodec{}), grpc.WaitForReady(true))
 	if err != nil {
 		return err
 	}
@@ -309,14 +377,15 @@ func (c *Client) stream(ctx context.Context) error {
 	if err := c.send(snd, reqs); err != nil {
 		return err
 	}
+	var rb recvBuf
 	for {
-		var b []byte
-		if err := st.RecvMsg(&b); err != nil {
+		if err := st.RecvMsg(&rb); err != nil {
 			if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
 				return fmt.Errorf("stream closed: %w", err)
 			}
 			return err
 		}
+		b := rb.b
 		resp, err := skimResponse(b, c.delta)
 		if err != nil {
 			return fmt.Errorf("skim response: %w", err)
@@ -338,7 +407,7 @@ type pending struct {
 	ack         bool
 	version     string
 	nonce       string
-	names       []string
+	namesWire   []byte
 	subscribe   []string
 	unsubscribe []string
 	wildcard    bool
@@ -351,8 +420,7 @@ func (c *Client) send(snd *sender, reqs []pending) error {
 			err = snd.deltaReq(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: r.url, ResponseNonce: r.nonce,
 				ResourceNamesSubscribe: r.subscribe, ResourceNamesUnsubscribe: r.unsubscribe})
 		} else {
-			err = snd.sotw(&discoveryv3.DiscoveryRequest{TypeUrl: r.url, VersionInfo: r.version,
-				ResponseNonce: r.nonce, ResourceNames: r.names})
+			err = snd.sotw(r)
 		}
 		if err != nil {
 			return err
@@ -367,7 +435,7 @@ func (c *Client) begin() []pending {
 		lds := c.types[ListenerType]
 		lds.on = true
 		for _, t := range c.targets {
-			lds.names[t]++
+			c.ref(ListenerType, t, 1)
 		}
 		return []pending{c.request(lds, "")}
 	}
@@ -395,7 +463,7 @@ func (c *Client) request(sub *subscription, nonce string) pending {
 	p := pending{url: sub.url, version: sub.version, nonce: nonce, wildcard: sub.wildcard}
 	if !c.delta {
 		if !sub.wildcard {
-			p.names = sortedKeys(sub.names)
+			p.namesWire = sub.namesWire()
 		}
 		return p
 	}
@@ -438,6 +506,20 @@ func (c *Client) changed(sub *subscription) bool {
 	return false
 }
 
+// namesWire is the cached encoding of the subscribed names; the returned
+// slice is never modified afterwards.
+func (sub *subscription) namesWire() []byte {
+	if !sub.wireOK {
+		var b []byte
+		for _, n := range sortedKeys(sub.names) {
+			b = protowire.AppendTag(b, reqResourceNames, protowire.BytesType)
+			b = protowire.AppendString(b, n)
+		}
+		sub.wire, sub.wireOK = b, true
+	}
+	return sub.wire
+}
+
 func sortedKeys(m map[string]int) []string {
 	out := make([]string, 0, len(m))
 	for k, v := range m {
@@ -452,7 +534,11 @@ func sortedKeys(m map[string]int) []string {
 func (c *Client) ref(url, name string, delta int) {
 	sub := c.types[url]
 	sub.on = true
+	before := sub.names[name]
 	sub.names[name] += delta
+	if (before > 0) != (sub.names[name] > 0) {
+		sub.wireOK = false
+	}
 	if sub.names[name] <= 0 {
 		delete(sub.names, name)
 		delete(sub.got, name)
@@ -467,8 +553,14 @@ func (c *Client) handle(r *response) []pending {
 		return nil // Envoy ignores types it did not ask for.
 	}
 	sub.responded, sub.nonce, sub.version = true, r.nonce, r.version
-	for _, res := range r.resources {
-		sub.got[res.name] = true
+	if !sub.wildcard {
+		for _, res := range r.resources {
+			// Lookups by string(bytes) do not allocate; the assignment
+			// does, once per name and stream.
+			if sub.names[string(res.name)] > 0 && !sub.got[string(res.name)] {
+				sub.got[string(res.name)] = true
+			}
+		}
 	}
 	var out []pending
 	switch r.typeURL {
@@ -501,15 +593,7 @@ func (c *Client) ack(sub *subscription, nonce string) pending {
 	return p
 }
 
-func (c *Client) warmingCount() int {
-	n := 0
-	for _, e := range c.clusters {
-		if e.warming {
-			n++
-		}
-	}
-	return n
-}
+func (c *Client) warmingCount() int { return c.nWarming }
 
 // full reports whether the current stream delivered everything subscribed:
 // the wildcard types answered, every named resource received, and for
@@ -535,25 +619,26 @@ func (c *Client) full() bool {
 }
 
 func (c *Client) onClusters(r *response) []pending {
-	seen := make(map[string]bool, len(r.resources))
+	c.gen++
 	edsChanged := false
 	for _, res := range r.resources {
+		// Most clusters of a response are unchanged: a lookup and a hash,
+		// no decoding and no allocation.
+		h := maphash.Bytes(hashSeed, res.value)
+		e := c.clusters[string(res.name)]
+		if e != nil {
+			e.gen = c.gen
+			if e.hash == h {
+				continue
+			}
+		}
 		ci, err := skimCluster(res.value)
 		if err != nil {
 			continue
 		}
-		name := ci.name
-		if name == "" {
-			name = res.name
-		}
-		seen[name] = true
-		h := maphash.Bytes(hashSeed, res.value)
-		e := c.clusters[name]
-		if e != nil && e.hash == h {
-			continue
-		}
+		name := string(res.name)
 		if e == nil {
-			e = &clusterEntry{}
+			e = &clusterEntry{gen: c.gen}
 			c.clusters[name] = e
 		}
 		if e.edsName != ci.edsName {
@@ -568,7 +653,7 @@ func (c *Client) onClusters(r *response) []pending {
 		e.edsName, e.hash = ci.edsName, h
 		// grpc-go uses a cluster at once; Envoy warms it until its load
 		// assignment arrives.
-		e.warming = ci.edsName != "" && !c.proxyless
+		c.setWarming(e, ci.edsName != "" && !c.proxyless)
 		if ci.edsName != "" {
 			edsChanged = true
 		}
@@ -577,8 +662,8 @@ func (c *Client) onClusters(r *response) []pending {
 	removed := r.removed
 	if !c.delta && !c.proxyless {
 		// A SotW wildcard response holds every cluster: the rest are gone.
-		for name := range c.clusters {
-			if !seen[name] {
+		for name, e := range c.clusters {
+			if e.gen != c.gen {
 				removed = append(removed, name)
 			}
 		}
@@ -589,6 +674,7 @@ func (c *Client) onClusters(r *response) []pending {
 				c.unrefEDS(name, e.edsName)
 				edsChanged = true
 			}
+			c.setWarming(e, false)
 			delete(c.clusters, name)
 		}
 	}
@@ -615,13 +701,15 @@ func (c *Client) unrefEDS(cluster, eds string) {
 
 func (c *Client) onEndpoints(r *response) {
 	for _, res := range r.resources {
-		for _, cl := range c.byEDS[res.name] {
-			if e := c.clusters[cl]; e != nil && e.warming {
-				e.warming = false
-				c.checkWarm(cl)
+		if c.nWarming > 0 {
+			for _, cl := range c.byEDS[string(res.name)] {
+				if e := c.clusters[cl]; e != nil && e.warming {
+					c.setWarming(e, false)
+					c.checkWarm(cl)
+				}
 			}
 		}
-		if x := c.expect; x != nil && x.kind == expectEndpoint && x.at.IsZero() && res.name == x.name {
+		if x := c.expect; x != nil && x.kind == expectEndpoint && x.at.IsZero() && string(res.name) == x.name {
 			if ok, _ := claHasAddress(res.value, x.addr); ok {
 				c.satisfy()
 			}
@@ -630,22 +718,24 @@ func (c *Client) onEndpoints(r *response) {
 }
 
 func (c *Client) onListeners(r *response) []pending {
-	seen := make(map[string]bool, len(r.resources))
+	c.gen++
 	routesChanged := false
 	for _, res := range r.resources {
-		seen[res.name] = true
 		h := maphash.Bytes(hashSeed, res.value)
-		e := c.listeners[res.name]
-		if e != nil && e.hash == h {
-			continue
+		e := c.listeners[string(res.name)]
+		if e != nil {
+			e.gen = c.gen
+			if e.hash == h {
+				continue
+			}
 		}
 		routes, err := listenerRoutes(res.value)
 		if err != nil {
 			continue
 		}
 		if e == nil {
-			e = &listenerEntry{}
-			c.listeners[res.name] = e
+			e = &listenerEntry{gen: c.gen}
+			c.listeners[string(res.name)] = e
 		}
 		for _, rt := range e.routes {
 			c.ref(RouteType, rt, -1)
@@ -658,8 +748,8 @@ func (c *Client) onListeners(r *response) []pending {
 	}
 	removed := r.removed
 	if !c.delta && !c.proxyless {
-		for name := range c.listeners {
-			if !seen[name] {
+		for name, e := range c.listeners {
+			if e.gen != c.gen {
 				removed = append(removed, name)
 			}
 		}
@@ -695,20 +785,21 @@ func (c *Client) onRoutes(r *response) []pending {
 	changed := false
 	for _, res := range r.resources {
 		h := maphash.Bytes(hashSeed, res.value)
-		if c.routes[res.name] == h {
+		if old, ok := c.routes[string(res.name)]; ok && old == h {
 			continue
 		}
 		cls, err := routeClusters(res.value)
 		if err != nil {
 			continue
 		}
-		for _, cl := range c.routeRefs[res.name] {
+		name := string(res.name)
+		for _, cl := range c.routeRefs[name] {
 			c.ref(ClusterType, cl, -1)
 		}
 		for _, cl := range cls {
 			c.ref(ClusterType, cl, 1)
 		}
-		c.routes[res.name], c.routeRefs[res.name] = h, cls
+		c.routes[name], c.routeRefs[name] = h, cls
 		changed = true
 	}
 	if !changed {

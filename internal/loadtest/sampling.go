@@ -159,7 +159,11 @@ func scrape(r io.Reader, names ...string) (map[string]float64, error) {
 		if !want[name] {
 			continue
 		}
-		f := strings.Fields(line[strings.LastIndexByte(line, '}')+1:])
+		rest := line[len(name):]
+		if i := strings.LastIndexByte(rest, '}'); i >= 0 {
+			rest = rest[i+1:]
+		}
+		f := strings.Fields(rest)
 		if len(f) == 0 {
 			continue
 		}

@@ -139,9 +139,11 @@ func firstString(b []byte, num protowire.Number) (string, error) {
 }
 
 // wireResource is one resource of a response: its name and its serialized
-// message (the Any's value).
+// message (the Any's value). Both alias the response: map lookups with
+// string(name) do not copy, and most resources of a response are only
+// looked up.
 type wireResource struct {
-	name  string
+	name  []byte
 	value []byte
 }
 
@@ -177,7 +179,7 @@ func skimResponse(b []byte, delta bool) (*response, error) {
 				if err := each(v, func(n protowire.Number, t protowire.Type, rv []byte, _ uint64) error {
 					switch {
 					case n == resName && t == protowire.BytesType:
-						wr.name = string(rv)
+						wr.name = rv
 					case n == resResource && t == protowire.BytesType:
 						val, err := anyValueOf(rv)
 						if err != nil {
@@ -205,7 +207,7 @@ func skimResponse(b []byte, delta bool) (*response, error) {
 			if err != nil {
 				return err
 			}
-			name, err := firstString(val, 1)
+			name, err := resourceName(val)
 			if err != nil {
 				return err
 			}
@@ -214,6 +216,32 @@ func skimResponse(b []byte, delta bool) (*response, error) {
 		return nil
 	})
 	return r, err
+}
+
+// resourceName is field 1 of a resource, its name in every type the
+// clients use. Encoders write fields in number order, so it is almost
+// always the first field and the rest is not read.
+func resourceName(b []byte) ([]byte, error) {
+	for len(b) > 0 {
+		num, typ, l := protowire.ConsumeTag(b)
+		if l < 0 {
+			return nil, errMalformed
+		}
+		b = b[l:]
+		if num == 1 && typ == protowire.BytesType {
+			v, m := protowire.ConsumeBytes(b)
+			if m < 0 {
+				return nil, errMalformed
+			}
+			return v, nil
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b)
+		if m < 0 {
+			return nil, errMalformed
+		}
+		b = b[m:]
+	}
+	return nil, nil
 }
 
 func anyValueOf(a []byte) ([]byte, error) {
