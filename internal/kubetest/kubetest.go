@@ -34,6 +34,10 @@ type Env struct {
 	// signs ServiceAccount tokens with, for tests that must mint a token the
 	// API server would sign but cannot be asked for (an expired one).
 	ServiceAccountSigningKeyFile string
+
+	// certDir and dataDir tell this Env's kube-apiserver and etcd from
+	// any other test's (see Restart).
+	certDir, dataDir string
 }
 
 // shortSkipReason is why an integration test skips under -short.
@@ -119,7 +123,10 @@ func start(t testing.TB, short bool, configure func(*envtest.Environment)) *Env 
 	}
 	return &Env{Config: cfg, Kube: kube, Istio: istio,
 		// envtest's own file name in the API server's cert dir.
-		ServiceAccountSigningKeyFile: filepath.Join(env.ControlPlane.GetAPIServer().CertDir, "sa-signer.key")}
+		ServiceAccountSigningKeyFile: filepath.Join(env.ControlPlane.GetAPIServer().CertDir, "sa-signer.key"),
+		certDir:                      env.ControlPlane.GetAPIServer().CertDir,
+		dataDir:                      env.ControlPlane.Etcd.DataDir,
+	}
 }
 
 // Namespace creates a namespace with a generated name starting with prefix

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -100,5 +101,31 @@ func TestStartSkipsUnderShort(t *testing.T) {
 	}
 	if !strings.Contains(rec.skip, "-short") || !strings.Contains(rec.skip, "API server") {
 		t.Fatalf("skip reason %q does not say it needs an API server and -short excludes it", rec.skip)
+	}
+}
+
+// Objects survive a restart, the same client works before and after, and
+// the API server answers again when Restart returns.
+func TestRestartKeepsObjectsAndClients(t *testing.T) {
+	env := Start(t)
+	ns := env.Namespace(t, "restart")
+	ctx := context.Background()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kept", Namespace: ns}, Data: map[string]string{"k": "v"}}
+	if _, err := env.Kube.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var downErr error
+	env.Restart(t, func() {
+		_, downErr = env.Kube.CoreV1().ConfigMaps(ns).Get(ctx, "kept", metav1.GetOptions{})
+	})
+	if downErr == nil {
+		t.Error("the API server answered while it was down")
+	}
+	got, err := env.Kube.CoreV1().ConfigMaps(ns).Get(ctx, "kept", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("after the restart: %v", err)
+	}
+	if got.Data["k"] != "v" {
+		t.Fatalf("after the restart the ConfigMap holds %v", got.Data)
 	}
 }
