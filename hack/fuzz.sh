@@ -7,9 +7,10 @@
 #   FUZZTIME=30s hack/fuzz.sh ./pkg/xds/...   only these packages' targets
 #
 # FUZZPARALLEL sets -parallel (the number of fuzzing workers; go test's
-# default is GOMAXPROCS). A crash stops the run with go test's report; the
-# input that caused it is under the package's testdata/fuzz/<Target>/,
-# where plain `go test` (make test) replays it from then on.
+# default is GOMAXPROCS). A target that fails leaves go test's report and
+# its input under the package's testdata/fuzz/<Target>/, where plain
+# `go test` (make test) replays it from then on; the other targets still
+# run, and the script exits 1 naming the failed ones.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -41,8 +42,16 @@ if [ ${#targets[@]} -eq 0 ]; then
 fi
 
 echo "fuzz.sh: ${#targets[@]} targets, $FUZZTIME each"
+failed=()
 for t in "${targets[@]}"; do
 	read -r pkg name <<<"$t"
 	echo "=== $pkg $name"
-	go test -run '^$' -fuzz "^${name}\$" -fuzztime "$FUZZTIME" "${parallel[@]}" "$pkg"
+	if ! go test -run '^$' -fuzz "^${name}\$" -fuzztime "$FUZZTIME" "${parallel[@]}" "$pkg"; then
+		failed+=("$pkg $name")
+	fi
 done
+if [ ${#failed[@]} -gt 0 ]; then
+	echo "fuzz.sh: failed:" >&2
+	printf '  %s\n' "${failed[@]}" >&2
+	exit 1
+fi

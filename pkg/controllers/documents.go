@@ -125,9 +125,13 @@ var yamlLineRef = regexp.MustCompile(`\bline (\d+)\b`)
 // file.
 func (t *docText) yamlError(err error) *ParseError {
 	first := 0
+	// The parser places a problem it meets at the end of the input (an
+	// unfinished mapping) on the line after the last; that line is not in
+	// the file, so the document's last line with text is named instead.
+	last := t.line + bytes.Count(bytes.TrimRight(t.data, " \t\r\n"), []byte("\n"))
 	msg := yamlLineRef.ReplaceAllStringFunc(err.Error(), func(ref string) string {
 		n, _ := strconv.Atoi(strings.TrimPrefix(ref, "line "))
-		n += t.line - 1
+		n = min(n+t.line-1, last)
 		if first == 0 {
 			first = n
 		}
