@@ -74,6 +74,8 @@ with the CA (istio.v1.auth.IstioCertificateService).`,
 	f.DurationVar(&opts.DebounceMax, "debounce-max", opts.DebounceMax, "longest a push waits while changes keep arriving")
 	f.DurationVar(&opts.SendTimeout, "send-timeout", opts.SendTimeout, "longest one xDS send may take before the stream is closed")
 	f.DurationVar(&opts.ShutdownGrace, "shutdown-grace", opts.ShutdownGrace, "how long streams and requests may drain on shutdown")
+	f.DurationVar(&opts.MaxConnectionAge, "keepalive-max-server-connection-age", opts.MaxConnectionAge, "close xDS connections this old (after a GOAWAY and the grace below), so clients spread over replicas again after a rollout; 0 never closes them")
+	f.DurationVar(&opts.MaxConnectionAgeGrace, "keepalive-max-server-connection-age-grace", opts.MaxConnectionAgeGrace, "how long the streams of a connection past its maximum age may go on before they are closed")
 	f.StringVar(&meshConfig, "mesh-config", "", "Istio mesh config file (the mesh key of the istio ConfigMap): rootNamespace, trustDomain and the ingress settings; flags given explicitly win. Watched: later changes are logged, and apply after a restart")
 	f.StringVar(&opts.Ingress.Class, "ingress-class", opts.Ingress.Class, "value of the legacy kubernetes.io/ingress.class annotation that selects meshpilot")
 	f.StringVar(&ingressMode, "ingress-controller-mode", string(opts.Ingress.Mode), "which Ingresses without any class are served: OFF (none at all), DEFAULT (taken) or STRICT (ignored)")

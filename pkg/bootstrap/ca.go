@@ -168,7 +168,7 @@ func (s *Server) newSecureXDS() (*secureXDS, error) {
 		MinVersion:         tls.VersionTLS12,
 		GetConfigForClient: x.tlsConfig,
 	})
-	x.grpc = newXDSGRPCServer(grpc.Creds(creds), grpc.StreamInterceptor(s.debugID))
+	x.grpc = newXDSGRPCServer(s.opts.MaxConnectionAge, s.opts.MaxConnectionAgeGrace, grpc.Creds(creds), grpc.StreamInterceptor(s.debugID))
 	// The same ADS server as 15010; on this listener it requires a proven
 	// identity (authenticateXDS).
 	s.xds.Register(x.grpc)

@@ -48,6 +48,11 @@ type Options struct {
 	SendTimeout time.Duration
 	// ShutdownGrace bounds how long streams and HTTP requests may drain.
 	ShutdownGrace time.Duration
+	// MaxConnectionAge closes xDS connections this old (GOAWAY; 0 never
+	// does), and MaxConnectionAgeGrace is how long their streams may go on
+	// after it; then the clients reconnect, to any replica.
+	MaxConnectionAge      time.Duration
+	MaxConnectionAgeGrace time.Duration
 
 	// Revision names this control plane among several installed side by
 	// side ("" is the default revision), as Istio's istio.io/rev label does.
@@ -144,6 +149,9 @@ func DefaultOptions() Options {
 		DebounceMax:    10 * time.Second,
 		SendTimeout:    10 * time.Second,
 		ShutdownGrace:  10 * time.Second,
+		// Istio's defaults (keepaliveMaxServerConnectionAge).
+		MaxConnectionAge:      30 * time.Minute,
+		MaxConnectionAgeGrace: 10 * time.Second,
 		Ingress: IngressOptions{
 			Class:    "istio",
 			Mode:     model.IngressModeStrict,

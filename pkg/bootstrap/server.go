@@ -111,7 +111,7 @@ func New(opts Options) (*Server, error) {
 		ID:        opts.LeaderElection.Identity,
 		Info:      xds.ControlPlaneInfo{Version: version.String(), GolangVersion: runtime.Version(), BuildStatus: "Clean"},
 	})
-	s.grpc = newXDSGRPCServer(grpc.StreamInterceptor(s.debugID))
+	s.grpc = newXDSGRPCServer(opts.MaxConnectionAge, opts.MaxConnectionAgeGrace, grpc.StreamInterceptor(s.debugID))
 	s.xds.Register(s.grpc)
 	if s.secure, err = s.newSecureXDS(); err != nil {
 		return nil, err
@@ -374,11 +374,19 @@ func addrString(a net.Addr) string {
 // newXDSGRPCServer is a gRPC server for xDS streams: many long-lived streams
 // per connection, requests of a few MiB at most, and keepalives that notice
 // a vanished proxy within a minute without letting clients ping too often.
-func newXDSGRPCServer(opts ...grpc.ServerOption) *grpc.Server {
+// Connections older than maxAge are sent a GOAWAY, and their streams closed
+// grace later: the clients reconnect, through the Service, to any replica,
+// so that after a rollout or a scale-up the load spreads out again instead
+// of staying on the replicas that were up first.
+func newXDSGRPCServer(maxAge, grace time.Duration, opts ...grpc.ServerOption) *grpc.Server {
+	params := keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}
+	if maxAge > 0 {
+		params.MaxConnectionAge, params.MaxConnectionAgeGrace = maxAge, grace
+	}
 	return grpc.NewServer(append([]grpc.ServerOption{
 		grpc.MaxConcurrentStreams(100_000),
 		grpc.MaxRecvMsgSize(4 << 20),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.KeepaliveParams(params),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 15 * time.Second, PermitWithoutStream: true}),
 	}, opts...)...)
 }
