@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -131,7 +132,7 @@ func FuzzParseNode(f *testing.F) {
 		}
 		if err != nil {
 			msg := err.Error()
-			named := strings.Contains(msg, id) || strings.Contains(msg, strings.ToValidUTF8(id, "\uFFFD"))
+			named := strings.Contains(msg, id) || strings.Contains(msg, strconv.Quote(id))
 			for _, key := range []string{metaGenerator, metaLabels} {
 				named = named || strings.Contains(msg, key)
 			}
