@@ -166,6 +166,7 @@ and the tool starts it, samples it and can restart it for the reconnect phase.`,
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the API server to write the scenario to")
 	f.StringVar(&writeDir, "write-dir", "", "write the scenario as YAML into this existing directory (the control plane's --config-dir) instead")
 	f.BoolVar(&writeOnly, "write-only", false, "write the scenario and exit, without clients")
+	f.BoolVar(&cfg.InputsExist, "inputs-exist", false, "the scenario was written before (by --write-only or an earlier run with the same sizes): do not write it again")
 	f.IntVar(&scn.Services, "services", scn.Services, "number of Services")
 	f.IntVar(&scn.Endpoints, "endpoints", scn.Endpoints, "ready endpoints in each Service's EndpointSlice (1-15)")
 	f.IntVar(&scn.Namespaces, "namespaces", scn.Namespaces, "namespaces the Services are spread over (scale-0, scale-1, ...)")

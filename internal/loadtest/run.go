@@ -58,6 +58,9 @@ type Config struct {
 	// Timeout bounds every wait: all clients full, all watchers seeing one
 	// change.
 	Timeout time.Duration
+	// InputsExist skips writing the scenario: an earlier run (or
+	// `pilot load --write-only`) wrote it already.
+	InputsExist bool
 	// Settle bounds the wait for the control plane to go idle after the
 	// inputs were written.
 	Settle   time.Duration
@@ -177,13 +180,15 @@ func (r *runner) run(ctx context.Context) error {
 	r.report.StartRSS = r.cpNow().RSSBytes
 	start := time.Now()
 	last := time.Now()
-	if err := r.cfg.Inputs.Create(ctx, func(done, total int) {
-		if done == total || time.Since(last) > 2*time.Second {
-			last = time.Now()
-			r.progressf("inputs: %d/%d services written", done, total)
+	if !r.cfg.InputsExist {
+		if err := r.cfg.Inputs.Create(ctx, func(done, total int) {
+			if done == total || time.Since(last) > 2*time.Second {
+				last = time.Now()
+				r.progressf("inputs: %d/%d services written", done, total)
+			}
+		}); err != nil {
+			return fmt.Errorf("write inputs: %w", err)
 		}
-	}); err != nil {
-		return fmt.Errorf("write inputs: %w", err)
 	}
 	r.report.InputSeconds = time.Since(start).Seconds()
 	settled := time.Now()
