@@ -171,6 +171,7 @@ func TestRBACIsSufficientAndNecessary(t *testing.T) {
 	// kind and an Istio kind must both be reported, not served around.
 	for _, tc := range []struct{ group, resource string }{
 		{"security.istio.io", "peerauthentications"},
+		{"networking.istio.io", "virtualservices"},
 		{"discovery.k8s.io", "endpointslices"},
 	} {
 		t.Run("without "+tc.resource+" it is reported and stays unready", func(t *testing.T) {
