@@ -167,6 +167,10 @@ func (p *problems) gatewayNames(path string, gateways []string) {
 		}
 		ns, name, qualified := strings.Cut(g, "/")
 		if !qualified {
+			if strings.Contains(g, "*") {
+				p.add(gPath, "%q: a gateway is named, not matched by a wildcard", g)
+				continue
+			}
 			for _, msg := range ValidateHost(g) {
 				p.add(gPath, "%s", msg)
 			}

@@ -150,12 +150,13 @@ http: [{route: [{destination: {host: a}}]}]`,
 			name: "gateway names",
 			spec: `
 hosts: [a]
-gateways: [mesh, ns/gw, gw.ns.svc.cluster.local, /gw, "ns/Bad_Gw", "a b"]
+gateways: [mesh, ns/gw, gw.ns.svc.cluster.local, /gw, "ns/Bad_Gw", "a b", "*.ns"]
 http: [{route: [{destination: {host: a}}]}]`,
 			want: []string{
 				`spec.gateways[3]: namespace and name of "/gw" must both be set`,
 				`spec.gateways[4]: name "Bad_Gw"`,
 				`spec.gateways[5]: label "a b"`,
+				`spec.gateways[6]: "*.ns": a gateway is named, not matched by a wildcard`,
 			},
 		},
 		{
