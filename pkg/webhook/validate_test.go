@@ -475,3 +475,17 @@ func BenchmarkValidationHandler(b *testing.B) {
 		}
 	}
 }
+
+func BenchmarkValidationHandlerVirtualService(b *testing.B) {
+	body := reviewBody(b, reviewSpec{group: istioNetworkingGroup, version: "v1", kind: "VirtualService", op: admissionv1.Create, object: brokenVS})
+	h := NewValidationHandler(ValidationOptions{Logger: discardLogger()})
+	b.ReportAllocs()
+	for b.Loop() {
+		r := httptest.NewRequest(http.MethodPost, ValidatePath, bytes.NewReader(body))
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != http.StatusOK {
+			b.Fatal(w.Code)
+		}
+	}
+}
