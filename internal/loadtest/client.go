@@ -203,8 +203,11 @@ func NewClient(addr string, o ClientOptions) (*Client, error) {
 	conn, err := grpc.NewClient(addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30)),
+		// Reconnect attempts at most 250 ms apart: the reconnect phase
+		// measures the control plane, and a long backoff (Envoy's grows to
+		// 30 s) would measure the client's wait instead.
 		grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			Backoff:           backoff.Config{BaseDelay: 20 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 250 * time.Millisecond},
 			MinConnectTimeout: 5 * time.Second,
 		}))
 	if err != nil {
