@@ -19,7 +19,7 @@ RACE_PKGS   := ./pkg/model/... ./pkg/pushcontext/... ./pkg/xds/... ./pkg/control
                ./pkg/webhook/... ./pkg/ca/... ./pkg/caclient/... ./pkg/nodeproxy/... ./pkg/hbone/... ./pkg/cni/...
 TEST_FLAGS  ?= -count=1 -timeout 15m
 
-.PHONY: all build run test test-unit test-race envtest-assets bench generate manifests helm-lint update-golden vet fmt clean
+.PHONY: all build run test test-unit test-race envtest-assets bench fuzz generate manifests helm-lint update-golden vet fmt clean
 
 all: build
 
@@ -47,6 +47,10 @@ test-unit: ## Run tests that need no API server.
 
 bench: ## Run the benchmarks of the hot paths (a restart needs the real API server).
 	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" $(GO) test -run '^$$' -bench . -benchmem -count=1 ./pkg/...
+
+FUZZTIME ?= 10m
+fuzz: ## Fuzz every Go fuzz target in turn, FUZZTIME each (default 10m); a failing input lands in testdata/fuzz/<Target>/ (commit it: make test replays it).
+	FUZZTIME=$(FUZZTIME) hack/fuzz.sh
 
 generate: ## Regenerate committed generated files (CRDs from istio.io/api, also into charts/base/crds; the chart's injection template; Go code of the .proto files in api/).
 	$(GO) run ./hack/crdextract
