@@ -172,8 +172,8 @@ func (s Scenario) destinationRule(i int, maxRequests int32) *networkingv1.Destin
 // directory the control plane reads with --config-dir. The Set methods are
 // the churn: each is one write, and returns once it is committed.
 type Inputs interface {
-	// Create writes the whole scenario, reporting progress as objects are
-	// written.
+	// Create writes the whole scenario, reporting progress (never
+	// concurrently) as services are written.
 	Create(ctx context.Context, progress func(done, total int)) error
 	// SetEndpoints rewrites service i's EndpointSlice in generation gen.
 	SetEndpoints(ctx context.Context, i, gen int) error
@@ -328,12 +328,13 @@ func upsert(_ context.Context, kind, ns, name string, create, update func() erro
 }
 
 // forEach runs fn for 0..n-1 on workers goroutines, stopping at the first
-// error.
+// error. progress is called after each success, never concurrently.
 func forEach(ctx context.Context, n, workers int, progress func(done, total int), fn func(context.Context, int) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
 		next, done atomic.Int64
+		progressMu sync.Mutex
 		once       sync.Once
 		first      error
 		wg         sync.WaitGroup
@@ -350,7 +351,10 @@ func forEach(ctx context.Context, n, workers int, progress func(done, total int)
 					return
 				}
 				if d := done.Add(1); progress != nil {
+					// One call at a time, so progress needs no lock.
+					progressMu.Lock()
 					progress(int(d), n)
+					progressMu.Unlock()
 				}
 			}
 		})
