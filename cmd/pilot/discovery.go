@@ -88,7 +88,7 @@ with the CA (istio.v1.auth.IstioCertificateService).`,
 	f.StringSliceVar(&opts.Webhook.ExtraCertNames, "webhook-cert-extra-names", opts.Webhook.ExtraCertNames, "more DNS names or IPs for the webhook certificate, for an API server that calls the webhooks by address")
 	f.StringVar(&opts.Webhook.InjectConfigDir, "inject-config-dir", opts.Webhook.InjectConfigDir, "directory holding the injection template and values (files config and values of the injector ConfigMap); empty serves the built-in template")
 	le := &opts.LeaderElection
-	f.BoolVar(&le.Enabled, "leader-elect", le.Enabled, "elect a leader among replicas to write Ingress status and events (only the leader writes)")
+	f.BoolVar(&le.Enabled, "leader-elect", le.Enabled, "elect a leader among replicas; only it writes Ingress status and events, istio-ca-root-cert and the webhooks' caBundle")
 	f.StringVar(&le.Namespace, "leader-elect-resource-namespace", le.Namespace, "namespace of the leader election Lease ($POD_NAMESPACE in a pod)")
 	f.StringVar(&le.Name, "leader-elect-resource-name", le.Name, "name of the leader election Lease")
 	f.StringVar(&le.Identity, "leader-elect-identity", le.Identity, "this replica's name in the Lease ($POD_NAME in a pod)")

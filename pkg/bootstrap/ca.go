@@ -54,15 +54,36 @@ func (s *Server) newMeshCA() *meshCA {
 		MaxCertTTL:     s.opts.CA.MaxWorkloadCertTTL,
 		Logger:         log,
 	}, metrics)
-	return &meshCA{keeper: keeper, kube: s.kube, metrics: metrics, log: log, rootChanges: keeper.Subscribe()}
+	m := &meshCA{keeper: keeper, kube: s.kube, metrics: metrics, log: log, rootChanges: keeper.Subscribe()}
+	s.writeBack.leaderOnly(m.publishRoot)
+	return m
 }
 
-// run loads (or creates) the root, publishes it, and follows changes to the
-// CA Secrets until ctx ends. An error means there is no CA: it is
-// returned, and the control plane stops rather than run without it.
+// run loads (or creates) the root and follows changes to the CA Secrets
+// until ctx ends. An error means there is no CA: it is returned, and the
+// control plane stops rather than run without it.
+//
+// Every replica loads the root itself, and creates istio-ca-secret when
+// neither CA Secret exists: it cannot serve 15012 or the webhooks without
+// a root, and must not wait for an election to get one. The race is safe:
+// the API server lets one Create win, and the losers load the winner's
+// root (ca.LoadOrCreate).
 func (m *meshCA) run(ctx context.Context) error {
 	if err := m.keeper.Load(ctx); err != nil {
 		return fmt.Errorf("load the CA: %w", err)
+	}
+	return m.keeper.Watch(ctx)
+}
+
+// publishRoot keeps istio-ca-root-cert in every namespace equal to the
+// root, for one term of leadership (leaderOnly). Only the leader writes
+// it: replicas reload a rotated root at slightly different moments, and
+// two that disagree would each "repair" every namespace's ConfigMap back
+// to their own root, each write waking the other, until both agree; with
+// N replicas each namespace would also see N writers where one suffices.
+func (m *meshCA) publishRoot(ctx context.Context) {
+	if !m.loaded(ctx) {
+		return
 	}
 	publisher := ca.NewRootCertPublisher(m.kube, m.keeper.Current().RootPEM(), m.log)
 	var wg sync.WaitGroup
@@ -72,20 +93,16 @@ func (m *meshCA) run(ctx context.Context) error {
 			m.log.Error("the CA root is not published", "error", err)
 		}
 	})
-	wg.Go(func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-m.rootChanges:
-				publisher.SetRoot(m.keeper.Current().RootPEM())
-			}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.rootChanges:
+			// A change signalled before this term began is harmless:
+			// SetRoot ignores the root it already has.
+			publisher.SetRoot(m.keeper.Current().RootPEM())
 		}
-	})
-	if err := m.keeper.Watch(ctx); err != nil {
-		return err
 	}
-	return nil
 }
 
 // loaded waits for the root; false when ctx ended first.

@@ -2,6 +2,7 @@ package bootstrap
 
 import (
 	"context"
+	"sync"
 
 	"github.com/meshpilot/meshpilot/pkg/controllers"
 	"github.com/meshpilot/meshpilot/pkg/model"
@@ -13,11 +14,17 @@ import (
 // Kubernetes source, status addresses and problem Events are also written
 // back to the API, by one replica only, the holder of the Lease, unless
 // leader election is off.
+//
+// Its Lease also elects the writer of the control plane's other shared
+// objects; leaderOnly (writers.go) registers them.
 type ingressWriteBack struct {
 	problems *controllers.IngressProblemReporter
 	// status and leader are nil without a Kubernetes source.
 	status *controllers.IngressStatusWriter
 	leader *controllers.LeaderElector
+	// unelected are the leader-only writers, run all the time when leader
+	// election is off (a single replica).
+	unelected []func(context.Context)
 }
 
 func ingressOwnership(o *Options) model.IngressOwnership {
@@ -79,9 +86,20 @@ func (s *Server) newIngressWriteBack() (*ingressWriteBack, error) {
 		if err != nil {
 			return nil, err
 		}
-		wb.leader.AddRunFunction(wb.status.Run).AddRunFunction(problems.Run)
 	}
+	wb.leaderOnly(wb.status.Run)
+	wb.leaderOnly(problems.Run)
 	return wb, nil
+}
+
+// leaderOnly has fn run during each term this replica leads, or for the
+// whole run when leader election is off. Call it before run.
+func (wb *ingressWriteBack) leaderOnly(fn func(context.Context)) {
+	if wb.leader != nil {
+		wb.leader.AddRunFunction(fn)
+		return
+	}
+	wb.unelected = append(wb.unelected, fn)
 }
 
 // run writes back until ctx ends: while leading, or always without election.
@@ -93,13 +111,11 @@ func (wb *ingressWriteBack) run(ctx context.Context) {
 		wb.leader.Run(ctx)
 		return
 	}
-	done := make(chan struct{})
-	go func() {
-		wb.problems.Run(ctx)
-		close(done)
-	}()
-	wb.status.Run(ctx)
-	<-done
+	var wg sync.WaitGroup
+	for _, fn := range wb.unelected {
+		wg.Go(func() { fn(ctx) })
+	}
+	wg.Wait()
 }
 
 // onBuild hands every new push context's Ingress problems to the reporter.

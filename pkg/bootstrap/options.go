@@ -122,7 +122,8 @@ type CAOptions struct {
 }
 
 // LeaderElectionOptions control the Lease that decides which replica writes
-// Ingress status and events.
+// Ingress status and events, istio-ca-root-cert and the webhooks' caBundle
+// (writers.go lists every write).
 type LeaderElectionOptions struct {
 	Enabled   bool
 	Namespace string

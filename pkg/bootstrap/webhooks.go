@@ -63,6 +63,7 @@ func (s *Server) newWebhooks() (*webhooks, error) {
 		return nil, err
 	}
 	w := &webhooks{ca: s.ca, serving: serving, bundles: bundles, log: s.log}
+	s.writeBack.leaderOnly(w.patchBundles)
 	configDir := s.opts.Webhook.InjectConfigDir
 	switch _, err := os.Stat(configDir); {
 	case configDir == "":
@@ -116,20 +117,17 @@ func (s *Server) namespaceLabels(name string) map[string]string {
 	return nil
 }
 
-// run serves at once, and keeps the certificate fresh and the caBundles
-// current once the mesh CA is loaded, until ctx ends. Until the first
-// certificate is issued, handshakes fail and the API server retries (or
-// applies the failure policy), as with a control plane still starting.
+// run serves at once, and keeps the certificate fresh once the mesh CA is
+// loaded, until ctx ends. Until the first certificate is issued, handshakes
+// fail and the API server retries (or applies the failure policy), as with
+// a control plane still starting. Every replica serves the webhooks; the
+// caBundles are patched by the leader alone (patchBundles).
 func (w *webhooks) run(ctx context.Context) error {
-	var (
-		wg         sync.WaitGroup
-		bundlesErr error
-	)
+	var wg sync.WaitGroup
 	wg.Go(func() {
 		if !w.ca.loaded(ctx) {
 			return
 		}
-		wg.Go(func() { bundlesErr = w.bundles.Run(ctx) })
 		w.serving.Run(ctx)
 	})
 	wg.Go(func() {
@@ -140,8 +138,19 @@ func (w *webhooks) run(ctx context.Context) error {
 	wg.Go(func() { w.tags.Run(ctx) })
 	err := w.server.Run(ctx)
 	wg.Wait()
-	if err == nil && bundlesErr != nil && ctx.Err() == nil {
-		err = fmt.Errorf("webhook caBundle: %w", bundlesErr)
-	}
 	return err
+}
+
+// patchBundles keeps this revision's webhook configurations trusting the
+// mesh root, for one term of leadership (leaderOnly). Only the leader
+// patches: during a root rotation replicas that have and have not yet
+// reloaded would each put their own root back, waking one another, and the
+// API server would see N writers per configuration where one suffices.
+func (w *webhooks) patchBundles(ctx context.Context) {
+	if !w.ca.loaded(ctx) {
+		return
+	}
+	if err := w.bundles.Run(ctx); err != nil && ctx.Err() == nil {
+		w.log.Error("webhook caBundles are not kept current this term", "error", err)
+	}
 }

@@ -32,9 +32,10 @@ const (
 // RootCertPublisher keeps the ConfigMap istio-ca-root-cert, with the key
 // root-cert.pem holding the CA's root, in every namespace: it writes it
 // when a namespace appears, and puts it back when someone edits or deletes
-// it. It writes only when the content differs, so that N replicas do not
-// fight over resourceVersions. Every replica runs one, as istiod does: the
-// writes are idempotent, and no leader is needed to repair a deletion.
+// it. It writes only when the content differs. Run one per cluster: the
+// control plane runs it on the elected leader only, as istiod runs its
+// namespace controller, because two replicas holding different roots
+// (while a rotation reaches them) would rewrite each other's ConfigMaps.
 // SetRoot replaces the root it publishes, after the CA reloaded its root.
 type RootCertPublisher struct {
 	kube        kubernetes.Interface

@@ -18,7 +18,9 @@ import (
 )
 
 // DefaultLeaseName is the Lease that elects the replica writing Ingress
-// status and Ingress Events. Replicas of different revisions that must not
+// status and Ingress Events (and, in the control plane, the other shared
+// objects: istio-ca-root-cert and the webhooks' caBundle; the name stays
+// for compatibility with running installs). Replicas of different revisions that must not
 // share a leader append the revision to it.
 const DefaultLeaseName = "meshpilot-ingress-status"
 
@@ -58,7 +60,8 @@ type LeaderOptions struct {
 
 // LeaderElector runs functions only while this replica holds a Kubernetes
 // Lease, so that of several meshpilot replicas exactly one writes Ingress
-// status and Events while the others stay silent. When leadership is lost
+// status, Events and the other objects they share while the others stay
+// silent. When leadership is lost
 // the functions' context is cancelled, they are awaited, and the replica
 // campaigns again. When Run's context ends, a held Lease is released at
 // once so a standby replica takes over without waiting for it to expire.

@@ -69,7 +69,9 @@ type BundleOptions struct {
 // BundlePatcher keeps the caBundle of this revision's webhook
 // configurations (the injector, the revision tags that point at it, the
 // validator) equal to BundleOptions.Bundle: when a configuration is created
-// or edited, and when the bundle changes.
+// or edited, and when the bundle changes. Run it on one replica, the
+// leader: replicas that disagree about the root during a rotation would
+// otherwise put their own back in turn.
 type BundlePatcher struct {
 	opts    BundleOptions
 	log     *slog.Logger
@@ -288,10 +290,10 @@ func (m *BundlePatcher) patchCABundle(ctx context.Context, key configKey) error 
 	if allEqual(current, bundle) {
 		return nil
 	}
-	// Replicas share the CA Secrets, so after a root change each one
-	// patches the same new bundle; the updates carry resourceVersions and
-	// the ones that lose retry against the winner's object, then find
-	// nothing to change.
+	// The control plane runs one patcher, on its leader. Should two ever
+	// run (a term handing over), the updates carry resourceVersions: the
+	// loser retries against the winner's object and, with the same root,
+	// finds nothing to change.
 	err = m.updateCABundle(ctx, key, bundle)
 	result := "ok"
 	switch {
