@@ -74,6 +74,17 @@ func (c *sotwStream) handle(req *discoveryv3.DiscoveryRequest) error {
 		return nil
 	}
 	c.setNames(w, names, false)
+	if !fullStateType(typeURL) {
+		// Envoy repeats every EDS (RDS) name whenever a cluster (listener)
+		// comes or goes. Responses of these types need not name what the
+		// client already holds ("xDS REST and gRPC protocol", state of the
+		// world: only LDS and CDS responses are complete), so it gets the
+		// names it added and what changed, not thousands again.
+		if err := c.respond(w, nil, 0, true); err != nil {
+			return err
+		}
+		return c.flushWarming(time.Now())
+	}
 	return c.respondAndWarm(w)
 }
 
