@@ -94,5 +94,6 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 	// of 5 QPS would make the first sync crawl.
 	cfg.QPS, cfg.Burst = 100, 200
 	cfg.UserAgent = "meshpilot"
+	controllers.RetryRefusedReads(cfg)
 	return cfg, nil
 }
