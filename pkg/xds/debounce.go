@@ -6,12 +6,14 @@ import (
 	"github.com/meshpilot/meshpilot/pkg/model"
 )
 
-// debouncer merges a burst of updates into one push: it is due once no
-// update has come for after, or once the burst's first update has waited
-// max. A lone endpoint change, one that follows a quiet period with
-// nothing pending, is not held at all: it needs no push context rebuild,
-// and waiting out the quiet period would be its whole latency. Updates
-// that follow it within after are merged as usual.
+// debouncer merges a burst of config updates into one push: it is due once
+// no update has come for after, or once the burst's first update has waited
+// max. Endpoint changes are not held when no burst is pending: they need no
+// push context rebuild, and any wait would be their whole latency. They
+// batch by themselves under load instead, because the updates that arrive
+// while the push loop is busy wait in its queue and are taken, merged, in
+// one go. While a burst is pending (at startup, say, when every object
+// arrives at once) they join it: its push carries them anyway.
 //
 // It keeps no clock of its own; the push loop passes the time in, so tests
 // can drive it with any times they like.
@@ -19,18 +21,14 @@ type debouncer struct {
 	after, max  time.Duration
 	pending     *model.PushRequest
 	first, last time.Time
-	// lastUpdate is when the previous update arrived, held or not.
-	lastUpdate time.Time
 }
 
-// add takes req, arriving at now. A lone endpoint change comes back as
-// immediate, for the caller to push at once. Anything else is folded into
-// the pending request, and arm says it starts a new burst, for which the
-// caller arms its timer for after.
+// add takes req, arriving at now. An endpoint change with no burst pending
+// comes back as immediate, for the caller to push at once. Anything else is
+// folded into the pending request, and arm says it starts a new burst, for
+// which the caller arms its timer for after.
 func (d *debouncer) add(req *model.PushRequest, now time.Time) (immediate *model.PushRequest, arm bool) {
-	quietBefore := d.lastUpdate.IsZero() || now.Sub(d.lastUpdate) >= d.after
-	d.lastUpdate = now
-	if d.pending == nil && !req.Full && quietBefore {
+	if !req.Full && d.pending == nil {
 		return req, false
 	}
 	arm = d.pending == nil
