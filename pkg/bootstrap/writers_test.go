@@ -69,8 +69,17 @@ func TestLeaderOnlyWriters(t *testing.T) {
 			t.Fatal("the replica leads while another holds the Lease")
 		}
 
-		// The holder goes away; this replica takes over its writes.
-		if err := kube.CoordinationV1().Leases("istio-system").Delete(t.Context(), lease.Name, metav1.DeleteOptions{}); err != nil {
+		// The holder crashes: it stops renewing and never releases the
+		// Lease. A candidate trusts its own clock, not renewTime: the
+		// Lease expires one duration (5 s) after the candidate last saw it
+		// change, which this update is. Then this replica takes over.
+		cur, err := kube.CoordinationV1().Leases("istio-system").Get(t.Context(), lease.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		short, stale := int32(5), metav1.NewMicroTime(time.Now().Add(-time.Hour))
+		cur.Spec.LeaseDurationSeconds, cur.Spec.RenewTime = &short, &stale
+		if _, err := kube.CoordinationV1().Leases("istio-system").Update(t.Context(), cur, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		waitUntil(t, "the root published by the new leader", func() error {
