@@ -33,7 +33,7 @@
 //   - Publishing the root (rootcert.go): the ConfigMap istio-ca-root-cert
 //     in every namespace, repaired when edited or deleted and rewritten
 //     when the root changes, so workloads can trust the CA before they hold
-//     a certificate.
+//     a certificate. The control plane runs it on its elected leader only.
 //
 // Identity only ever comes from what the caller proves, never from the CSR
 // or from node metadata. Private keys are never logged.

@@ -7,6 +7,7 @@
 // serving certificate (pkg/ca), so one root covers the whole control plane
 // as in istiod. NewValidationHandler answers /validate with the same
 // validation the controllers use. BundlePatcher keeps the caBundle of this
-// revision's webhook configurations equal to the mesh root. This package
+// revision's webhook configurations equal to the mesh root; the control
+// plane runs it on its elected leader only. This package
 // keeps no CA of its own.
 package webhook
