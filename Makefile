@@ -19,7 +19,7 @@ RACE_PKGS   := ./pkg/model/... ./pkg/pushcontext/... ./pkg/xds/... ./pkg/control
                ./pkg/webhook/... ./pkg/ca/... ./pkg/caclient/... ./pkg/nodeproxy/... ./pkg/hbone/... ./pkg/cni/...
 TEST_FLAGS  ?= -count=1 -timeout 15m
 
-.PHONY: all build run test test-unit test-race envtest-assets bench bench-load fuzz generate manifests helm-lint update-golden vet fmt clean
+.PHONY: all build run test test-unit test-race test-long envtest-assets bench bench-load fuzz generate manifests helm-lint update-golden vet fmt clean
 
 all: build
 
@@ -41,6 +41,9 @@ test: vet ## Run every test: unit, real API server, end to end; the concurrent p
 
 test-race: ## Run the concurrent packages' tests (with the real API server) under the race detector.
 	@KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" $(GO) test $(TEST_FLAGS) -race $(RACE_PKGS)
+
+test-long: ## The minute-long soak: 500 streams through a minute of endpoint churn at 200 Services (peak RSS and heap in the log); make test runs a short version.
+	@KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" MESHPILOT_TEST_LONG=1 $(GO) test -count=1 -timeout 15m -v -run TestManyStreamsThroughChurn ./tests/e2e/
 
 test-unit: ## Run tests that need no API server.
 	$(GO) test $(TEST_FLAGS) -short ./pkg/...
