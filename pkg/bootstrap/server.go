@@ -383,10 +383,13 @@ func newXDSGRPCServer(maxAge, grace time.Duration, opts ...grpc.ServerOption) *g
 	if maxAge > 0 {
 		params.MaxConnectionAge, params.MaxConnectionAgeGrace = maxAge, grace
 	}
-	return grpc.NewServer(append([]grpc.ServerOption{
+	return grpc.NewServer(append(append([]grpc.ServerOption{
 		grpc.MaxConcurrentStreams(100_000),
 		grpc.MaxRecvMsgSize(4 << 20),
+		// Most of the many connections are idle most of the time; each
+		// gives its write buffer back once it has flushed.
+		grpc.SharedWriteBuffer(true),
 		grpc.KeepaliveParams(params),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 15 * time.Second, PermitWithoutStream: true}),
-	}, opts...)...)
+	}, xds.ServerOptions()...), opts...)...)
 }

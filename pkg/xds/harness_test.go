@@ -108,7 +108,7 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 	}
 
 	h.lis = bufconn.Listen(256 << 10)
-	g := grpc.NewServer()
+	g := grpc.NewServer(ServerOptions()...)
 	h.server.Register(g)
 	go func() { _ = g.Serve(h.lis) }()
 	conn := h.dial()

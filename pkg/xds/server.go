@@ -103,6 +103,9 @@ type pushState struct {
 	// generations; it is dropped with the version, as is routeRefs.
 	shared    *sharedGenerations
 	routeRefs routeRefs
+	// bodies shares marshalled SotW responses among the streams that send
+	// the same resources (codec.go).
+	bodies responseBodies
 }
 
 func newPushState(push *pushcontext.PushContext, version string, edsUpdates uint64) *pushState {

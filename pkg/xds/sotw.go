@@ -8,7 +8,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/meshpilot/meshpilot/pkg/model"
 )
@@ -182,17 +181,12 @@ func (c *sotwStream) respond(w *watch, req *model.PushRequest, planID uint64, wa
 		return nil
 	}
 
-	resources := make([]*anypb.Any, len(items))
-	for i, it := range items {
-		resources[i] = it.resource
+	resp := &encodedResponse{
+		typeURL: w.typeURL,
+		body:    st.bodies.get(bodyKey{typeURL: w.typeURL, version: st.version, hash: hash, resources: len(items)}, items),
+		nonce:   c.s.nextNonce(),
 	}
-	resp := &discoveryv3.DiscoveryResponse{
-		VersionInfo: st.version,
-		Resources:   resources,
-		TypeUrl:     w.typeURL,
-		Nonce:       c.s.nextNonce(),
-	}
-	if err := c.send(func() error { return c.stream.Send(resp) }); err != nil {
+	if err := c.send(func() error { return c.stream.SendMsg(resp) }); err != nil {
 		w.metrics.sendFailed(err)
 		return err
 	}
@@ -206,11 +200,11 @@ func (c *sotwStream) respond(w *watch, req *model.PushRequest, planID uint64, wa
 	for _, it := range items {
 		w.sent[it.name] = sentResource{version: it.version, resource: it.resource}
 	}
-	w.sentNonce, w.sentVersion, w.sentHash, w.lastPush = resp.Nonce, resp.VersionInfo, hash, now
+	w.sentNonce, w.sentVersion, w.sentHash, w.lastPush = resp.nonce, st.version, hash, now
 	w.warming = nil
 	c.mu.Unlock()
 
-	c.recordPush(w, req, start, now, subscription, len(items), resp.Nonce, resp.VersionInfo)
+	c.recordPush(w, req, start, now, subscription, len(items), resp.nonce, st.version)
 	return nil
 }
 

@@ -89,14 +89,16 @@ type ControlPlaneInfo struct {
 func DebugIdentityInterceptor(id ControlPlaneID) grpc.StreamServerInterceptor {
 	b, _ := json.Marshal(id) // a struct of strings always marshals
 	cp := &corev3.ControlPlane{Identifier: string(b)}
+	field := controlPlaneField(cp)
 	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		return handler(srv, &identifyingStream{ServerStream: ss, cp: cp})
+		return handler(srv, &identifyingStream{ServerStream: ss, cp: cp, cpField: field})
 	}
 }
 
 type identifyingStream struct {
 	grpc.ServerStream
-	cp *corev3.ControlPlane
+	cp      *corev3.ControlPlane
+	cpField []byte // cp as the marshalled control_plane field
 }
 
 func (s *identifyingStream) SendMsg(m any) error {
@@ -110,6 +112,10 @@ func (s *identifyingStream) SendMsg(m any) error {
 	case *discoveryv3.DeltaDiscoveryResponse:
 		if strings.HasPrefix(r.GetTypeUrl(), DebugTypePrefix) && r.ControlPlane == nil {
 			r.ControlPlane = s.cp
+		}
+	case *encodedResponse:
+		if strings.HasPrefix(r.typeURL, DebugTypePrefix) && r.controlPlane == nil {
+			r.controlPlane = s.cpField
 		}
 	}
 	return s.ServerStream.SendMsg(m)

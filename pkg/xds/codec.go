@@ -1,0 +1,160 @@
+package xds
+
+import (
+	"sync"
+	"weak"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/encoding"
+	protocodec "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// A state-of-the-world response is the same bytes for every proxy that is
+// sent the same resources, but for its nonce. Marshalling it per stream made
+// each of 50 identical sidecars cost its own multi-megabyte buffer, built
+// and copied at once when a push reached them all: the control plane's
+// peak memory. So the rest of the response is marshalled once, shared, and
+// each stream adds only its nonce: protobuf fields may be written in any
+// order and a message is the concatenation of its fields, so body + nonce
+// field is a valid DiscoveryResponse, and it is what proto.Marshal writes
+// (fields 1, 2 and 4, then 5 and 6; codec_test.go checks).
+
+// ServerOptions are the gRPC server options the xDS server needs on the
+// grpc.Server it is registered on: its codec, which sends shared response
+// bodies as they are and treats every other message as gRPC's proto codec
+// does.
+func ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.ForceServerCodecV2(codec{fallback: encoding.GetCodecV2(protocodec.Name)})}
+}
+
+// encodedResponse is a DiscoveryResponse to send: the shared body, this
+// stream's nonce, and for Istio's debug types the control plane's identity
+// (DebugIdentityInterceptor sets it: the marshalled control_plane field).
+type encodedResponse struct {
+	typeURL      string
+	body         *responseBody
+	nonce        string
+	controlPlane []byte
+}
+
+// responseBody holds the marshalled version_info, resources and type_url of
+// a response; shared by every stream that sends it, never modified.
+type responseBody struct{ b []byte }
+
+var (
+	responseDesc       = (&discoveryv3.DiscoveryResponse{}).ProtoReflect().Descriptor()
+	respVersionField   = responseDesc.Fields().ByName("version_info").Number()
+	respResourcesField = responseDesc.Fields().ByName("resources").Number()
+	respTypeURLField   = responseDesc.Fields().ByName("type_url").Number()
+	respNonceField     = responseDesc.Fields().ByName("nonce").Number()
+	respControlPlane   = responseDesc.Fields().ByName("control_plane").Number()
+	anyDesc            = (&anypb.Any{}).ProtoReflect().Descriptor()
+	anyTypeURLField    = anyDesc.Fields().ByName("type_url").Number()
+	anyValueField      = anyDesc.Fields().ByName("value").Number()
+)
+
+// encodeBody marshals what a response of items shares. Empty strings are
+// left out, as proto3 leaves them out.
+func encodeBody(version, typeURL string, items []generated) []byte {
+	size := sizeString(respVersionField, version) + sizeString(respTypeURLField, typeURL)
+	for _, it := range items {
+		n := anySize(it.resource)
+		size += protowire.SizeTag(respResourcesField) + protowire.SizeBytes(n)
+	}
+	b := make([]byte, 0, size)
+	b = appendString(b, respVersionField, version)
+	for _, it := range items {
+		b = protowire.AppendTag(b, respResourcesField, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(anySize(it.resource)))
+		b = appendString(b, anyTypeURLField, it.resource.GetTypeUrl())
+		if v := it.resource.GetValue(); len(v) > 0 {
+			b = protowire.AppendTag(b, anyValueField, protowire.BytesType)
+			b = protowire.AppendBytes(b, v)
+		}
+	}
+	return appendString(b, respTypeURLField, typeURL)
+}
+
+func anySize(a *anypb.Any) int {
+	n := sizeString(anyTypeURLField, a.GetTypeUrl())
+	if v := a.GetValue(); len(v) > 0 {
+		n += protowire.SizeTag(anyValueField) + protowire.SizeBytes(len(v))
+	}
+	return n
+}
+
+func sizeString(num protowire.Number, s string) int {
+	if s == "" {
+		return 0
+	}
+	return protowire.SizeTag(num) + protowire.SizeBytes(len(s))
+}
+
+func appendString(b []byte, num protowire.Number, s string) []byte {
+	if s == "" {
+		return b
+	}
+	b = protowire.AppendTag(b, num, protowire.BytesType)
+	return protowire.AppendString(b, s)
+}
+
+// bodyKey identifies a response body within one push state: the type, the
+// version it is sent with, and the hash of the resources (names and
+// content hashes, as responseHash computes; the same hash already decides
+// whether a response changed anything).
+type bodyKey struct {
+	typeURL, version string
+	hash             uint64
+	resources        int
+}
+
+// responseBodies shares the bodies of one push state. It holds them weakly:
+// a body lives while some stream still sends it, and a proxy that asks for
+// the same resources later has it marshalled again, so a push's responses
+// are not kept in memory until the next push.
+type responseBodies struct {
+	m sync.Map // bodyKey -> weak.Pointer[responseBody]
+}
+
+func (r *responseBodies) get(key bodyKey, items []generated) *responseBody {
+	if v, ok := r.m.Load(key); ok {
+		if b := v.(weak.Pointer[responseBody]).Value(); b != nil {
+			return b
+		}
+	}
+	b := &responseBody{b: encodeBody(key.version, key.typeURL, items)}
+	r.m.Store(key, weak.Make(b))
+	return b
+}
+
+// codec marshals encodedResponses as their shared body and a nonce field of
+// their own, without copying the body, and everything else with gRPC's
+// proto codec.
+type codec struct{ fallback encoding.CodecV2 }
+
+func (c codec) Marshal(v any) (mem.BufferSlice, error) {
+	r, ok := v.(*encodedResponse)
+	if !ok {
+		return c.fallback.Marshal(v)
+	}
+	tail := appendString(nil, respNonceField, r.nonce)
+	tail = append(tail, r.controlPlane...)
+	return mem.BufferSlice{mem.SliceBuffer(r.body.b), mem.SliceBuffer(tail)}, nil
+}
+
+func (c codec) Unmarshal(data mem.BufferSlice, v any) error { return c.fallback.Unmarshal(data, v) }
+
+func (c codec) Name() string { return protocodec.Name }
+
+// controlPlaneField marshals the control_plane field of a response.
+func controlPlaneField(cp *corev3.ControlPlane) []byte {
+	b, _ := proto.Marshal(cp) // a message of one string always marshals
+	out := protowire.AppendTag(nil, respControlPlane, protowire.BytesType)
+	return protowire.AppendBytes(out, b)
+}

@@ -1,0 +1,90 @@
+package xds
+
+import (
+	"bytes"
+	"runtime"
+	"testing"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc/encoding"
+	protocodec "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// TestEncodedResponseIsWhatProtoMarshals asserts that a shared body plus a
+// stream's nonce is byte for byte what proto.Marshal writes for the same
+// DiscoveryResponse, for the edge cases of proto3 encoding: no resources,
+// empty strings left out, an Any with no value.
+func TestEncodedResponseIsWhatProtoMarshals(t *testing.T) {
+	big := bytes.Repeat([]byte{0xab}, 300) // a length that takes two varint bytes
+	cases := []struct {
+		name, version, typeURL, nonce string
+		resources                     []*anypb.Any
+		controlPlane                  *corev3.ControlPlane
+	}{
+		{name: "empty response", version: "v1", typeURL: ClusterType, nonce: "1"},
+		{name: "no version", typeURL: ListenerType, nonce: "7",
+			resources: []*anypb.Any{{TypeUrl: ListenerType, Value: []byte{1, 2, 3}}}},
+		{name: "several resources, one without value", version: "2026-12-03T04:00:00Z/12", typeURL: EndpointType, nonce: "123456",
+			resources: []*anypb.Any{{TypeUrl: EndpointType, Value: big}, {TypeUrl: EndpointType}, {Value: []byte{9}}}},
+		{name: "no nonce", version: "v", typeURL: RouteType,
+			resources: []*anypb.Any{{TypeUrl: RouteType, Value: []byte("route")}}},
+		{name: "a debug type names the control plane", version: "v", typeURL: DebugTypePrefix + "syncz", nonce: "9",
+			controlPlane: &corev3.ControlPlane{Identifier: `{"Component":"istiod","ID":"meshpilot-0"}`}},
+	}
+	c := codec{fallback: encoding.GetCodecV2(protocodec.Name)}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			items := make([]generated, len(tc.resources))
+			for i, r := range tc.resources {
+				items[i] = generated{name: "r", resource: r}
+			}
+			var bodies responseBodies
+			body := bodies.get(bodyKey{typeURL: tc.typeURL, version: tc.version, hash: 1, resources: len(items)}, items)
+			resp := &encodedResponse{typeURL: tc.typeURL, body: body, nonce: tc.nonce}
+			if tc.controlPlane != nil {
+				resp.controlPlane = controlPlaneField(tc.controlPlane)
+			}
+			got, err := c.Marshal(resp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := proto.MarshalOptions{Deterministic: true}.Marshal(&discoveryv3.DiscoveryResponse{
+				VersionInfo: tc.version, Resources: tc.resources, TypeUrl: tc.typeURL, Nonce: tc.nonce,
+				ControlPlane: tc.controlPlane,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got.Materialize(), want) {
+				t.Errorf("codec wrote\n%x\nproto.Marshal writes\n%x", got.Materialize(), want)
+			}
+		})
+	}
+}
+
+// TestResponseBodiesShareAndLetGo asserts that streams sending the same
+// resources share one body, and that a body no stream holds any more is
+// let go rather than kept until the next push.
+func TestResponseBodiesShareAndLetGo(t *testing.T) {
+	var bodies responseBodies
+	items := []generated{{name: "a", resource: &anypb.Any{TypeUrl: ClusterType, Value: []byte("cluster")}}}
+	key := bodyKey{typeURL: ClusterType, version: "v1", hash: 42, resources: 1}
+	first := bodies.get(key, items)
+	if second := bodies.get(key, items); second != first {
+		t.Fatal("a second stream sending the same resources got a body of its own")
+	}
+	other := bodies.get(bodyKey{typeURL: ClusterType, version: "v1", hash: 43, resources: 1}, items)
+	if other == first {
+		t.Fatal("different resources shared a body")
+	}
+	first, other = nil, nil
+	runtime.GC()
+	runtime.GC()
+	v, _ := bodies.m.Load(key)
+	if b := v.(interface{ Value() *responseBody }).Value(); b != nil {
+		t.Error("a body no stream holds is still kept")
+	}
+}
