@@ -15,6 +15,9 @@ cd "$root"
 xds=${BENCH_XDS_ADDR:-127.0.0.1:25010}
 http=${BENCH_HTTP_ADDR:-127.0.0.1:25080}
 mon=${BENCH_MONITORING_ADDR:-127.0.0.1:25014}
+# BENCH_CONTROL_PLANE runs another build of the control plane (say, of an
+# older commit) under the same tool, to compare the two.
+control_plane=${BENCH_CONTROL_PLANE:-bin/pilot}
 
 export KUBEBUILDER_ASSETS=${KUBEBUILDER_ASSETS:-$(hack/envtest-assets.sh)}
 work=$(mktemp -d)
@@ -50,7 +53,7 @@ done
 status=0
 bin/pilot load --kubeconfig "$work/kubeconfig" --xds-addr "$xds" \
 	--metrics-url "http://$mon/metrics" --control-plane-log "$work/pilot.log" "$@" -- \
-	bin/pilot discovery --kubeconfig "$work/kubeconfig" --xds-addr "$xds" --http-addr "$http" \
+	"$control_plane" discovery --kubeconfig "$work/kubeconfig" --xds-addr "$xds" --http-addr "$http" \
 	--monitoring-addr "$mon" --secure-xds-addr "" --webhook-addr "" --log-level warn || status=$?
 if [[ $status -ne 0 || -s "$work/pilot.log" ]]; then
 	echo "bench-load: the control plane's warnings and errors (last 20 lines):" >&2
