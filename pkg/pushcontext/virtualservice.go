@@ -1,7 +1,6 @@
 package pushcontext
 
 import (
-	"fmt"
 	"strings"
 
 	networking "istio.io/api/networking/v1"
@@ -209,7 +208,7 @@ func virtualServiceProblem(cfg *model.Config, msg string) Problem {
 	return Problem{Kind: model.KindVirtualService.String(), Namespace: cfg.Namespace, Name: cfg.Name, Message: msg}
 }
 
-// virtualServiceSummary is one VirtualService in /debug/pushcontext.
+// VirtualServiceSummary is one VirtualService in /debug/pushcontext.
 type VirtualServiceSummary struct {
 	Namespace string   `json:"namespace"`
 	Name      string   `json:"name"`
@@ -230,4 +229,4 @@ func (idx *virtualServiceIndex) summary() []VirtualServiceSummary {
 }
 
 // String names the VirtualService for log lines and problems.
-func (vs *VirtualService) String() string { return fmt.Sprintf("%s/%s", vs.Namespace, vs.Name) }
+func (vs *VirtualService) String() string { return vs.Namespace + "/" + vs.Name }
