@@ -67,8 +67,8 @@ func (c *connection) snapshot() map[string]watchCopy {
 	defer c.mu.Unlock()
 	out := make(map[string]watchCopy, len(c.watches))
 	for typeURL, w := range c.watches {
-		wc := watchCopy{version: w.sentVersion, lastPush: w.lastPush, sent: make([]sentCopy, 0, len(w.sent))}
-		for name, r := range w.sent {
+		wc := watchCopy{version: w.sentVersion, lastPush: w.lastPush, sent: make([]sentCopy, 0, w.sent.len())}
+		for name, r := range w.sent.all() {
 			if r.resource == nil {
 				// Announced by a delta client, never sent: Envoy would
 				// not show it either until it arrives.

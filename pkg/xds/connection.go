@@ -72,7 +72,7 @@ type watch struct {
 
 	// sent is what the client holds, as far as the server knows: the last
 	// resources sent (or, for delta, announced in initial_resource_versions).
-	sent        map[string]sentResource
+	sent        sentSet
 	sentNonce   string
 	sentVersion string
 	sentHash    uint64
@@ -226,7 +226,7 @@ func (c *connection) addWatch(typeURL string) *watch {
 		c.log.Warn("SDS asked on a stream that proved no identity: no Secret is served on it; " +
 			"connect over TLS (15012) with a certificate from the mesh CA or a ServiceAccount token")
 	}
-	w := &watch{typeURL: typeURL, resource: model.WatchedResource{TypeURL: typeURL}, sent: map[string]sentResource{},
+	w := &watch{typeURL: typeURL, resource: model.WatchedResource{TypeURL: typeURL},
 		metrics: c.s.metrics.forType(typeURL)}
 	c.mu.Lock()
 	c.watches[typeURL] = w
@@ -271,7 +271,7 @@ func (c *connection) recordAck(w *watch, version, nonce string) {
 // generations of st: a connection whose proxy is identical to one that
 // already generated the same thing takes that result. planID names the push
 // plan whose partial request req is (0 for complete generations).
-func (c *connection) generate(w *watch, req *model.PushRequest, planID uint64, st *pushState) ([]generated, error) {
+func (c *connection) generate(w *watch, req *model.PushRequest, planID uint64, st *pushState) (*generation, error) {
 	key, ok := c.shareKey(w, req, planID, st)
 	if !ok {
 		return c.generateOwn(w, req, st)
@@ -283,22 +283,22 @@ func (c *connection) generate(w *watch, req *model.PushRequest, planID uint64, s
 	case leader:
 		// Should the generator never return, waiters must not mistake the
 		// missing result for an empty one: an empty CDS deletes every cluster.
-		items, err := []generated(nil), errGenerationAbandoned
-		defer func() { st.shared.finish(r, items, err) }()
-		items, err = c.generateOwn(w, req, st)
-		return items, err
+		gen, err := (*generation)(nil), errGenerationAbandoned
+		defer func() { st.shared.finish(r, gen, err) }()
+		gen, err = c.generateOwn(w, req, st)
+		return gen, err
 	}
 	<-r.done
 	if r.err != nil {
 		c.log.Debug("shared generation failed; keeping the previous response", "type", shortType(w.typeURL), "err", r.err)
 	}
-	return r.items, r.err
+	return r.gen, r.err
 }
 
 // generateOwn runs the type's generator for w and hashes the result.
 // Resources outside an explicit subscription are dropped, since the client
 // did not ask for them.
-func (c *connection) generateOwn(w *watch, req *model.PushRequest, st *pushState) ([]generated, error) {
+func (c *connection) generateOwn(w *watch, req *model.PushRequest, st *pushState) (*generation, error) {
 	g := c.generators[w.typeURL]
 	wr := w.resource
 	c.s.generationSlots <- struct{}{}
@@ -320,7 +320,7 @@ func (c *connection) generateOwn(w *watch, req *model.PushRequest, st *pushState
 		h := xxhash.Sum64(r.Resource.GetValue())
 		out = append(out, generated{name: r.Name, resource: r.Resource, hash: h, version: hashString(h), aliases: r.Aliases})
 	}
-	return out, nil
+	return newGeneration(out), nil
 }
 
 // subscribedTo reports whether the sorted names include r's name or one of

@@ -77,8 +77,8 @@ func (c *connection) configDump() ConfigDump {
 	for _, typeURL := range c.order {
 		w := c.watches[typeURL]
 		td := TypeConfigDump{TypeURL: typeURL, Version: w.sentVersion, Nonce: w.sentNonce,
-			Resources: make([]ResourceDump, 0, len(w.sent))}
-		for name, r := range w.sent {
+			Resources: make([]ResourceDump, 0, w.sent.len())}
+		for name, r := range w.sent.all() {
 			td.Resources = append(td.Resources, ResourceDump{Name: name, Version: r.version, Resource: renderAny(r.resource)})
 		}
 		slices.SortFunc(td.Resources, func(a, b ResourceDump) int { return cmp.Compare(a.Name, b.Name) })

@@ -113,12 +113,12 @@ func (c *deltaStream) applySubscriptions(w *watch, req *discoveryv3.DeltaDiscove
 		}
 		if !wildcard {
 			// The client forgets what it unsubscribed from.
-			delete(w.sent, name)
+			w.sent.remove(name)
 		}
 	}
 	if first {
 		for name, version := range req.GetInitialResourceVersions() {
-			w.sent[name] = sentResource{version: version}
+			w.sent.set(name, sentResource{version: version})
 		}
 	}
 	w.setSubscription(names, wildcard)
@@ -163,12 +163,14 @@ func (c *deltaStream) respond(w *watch, req *model.PushRequest, planID uint64, a
 		req = &model.PushRequest{Full: true, Start: start}
 	}
 	st := c.s.current.Load()
+	var gen *generation
 	var items []generated
 	if w.subscribed() {
 		var err error
-		if items, err = c.generate(w, req, planID, st); err != nil {
+		if gen, err = c.generate(w, req, planID, st); err != nil {
 			return nil
 		}
+		items = gen.items
 	}
 	// A partial result says nothing about the resources it leaves out, and
 	// neither does a warming one.
@@ -211,11 +213,16 @@ func (c *deltaStream) respond(w *watch, req *model.PushRequest, planID uint64, a
 	c.markWarming(w, changed, st)
 
 	c.mu.Lock()
-	for _, it := range changed {
-		w.sent[it.name] = sentResource{version: it.version, resource: it.resource}
-	}
-	for _, name := range removed {
-		delete(w.sent, name)
+	if w.sent.len() == 0 && len(changed) == len(items) && gen != nil {
+		// A first answer holds what identical streams share (sentSet).
+		w.sent.reset(gen)
+	} else {
+		for _, it := range changed {
+			w.sent.set(it.name, sentResource{version: it.version, resource: it.resource})
+		}
+		for _, name := range removed {
+			w.sent.remove(name)
+		}
 	}
 	w.sentNonce, w.sentVersion, w.sentHash, w.lastPush = resp.Nonce, st.version, hash, now
 	w.warming = nil
@@ -229,7 +236,7 @@ func (c *deltaStream) respond(w *watch, req *model.PushRequest, planID uint64, a
 // generation no longer produced, plus the names it just subscribed to that
 // do not exist (so that it need not wait for them).
 func removedNames(w *watch, items []generated, added []string) []string {
-	if len(w.sent) == 0 && len(added) == 0 {
+	if w.sent.len() == 0 && len(added) == 0 {
 		return nil
 	}
 	present := make(map[string]struct{}, len(items))
@@ -241,7 +248,7 @@ func removedNames(w *watch, items []generated, added []string) []string {
 		}
 	}
 	var removed []string
-	for name := range w.sent {
+	for name := range w.sent.all() {
 		if _, ok := present[name]; !ok {
 			removed = append(removed, name)
 		}
@@ -250,7 +257,7 @@ func removedNames(w *watch, items []generated, added []string) []string {
 		if _, ok := present[name]; ok {
 			continue
 		}
-		if _, held := w.sent[name]; !held {
+		if _, held := w.sent.get(name); !held {
 			removed = append(removed, name)
 		}
 	}

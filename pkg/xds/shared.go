@@ -54,7 +54,7 @@ type shareKey struct {
 type sharedResult struct {
 	done  chan struct{}
 	names []string
-	items []generated
+	gen   *generation
 	err   error
 }
 
@@ -84,10 +84,12 @@ func (sg *sharedGenerations) claim(key shareKey, names []string) (*sharedResult,
 	return r, true
 }
 
-func (sg *sharedGenerations) finish(r *sharedResult, items []generated, err error) {
-	r.items, r.err = items, err
+func (sg *sharedGenerations) finish(r *sharedResult, gen *generation, err error) {
+	r.gen, r.err = gen, err
 	sg.mu.Lock()
-	sg.resources += len(items)
+	if gen != nil {
+		sg.resources += len(gen.items)
+	}
 	sg.mu.Unlock()
 	close(r.done)
 }

@@ -235,7 +235,7 @@ func TestSharedGenerationsBounds(t *testing.T) {
 	if r == nil || !leader {
 		t.Fatal("first claim did not lead")
 	}
-	sg.finish(r, make([]generated, 3), nil)
+	sg.finish(r, newGeneration(make([]generated, 3)), nil)
 	if again, leader := sg.claim(key, []string{"a"}); again != r || leader {
 		t.Fatal("second claim did not share the first result")
 	}

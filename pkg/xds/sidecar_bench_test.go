@@ -144,10 +144,11 @@ func newBenchSidecar(b *testing.B, s *Server, i int) *benchSidecar {
 func (sc *benchSidecar) fullPush(b *testing.B, st *pushState) (resources int) {
 	req := &model.PushRequest{Full: true}
 	for _, w := range []*watch{sc.cds, sc.lds, sc.rds, sc.ed} {
-		items, err := sc.c.generate(w, req, 0, st)
+		gen, err := sc.c.generate(w, req, 0, st)
 		if err != nil {
 			b.Fatal(err)
 		}
+		items := gen.items
 		resp := &discoveryv3.DiscoveryResponse{VersionInfo: st.version, TypeUrl: w.typeURL,
 			Resources: make([]*anypb.Any, len(items))}
 		for i, it := range items {
@@ -248,7 +249,7 @@ func benchmarkSidecarFullPush(b *testing.B, n int, autoMTLS bool) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	edsNames, rdsNames := referencedNames(b, clusters), referencedNames(b, listeners)
+	edsNames, rdsNames := referencedNames(b, clusters.items), referencedNames(b, listeners.items)
 	if len(edsNames) == 0 || len(rdsNames) == 0 {
 		b.Fatalf("the first responses reference %d clusters and %d route configurations", len(edsNames), len(rdsNames))
 	}

@@ -110,14 +110,43 @@ func (c *sotwStream) flushWarming(start time.Time) error {
 func (c *sotwStream) setNames(w *watch, names []string, wildcard bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	was := w.resource
 	w.setSubscription(names, wildcard)
-	if !wildcard {
-		for name := range w.sent {
+	if wildcard {
+		return
+	}
+	if was.Wildcard {
+		var gone []string
+		for name := range w.sent.all() {
 			if _, found := slices.BinarySearch(names, name); !found {
-				delete(w.sent, name)
+				gone = append(gone, name)
 			}
 		}
+		for _, name := range gone {
+			w.sent.remove(name)
+		}
+		return
 	}
+	// The client holds only names it subscribed to: it drops those that
+	// left the subscription (both lists are sorted).
+	for _, name := range sortedDifference(was.ResourceNames, names) {
+		w.sent.remove(name)
+	}
+}
+
+// sortedDifference lists the names of a that are not in b; both sorted.
+func sortedDifference(a, b []string) []string {
+	var out []string
+	j := 0
+	for _, name := range a {
+		for j < len(b) && b[j] < name {
+			j++
+		}
+		if j == len(b) || b[j] != name {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // push regenerates the watched types that the plan can affect for this
@@ -157,10 +186,11 @@ func (c *sotwStream) respond(w *watch, req *model.PushRequest, planID uint64, wa
 		req = &model.PushRequest{Full: true, Start: start}
 	}
 	st := c.s.current.Load()
-	items, err := c.generate(w, req, planID, st)
+	gen, err := c.generate(w, req, planID, st)
 	if err != nil {
 		return nil
 	}
+	items := gen.items
 	partial := !req.Full && w.typeURL == EndpointType
 	if warmOnly {
 		items, partial = changedOrNamed(w, items, w.warming), true
@@ -172,10 +202,15 @@ func (c *sotwStream) respond(w *watch, req *model.PushRequest, planID uint64, wa
 	if partial && len(items) == 0 {
 		return nil
 	}
-	if !subscription && len(w.warming) == 0 && unchanged(w, items, partial) {
+	if !subscription && len(w.warming) == 0 && unchanged(w, gen, items, partial) {
 		return nil
 	}
-	hash := responseHash(items, nil)
+	var hash uint64
+	if len(items) == len(gen.items) {
+		hash = gen.responseHash()
+	} else {
+		hash = responseHash(items, nil)
+	}
 	if w.nackWithholds && hash == w.nackedHash {
 		c.log.Debug("withholding a response identical to the one the client rejected", "type", shortType(w.typeURL))
 		return nil
@@ -194,11 +229,12 @@ func (c *sotwStream) respond(w *watch, req *model.PushRequest, planID uint64, wa
 	c.markWarming(w, items, st)
 
 	c.mu.Lock()
-	if !partial {
-		clear(w.sent)
-	}
-	for _, it := range items {
-		w.sent[it.name] = sentResource{version: it.version, resource: it.resource}
+	if partial {
+		for _, it := range items {
+			w.sent.set(it.name, sentResource{version: it.version, resource: it.resource})
+		}
+	} else {
+		w.sent.reset(gen)
 	}
 	w.sentNonce, w.sentVersion, w.sentHash, w.lastPush = resp.nonce, st.version, hash, now
 	w.warming = nil
@@ -208,13 +244,19 @@ func (c *sotwStream) respond(w *watch, req *model.PushRequest, planID uint64, wa
 	return nil
 }
 
-// unchanged reports whether sending items would leave the client as it is.
-func unchanged(w *watch, items []generated, partial bool) bool {
-	if !partial && len(items) != len(w.sent) {
-		return false
+// unchanged reports whether sending items, of gen, would leave the client
+// as it is.
+func unchanged(w *watch, gen *generation, items []generated, partial bool) bool {
+	if !partial {
+		if w.sent.is(gen) {
+			return true
+		}
+		if len(items) != w.sent.len() {
+			return false
+		}
 	}
 	for _, it := range items {
-		if prev, ok := w.sent[it.name]; !ok || prev.version != it.version {
+		if prev, ok := w.sent.get(it.name); !ok || prev.version != it.version {
 			return false
 		}
 	}

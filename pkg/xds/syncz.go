@@ -107,7 +107,7 @@ func (c *connection) syncStatus() SyncStatus {
 			TypeURL: typeURL, Type: shortType(typeURL),
 			SentVersion: w.sentVersion, SentNonce: w.sentNonce,
 			AckedVersion: w.ackedVersion, AckedNonce: w.ackedNonce,
-			Wildcard: w.resource.Wildcard, Subscribed: len(w.resource.ResourceNames), Resources: len(w.sent),
+			Wildcard: w.resource.Wildcard, Subscribed: len(w.resource.ResourceNames), Resources: w.sent.len(),
 		}
 		rs := ResourceStatus{Sent: w.sentNonce, Acked: w.ackedNonce, SentTime: w.lastPush}
 		if w.nack != nil {

@@ -41,7 +41,7 @@ func changedOrNamed(w *watch, items []generated, names []string) []generated {
 	out := items[:0:0]
 	for _, it := range items {
 		_, named := slices.BinarySearch(names, it.name)
-		if prev, ok := w.sent[it.name]; named || !ok || prev.version != it.version {
+		if prev, ok := w.sent.get(it.name); named || !ok || prev.version != it.version {
 			out = append(out, it)
 		}
 	}

@@ -1,0 +1,122 @@
+package xds
+
+import (
+	"maps"
+	"slices"
+	"testing"
+)
+
+// TestSentSetMatchesAMap drives a sentSet and a plain map, the model it
+// replaces, through the same operations, and requires them to agree after
+// each: what is held, under which version, and how many.
+func TestSentSetMatchesAMap(t *testing.T) {
+	gen := func(names ...string) *generation {
+		items := make([]generated, len(names))
+		for i, n := range names {
+			items[i] = generated{name: n, version: "base-" + n}
+		}
+		return newGeneration(items)
+	}
+	type op struct {
+		reset  *generation
+		set    string
+		remove string
+		clear  bool
+	}
+	base := gen("a", "b", "c")
+	steps := []struct {
+		name string
+		ops  []op
+	}{
+		{"reset", []op{{reset: base}}},
+		{"change a base name", []op{{reset: base}, {set: "b"}}},
+		{"add a name", []op{{reset: base}, {set: "d"}}},
+		{"remove a base name", []op{{reset: base}, {remove: "a"}}},
+		{"remove a name twice", []op{{reset: base}, {remove: "a"}, {remove: "a"}}},
+		{"remove an unknown name", []op{{reset: base}, {remove: "z"}}},
+		{"remove then set again", []op{{reset: base}, {remove: "c"}, {set: "c"}}},
+		{"add then remove", []op{{reset: base}, {set: "d"}, {remove: "d"}}},
+		{"reset drops changes", []op{{reset: base}, {set: "d"}, {remove: "a"}, {reset: gen("x")}}},
+		{"no base", []op{{set: "a"}, {set: "b"}, {remove: "a"}}},
+		{"clear", []op{{reset: base}, {set: "d"}, {clear: true}}},
+	}
+	for _, tc := range steps {
+		t.Run(tc.name, func(t *testing.T) {
+			var s sentSet
+			want := map[string]string{}
+			for i, o := range tc.ops {
+				switch {
+				case o.reset != nil:
+					s.reset(o.reset)
+					want = map[string]string{}
+					for _, it := range o.reset.items {
+						want[it.name] = it.version
+					}
+				case o.set != "":
+					v := "set-" + o.set + "-" + string(rune('0'+i))
+					s.set(o.set, sentResource{version: v})
+					want[o.set] = v
+				case o.remove != "":
+					s.remove(o.remove)
+					delete(want, o.remove)
+				case o.clear:
+					s.clear()
+					want = map[string]string{}
+				}
+			}
+			got := map[string]string{}
+			for name, r := range s.all() {
+				if _, dup := got[name]; dup {
+					t.Errorf("all yields %q twice", name)
+				}
+				got[name] = r.version
+			}
+			if !maps.Equal(got, want) {
+				t.Errorf("all = %v, want %v", got, want)
+			}
+			if s.len() != len(want) {
+				t.Errorf("len = %d, want %d", s.len(), len(want))
+			}
+			for _, name := range []string{"a", "b", "c", "d", "x", "z"} {
+				r, held := s.get(name)
+				wantV, wantHeld := want[name]
+				if held != wantHeld || r.version != wantV {
+					t.Errorf("get(%q) = %q, %v; want %q, %v", name, r.version, held, wantV, wantHeld)
+				}
+			}
+		})
+	}
+}
+
+// A stream sent exactly a shared generation is recognised without
+// comparing resources; any change of its own ends that.
+func TestSentSetIs(t *testing.T) {
+	g := newGeneration([]generated{{name: "a", version: "1"}})
+	var s sentSet
+	s.reset(g)
+	if !s.is(g) {
+		t.Fatal("a reset set is not its generation")
+	}
+	if s.is(newGeneration(g.items)) {
+		t.Error("a set is another generation with the same items")
+	}
+	s.set("a", sentResource{version: "2"})
+	if s.is(g) {
+		t.Error("a changed set is still its generation")
+	}
+}
+
+func TestSortedDifference(t *testing.T) {
+	for _, tc := range []struct{ a, b, want []string }{
+		{nil, nil, nil},
+		{[]string{"a", "b", "c"}, []string{"a", "b", "c"}, nil},
+		{[]string{"a", "b", "c"}, []string{"b"}, []string{"a", "c"}},
+		{[]string{"a", "c"}, []string{"a", "b", "c", "d"}, nil},
+		{[]string{"a", "b"}, nil, []string{"a", "b"}},
+		{[]string{"b", "d"}, []string{"a", "c", "e"}, []string{"b", "d"}},
+	} {
+		if got := sortedDifference(tc.a, tc.b); !slices.Equal(got, tc.want) {
+			t.Errorf("sortedDifference(%v, %v) = %v, want %v", tc.a, tc.b, got, tc.want)
+		}
+	}
+}
