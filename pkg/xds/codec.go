@@ -114,13 +114,26 @@ type bodyKey struct {
 	resources        int
 }
 
-// responseBodies shares the bodies of one push state. It holds them weakly:
-// a body lives while some stream still sends it, and a proxy that asks for
-// the same resources later has it marshalled again, so a push's responses
-// are not kept in memory until the next push.
+// responseBodies shares the bodies of one push state. The first
+// strongBodyBytes of them are held for the push state's life: the streams
+// of a connect storm arrive over a second or more, and a body held only
+// while some stream sends it was collected between them and marshalled
+// again (a sixth of the control plane's CPU in the storm). Beyond that
+// budget, bodies are held weakly, so that many distinct responses (a warm
+// subset, proxies that differ) are not all kept until the next push: a
+// body lives while some stream still sends it, and a proxy that asks for
+// the same resources later has it marshalled again.
 type responseBodies struct {
 	m sync.Map // bodyKey -> weak.Pointer[responseBody]
+
+	mu     sync.Mutex
+	strong []*responseBody
+	bytes  int
 }
+
+// strongBodyBytes bounds the bodies one push state holds strongly: the
+// complete responses of a 5,000-service sidecar take about 5 MiB.
+const strongBodyBytes = 32 << 20
 
 func (r *responseBodies) get(key bodyKey, items []generated) *responseBody {
 	if v, ok := r.m.Load(key); ok {
@@ -130,12 +143,18 @@ func (r *responseBodies) get(key bodyKey, items []generated) *responseBody {
 	}
 	b := &responseBody{b: encodeBody(key.version, key.typeURL, items)}
 	r.m.Store(key, weak.Make(b))
+	r.mu.Lock()
+	if r.bytes+len(b.b) <= strongBodyBytes {
+		r.strong = append(r.strong, b)
+		r.bytes += len(b.b)
+	}
+	r.mu.Unlock()
 	return b
 }
 
 // codec marshals encodedResponses as their shared body and a nonce field of
-// their own, without copying the body, and everything else with gRPC's
-// proto codec.
+// their own, without copying the body, decodes DiscoveryRequests with
+// unmarshalRequest, and handles everything else with gRPC's proto codec.
 type codec struct{ fallback encoding.CodecV2 }
 
 func (c codec) Marshal(v any) (mem.BufferSlice, error) {
@@ -148,7 +167,17 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 	return mem.BufferSlice{mem.SliceBuffer(r.body.b), mem.SliceBuffer(tail)}, nil
 }
 
-func (c codec) Unmarshal(data mem.BufferSlice, v any) error { return c.fallback.Unmarshal(data, v) }
+// Unmarshal decodes DiscoveryRequests with unmarshalRequest, everything
+// else with gRPC's proto codec.
+func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
+	req, ok := v.(*discoveryv3.DiscoveryRequest)
+	if !ok {
+		return c.fallback.Unmarshal(data, v)
+	}
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer buf.Free()
+	return unmarshalRequest(buf.ReadOnlyData(), req)
+}
 
 func (c codec) Name() string { return protocodec.Name }
 

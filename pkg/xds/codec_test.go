@@ -2,6 +2,7 @@ package xds
 
 import (
 	"bytes"
+	"fmt"
 	"runtime"
 	"testing"
 
@@ -66,8 +67,10 @@ func TestEncodedResponseIsWhatProtoMarshals(t *testing.T) {
 }
 
 // TestResponseBodiesShareAndLetGo asserts that streams sending the same
-// resources share one body, and that a body no stream holds any more is
-// let go rather than kept until the next push.
+// resources share one body; that the first bodies of a push state outlive
+// their sends, up to a budget, for the streams still to come; and that a
+// body beyond the budget that no stream holds any more is let go rather
+// than kept until the next push.
 func TestResponseBodiesShareAndLetGo(t *testing.T) {
 	var bodies responseBodies
 	items := []generated{{name: "a", resource: &anypb.Any{TypeUrl: ClusterType, Value: []byte("cluster")}}}
@@ -80,11 +83,23 @@ func TestResponseBodiesShareAndLetGo(t *testing.T) {
 	if other == first {
 		t.Fatal("different resources shared a body")
 	}
+	bodies.bytes = strongBodyBytes // the budget is spent
+	beyondKey := bodyKey{typeURL: ClusterType, version: "v1", hash: 44, resources: 1}
+	if beyond := bodies.get(beyondKey, items); beyond == nil {
+		t.Fatal("no body beyond the budget")
+	}
+	firstAddr := fmt.Sprintf("%p", first)
 	first, other = nil, nil
 	runtime.GC()
 	runtime.GC()
-	v, _ := bodies.m.Load(key)
-	if b := v.(interface{ Value() *responseBody }).Value(); b != nil {
-		t.Error("a body no stream holds is still kept")
+	held := func(k bodyKey) *responseBody {
+		v, _ := bodies.m.Load(k)
+		return v.(interface{ Value() *responseBody }).Value()
+	}
+	if b := held(key); b == nil || fmt.Sprintf("%p", b) != firstAddr {
+		t.Error("a body within the budget was let go before the push state")
+	}
+	if held(beyondKey) != nil {
+		t.Error("a body beyond the budget that no stream holds is still kept")
 	}
 }

@@ -1,0 +1,121 @@
+package xds
+
+import (
+	"testing"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+)
+
+// requestSeeds are requests as clients send them: Envoy's EDS request and
+// ACK, a NACK, a first request with its node, and gRPC's.
+func requestSeeds() []*discoveryv3.DiscoveryRequest {
+	names := make([]string, 50)
+	for i := range names {
+		names[i] = "outbound|80||svc-" + formatUint(uint64(i)) + ".scale-0.svc.cluster.local"
+	}
+	return []*discoveryv3.DiscoveryRequest{
+		{},
+		{TypeUrl: ClusterType, Node: &corev3.Node{Id: "sidecar~10.0.0.1~a.ns~ns.svc.cluster.local", Cluster: "a"}},
+		{TypeUrl: EndpointType, ResourceNames: names},
+		{TypeUrl: EndpointType, ResourceNames: names, VersionInfo: "v3", ResponseNonce: "17"},
+		{TypeUrl: ListenerType, ResourceNames: []string{"échø.example:8080", ""}, VersionInfo: "v2", ResponseNonce: "9",
+			ErrorDetail: &status.Status{Code: 3, Message: "rejected"}},
+	}
+}
+
+// TestUnmarshalRequestIsProtoUnmarshal: the names decoder gives what
+// proto.Unmarshal gives, for requests as clients marshal them and for the
+// names interleaved with other fields and unknown ones, which the wire
+// allows.
+func TestUnmarshalRequestIsProtoUnmarshal(t *testing.T) {
+	var inputs [][]byte
+	for _, req := range requestSeeds() {
+		b, err := proto.Marshal(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inputs = append(inputs, b)
+	}
+	interleaved := protowire.AppendTag(nil, reqResourceNames, protowire.BytesType)
+	interleaved = protowire.AppendString(interleaved, "b")
+	interleaved = protowire.AppendTag(interleaved, 4, protowire.BytesType)
+	interleaved = protowire.AppendString(interleaved, EndpointType)
+	interleaved = protowire.AppendTag(interleaved, 99, protowire.VarintType) // unknown
+	interleaved = protowire.AppendVarint(interleaved, 7)
+	interleaved = protowire.AppendTag(interleaved, reqResourceNames, protowire.BytesType)
+	interleaved = protowire.AppendString(interleaved, "a")
+	inputs = append(inputs, interleaved)
+	for i, b := range inputs {
+		checkUnmarshalRequest(t, b)
+		if t.Failed() {
+			t.Fatalf("input %d: %x", i, b)
+		}
+	}
+}
+
+// TestUnmarshalRequestRefusesWhatProtoRefuses: a name of invalid UTF-8 and
+// a truncated request are errors, as they are for proto.Unmarshal.
+func TestUnmarshalRequestRefusesWhatProtoRefuses(t *testing.T) {
+	badName := protowire.AppendTag(nil, reqResourceNames, protowire.BytesType)
+	badName = protowire.AppendBytes(badName, []byte{0xff, 0xfe})
+	good, _ := proto.Marshal(requestSeeds()[2])
+	for name, b := range map[string][]byte{"invalid UTF-8 name": badName, "truncated": good[:len(good)-3]} {
+		if err := unmarshalRequest(b, &discoveryv3.DiscoveryRequest{}); err == nil {
+			t.Errorf("%s: decoded", name)
+		}
+		checkUnmarshalRequest(t, b)
+	}
+}
+
+func FuzzUnmarshalRequest(f *testing.F) {
+	for _, req := range requestSeeds() {
+		b, _ := proto.Marshal(req)
+		f.Add(b)
+	}
+	f.Fuzz(checkUnmarshalRequest)
+}
+
+func checkUnmarshalRequest(t *testing.T, b []byte) {
+	want, got := &discoveryv3.DiscoveryRequest{}, &discoveryv3.DiscoveryRequest{}
+	wantErr, gotErr := proto.Unmarshal(b, want), unmarshalRequest(b, got)
+	if (wantErr == nil) != (gotErr == nil) {
+		t.Fatalf("proto.Unmarshal: %v; unmarshalRequest: %v", wantErr, gotErr)
+	}
+	if wantErr == nil && !proto.Equal(want, got) {
+		t.Fatalf("unmarshalRequest = %v, want %v", got, want)
+	}
+}
+
+// BenchmarkUnmarshalRequest decodes an Envoy EDS ACK of the standard
+// scenario: 5,000 cluster names.
+func BenchmarkUnmarshalRequest(b *testing.B) {
+	names := make([]string, 5000)
+	for i := range names {
+		names[i] = "outbound|80||svc-" + formatUint(uint64(i)) + ".scale-" + formatUint(uint64(i%50)) + ".svc.cluster.local"
+	}
+	raw, err := proto.Marshal(&discoveryv3.DiscoveryRequest{TypeUrl: EndpointType, VersionInfo: "v1", ResponseNonce: "3", ResourceNames: names})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		decode func([]byte, *discoveryv3.DiscoveryRequest) error
+	}{
+		{"proto.Unmarshal", func(b []byte, r *discoveryv3.DiscoveryRequest) error { return proto.Unmarshal(b, r) }},
+		{"unmarshalRequest", unmarshalRequest},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(raw)))
+			for range b.N {
+				if err := tc.decode(raw, &discoveryv3.DiscoveryRequest{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
