@@ -69,6 +69,9 @@ type watch struct {
 	// namesHash caches hashNames(resource.ResourceNames) when namesHashed.
 	namesHash   uint64
 	namesHashed bool
+	// nameList holds the shared list resource.ResourceNames is, if it is
+	// one (setSharedSubscription), so that it lives as long as w uses it.
+	nameList *nameList
 
 	// sent is what the client holds, as far as the server knows: the last
 	// resources sent (or, for delta, announced in initial_resource_versions).
@@ -356,7 +359,14 @@ func (c *connection) runGenerator(g Generator, st *pushState, w *model.WatchedRe
 func (w *watch) setSubscription(names []string, wildcard bool) {
 	w.resource.ResourceNames = names
 	w.resource.Wildcard = wildcard
-	w.namesHashed = false
+	w.nameList, w.namesHashed = nil, false
+}
+
+// setSharedSubscription makes w subscribe to list's names, which w shares
+// with other streams and must not modify.
+func (w *watch) setSharedSubscription(list *nameList) {
+	w.resource.ResourceNames, w.resource.Wildcard = list.names, false
+	w.nameList, w.namesHash, w.namesHashed = list, list.hash, true
 }
 
 // subscriptionHash hashes the subscribed names, once per subscription.

@@ -2,8 +2,10 @@ package xds
 
 import (
 	"maps"
+	"runtime"
 	"slices"
 	"testing"
+	"time"
 )
 
 // TestSentSetMatchesAMap drives a sentSet and a plain map, the model it
@@ -119,4 +121,33 @@ func TestSortedDifference(t *testing.T) {
 			t.Errorf("sortedDifference(%v, %v) = %v, want %v", tc.a, tc.b, got, tc.want)
 		}
 	}
+}
+
+// Streams that subscribe to the same names share one list, which lives
+// while one of them holds it; different names are not shared.
+func TestNameListsShareEqualSubscriptions(t *testing.T) {
+	var lists nameLists
+	a := lists.intern([]string{"x", "y"})
+	b := lists.intern([]string{"x", "y"})
+	if a != b {
+		t.Fatal("equal subscriptions got lists of their own")
+	}
+	if c := lists.intern([]string{"x", "z"}); c == a {
+		t.Fatal("different subscriptions shared a list")
+	}
+	if a.hash != hashNames([]string{"x", "y"}) {
+		t.Error("a shared list's hash is not its names'")
+	}
+	a, b = nil, nil
+	for range 10 {
+		runtime.GC()
+		lists.mu.Lock()
+		n := len(lists.m)
+		lists.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond) // cleanups run on their own goroutine
+	}
+	t.Error("lists no stream holds are still indexed")
 }

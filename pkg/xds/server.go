@@ -70,9 +70,11 @@ type Server struct {
 	// current is the push context that connections generate from, with the
 	// version_info that responses carry.
 	current atomic.Pointer[pushState]
-	ready   chan struct{}
-	stop    chan struct{}
-	stopped sync.Once
+	// nameLists shares identical SotW subscriptions between streams.
+	nameLists nameLists
+	ready     chan struct{}
+	stop      chan struct{}
+	stopped   sync.Once
 
 	// pcOpts are the options push contexts are built with; the mesh config
 	// may change them while serving (SetPushContextOptions).

@@ -108,10 +108,18 @@ func (c *sotwStream) flushWarming(start time.Time) error {
 }
 
 func (c *sotwStream) setNames(w *watch, names []string, wildcard bool) {
+	var shared *nameList
+	if !wildcard && len(names) > 0 {
+		shared = c.s.nameLists.intern(names)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	was := w.resource
-	w.setSubscription(names, wildcard)
+	if shared != nil {
+		w.setSharedSubscription(shared)
+	} else {
+		w.setSubscription(names, wildcard)
+	}
 	if wildcard {
 		return
 	}
