@@ -19,7 +19,7 @@ RACE_PKGS   := ./pkg/model/... ./pkg/pushcontext/... ./pkg/xds/... ./pkg/control
                ./pkg/webhook/... ./pkg/ca/... ./pkg/caclient/... ./pkg/nodeproxy/... ./pkg/hbone/... ./pkg/cni/...
 TEST_FLAGS  ?= -count=1 -timeout 15m
 
-.PHONY: all build run test test-unit test-race test-long envtest-assets bench bench-load fuzz generate manifests helm-lint update-golden vet fmt clean
+.PHONY: all build run test test-unit test-race test-long envtest-assets bench bench-load bench-curve fuzz generate manifests helm-lint update-golden vet fmt clean
 
 all: build
 
@@ -53,6 +53,9 @@ bench: ## Run the benchmarks of the hot paths (a restart needs the real API serv
 
 bench-load: ## Run the standard load scenario (5,000 services × 10 endpoints, 50 sidecars) against a real API server and bin/pilot; ARGS="--json-out load.json" adds flags.
 	hack/bench-load.sh $(ARGS)
+
+bench-curve: ## Run the connect storm over a grid of sizes (BENCH_SERVICES × BENCH_SIDECARS, default 1000 5000 20000 × 50 200 500); ARGS adds pilot load flags.
+	hack/bench-curve.sh $(ARGS)
 
 FUZZTIME ?= 10m
 fuzz: ## Fuzz every Go fuzz target in turn, FUZZTIME each (default 10m); a failing input lands in testdata/fuzz/<Target>/ (commit it: make test replays it).

@@ -19,36 +19,10 @@ mon=${BENCH_MONITORING_ADDR:-127.0.0.1:25014}
 # older commit) under the same tool, to compare the two.
 control_plane=${BENCH_CONTROL_PLANE:-bin/pilot}
 
-export KUBEBUILDER_ASSETS=${KUBEBUILDER_ASSETS:-$(hack/envtest-assets.sh)}
-work=$(mktemp -d)
-apiserver_pid=""
-cleanup() {
-	if [[ -n "$apiserver_pid" ]] && kill -0 "$apiserver_pid" 2>/dev/null; then
-		kill -TERM "$apiserver_pid"
-		wait "$apiserver_pid" 2>/dev/null || true
-	fi
-	rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-echo "bench-load: building bin/pilot and the API server runner" >&2
-make --no-print-directory build >&2
-go build -o "$work/apiserver" ./hack/apiserver
-
-echo "bench-load: starting kube-apiserver and etcd" >&2
-"$work/apiserver" --kubeconfig "$work/kubeconfig" >"$work/apiserver.log" 2>&1 &
-apiserver_pid=$!
-for _ in $(seq 240); do
-	[[ -f "$work/kubeconfig" ]] && break
-	if ! kill -0 "$apiserver_pid" 2>/dev/null; then
-		cat "$work/apiserver.log" >&2
-		echo "bench-load: the API server did not start" >&2
-		exit 1
-	fi
-	sleep 0.5
-done
-[[ -f "$work/kubeconfig" ]] || { cat "$work/apiserver.log" >&2; echo "bench-load: no kubeconfig after 2 minutes" >&2; exit 1; }
+# shellcheck source=hack/lib/apiserver.sh
+. hack/lib/apiserver.sh
+build_tools bench-load
+start_apiserver bench-load
 
 status=0
 bin/pilot load --kubeconfig "$work/kubeconfig" --xds-addr "$xds" \
