@@ -13,7 +13,7 @@ const watchListEnv = "KUBE_FEATURE_" + string(clientfeatures.WatchListClient)
 // (client-go's WatchListClient, on by default since 1.35). The streaming
 // form sends every object as an event of its own: restarting on 5,000
 // Services and 5,000 EndpointSlices took 0.96–1.09 s from New to ready
-// with it and 0.43–0.48 s with a LIST served from the API server's watch
+// with it and 0.33–0.48 s with a LIST served from the API server's watch
 // cache (BenchmarkRestartPopulated). Streaming saves the API server memory
 // on huge lists, which the few kinds meshpilot watches do not make.
 // Setting KUBE_FEATURE_WatchListClient chooses either way. The gates are

@@ -118,7 +118,7 @@ type bodyKey struct {
 // strongBodyBytes of them are held for the push state's life: the streams
 // of a connect storm arrive over a second or more, and a body held only
 // while some stream sends it was collected between them and marshalled
-// again (a sixth of the control plane's CPU in the storm). Beyond that
+// again (an eighth of the control plane's CPU in the storm). Beyond that
 // budget, bodies are held weakly, so that many distinct responses (a warm
 // subset, proxies that differ) are not all kept until the next push: a
 // body lives while some stream still sends it, and a proxy that asks for
