@@ -53,40 +53,9 @@ func TestValidationWebhookDeniesPeerAuthenticationsThroughAPIServer(t *testing.T
 	defer cancel()
 	ns := env.Namespace(t, "webhook-pa")
 
-	mux := http.NewServeMux()
-	mux.Handle(ValidatePath, NewValidationHandler(ValidationOptions{Logger: discardLogger()}))
-	srv := httptest.NewUnstartedServer(mux)
-	srv.StartTLS()
-	defer srv.Close()
-	url := srv.URL + ValidatePath
-	caBundle := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
-
-	const webhookName = "rev.validation.istio.io"
-	fail, none, timeout := admissionregv1.Fail, admissionregv1.SideEffectClassNone, int32(5)
-	vwc := &admissionregv1.ValidatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: "meshpilot-test-validator-" + ns},
-		Webhooks: []admissionregv1.ValidatingWebhook{{
-			Name:         webhookName,
-			ClientConfig: admissionregv1.WebhookClientConfig{URL: &url, CABundle: caBundle},
-			// The rule the charts add for PeerAuthentications.
-			Rules: []admissionregv1.RuleWithOperations{{
-				Operations: []admissionregv1.OperationType{admissionregv1.Create, admissionregv1.Update},
-				Rule: admissionregv1.Rule{
-					APIGroups: []string{"security.istio.io"}, APIVersions: []string{"*"}, Resources: []string{"peerauthentications"},
-				},
-			}},
-			// Only this test's namespace, so nothing else on the server
-			// depends on this handler.
-			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}},
-			FailurePolicy:           &fail,
-			SideEffects:             &none,
-			AdmissionReviewVersions: []string{"v1"},
-			TimeoutSeconds:          &timeout,
-		}},
-	}
-	if _, err := env.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, vwc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	registerValidator(ctx, t, env, ns, admissionregv1.Rule{
+		APIGroups: []string{"security.istio.io"}, APIVersions: []string{"*"}, Resources: []string{"peerauthentications"},
+	})
 
 	pas := env.Istio.SecurityV1().PeerAuthentications(ns)
 	var denial error
@@ -107,7 +76,7 @@ func TestValidationWebhookDeniesPeerAuthenticationsThroughAPIServer(t *testing.T
 	t.Run("invalid policy is denied with every reason", func(t *testing.T) {
 		msg := denial.Error()
 		t.Logf("denial: %s", msg)
-		if !strings.Contains(msg, `admission webhook "`+webhookName+`" denied the request`) ||
+		if !strings.Contains(msg, `admission webhook "`+validatorName+`" denied the request`) ||
 			!strings.Contains(msg, `PeerAuthentication "`+ns+`/bad-labels" is invalid`) {
 			t.Errorf("denial %q does not name the webhook and the object", msg)
 		}
@@ -148,4 +117,43 @@ func TestValidationWebhookDeniesPeerAuthenticationsThroughAPIServer(t *testing.T
 			t.Fatalf("update = %v, want a denial about spec.selector.matchLabels", err)
 		}
 	})
+}
+
+// validatorName is the webhook's name in the chart's configuration.
+const validatorName = "rev.validation.istio.io"
+
+// registerValidator serves the validation handler over TLS with httptest,
+// whose certificate is the caBundle, and registers it with the API server
+// for rule, as the charts do, in namespace ns only, so that nothing else on
+// the server depends on it.
+func registerValidator(ctx context.Context, t *testing.T, env *kubetest.Env, ns string, rule admissionregv1.Rule) {
+	t.Helper()
+	mux := http.NewServeMux()
+	mux.Handle(ValidatePath, NewValidationHandler(ValidationOptions{Logger: discardLogger()}))
+	srv := httptest.NewUnstartedServer(mux)
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	url := srv.URL + ValidatePath
+	caBundle := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+
+	fail, none, timeout := admissionregv1.Fail, admissionregv1.SideEffectClassNone, int32(5)
+	vwc := &admissionregv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "meshpilot-test-validator-" + ns},
+		Webhooks: []admissionregv1.ValidatingWebhook{{
+			Name:         validatorName,
+			ClientConfig: admissionregv1.WebhookClientConfig{URL: &url, CABundle: caBundle},
+			Rules: []admissionregv1.RuleWithOperations{{
+				Operations: []admissionregv1.OperationType{admissionregv1.Create, admissionregv1.Update},
+				Rule:       rule,
+			}},
+			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}},
+			FailurePolicy:           &fail,
+			SideEffects:             &none,
+			AdmissionReviewVersions: []string{"v1"},
+			TimeoutSeconds:          &timeout,
+		}},
+	}
+	if _, err := env.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, vwc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }

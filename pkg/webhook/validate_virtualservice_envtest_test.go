@@ -3,9 +3,6 @@ package webhook
 import (
 	"context"
 	"encoding/json"
-	"encoding/pem"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -57,41 +54,11 @@ func TestValidationWebhookDeniesVirtualServicesThroughAPIServer(t *testing.T) {
 	defer cancel()
 	ns := env.Namespace(t, "webhook-vs")
 
-	mux := http.NewServeMux()
-	mux.Handle(ValidatePath, NewValidationHandler(ValidationOptions{Logger: discardLogger()}))
-	srv := httptest.NewUnstartedServer(mux)
-	srv.StartTLS()
-	defer srv.Close()
-	url := srv.URL + ValidatePath
-	caBundle := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
-
-	const webhookName = "rev.validation.istio.io"
-	fail, none, timeout := admissionregv1.Fail, admissionregv1.SideEffectClassNone, int32(5)
-	vwc := &admissionregv1.ValidatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: "meshpilot-test-vs-validator-" + ns},
-		Webhooks: []admissionregv1.ValidatingWebhook{{
-			Name:         webhookName,
-			ClientConfig: admissionregv1.WebhookClientConfig{URL: &url, CABundle: caBundle},
-			// The rule the charts add for networking.istio.io.
-			Rules: []admissionregv1.RuleWithOperations{{
-				Operations: []admissionregv1.OperationType{admissionregv1.Create, admissionregv1.Update},
-				Rule: admissionregv1.Rule{
-					APIGroups: []string{"networking.istio.io"}, APIVersions: []string{"*"},
-					Resources: []string{"destinationrules", "virtualservices"},
-				},
-			}},
-			// Only this test's namespace, so nothing else on the server
-			// depends on this handler.
-			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}},
-			FailurePolicy:           &fail,
-			SideEffects:             &none,
-			AdmissionReviewVersions: []string{"v1"},
-			TimeoutSeconds:          &timeout,
-		}},
-	}
-	if _, err := env.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, vwc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	// The rule the charts add for networking.istio.io.
+	registerValidator(ctx, t, env, ns, admissionregv1.Rule{
+		APIGroups: []string{"networking.istio.io"}, APIVersions: []string{"*"},
+		Resources: []string{"destinationrules", "virtualservices"},
+	})
 
 	vss := env.Istio.NetworkingV1().VirtualServices(ns)
 	var denial error
@@ -112,7 +79,7 @@ func TestValidationWebhookDeniesVirtualServicesThroughAPIServer(t *testing.T) {
 	t.Run("invalid VirtualService is denied with every reason", func(t *testing.T) {
 		msg := denial.Error()
 		t.Logf("denial: %s", msg)
-		if !strings.Contains(msg, `admission webhook "`+webhookName+`" denied the request`) ||
+		if !strings.Contains(msg, `admission webhook "`+validatorName+`" denied the request`) ||
 			!strings.Contains(msg, `VirtualService "`+ns+`/bad-routes" is invalid`) {
 			t.Errorf("denial %q does not name the webhook and the object", msg)
 		}
