@@ -47,23 +47,7 @@ func TestKubeSourcePeerAuthentications(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "reviews"}, Spec: apinetworking.DestinationRule{Host: "reviews"},
 	}, metav1.CreateOptions{}))
 
-	store := model.NewStore()
-	metrics := NewMetrics(prometheus.NewRegistry())
-	logs := &testlog.Buffer{}
-	src, err := NewKubeSource(KubeSourceOptions{Client: env.Kube, IstioClient: env.Istio, Store: store, Metrics: metrics,
-		Logger: slog.New(slog.NewTextHandler(logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- src.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-	eventually(t, "sync", src.HasSynced)
+	store, metrics, logs := runSyncedKubeSource(ctx, cancel, t, env)
 	// HasSynced means the initial lists are applied.
 	if got := paNames(store)["default"]; got == nil || got.Revision == "" || got.Generation != 1 ||
 		got.Spec.(*apisecurity.PeerAuthentication).GetMtls().GetMode() != apisecurity.PeerAuthentication_MutualTLS_STRICT {
@@ -144,4 +128,30 @@ func TestKubeSourcePeerAuthentications(t *testing.T) {
 	if got := counterValue(t, metrics.CRDMissing.WithLabelValues(peerAuthentications.crd())); got != 0 {
 		t.Errorf("PeerAuthentication CRD reported missing %v times", got)
 	}
+}
+
+// runSyncedKubeSource runs a Kubernetes source on env that writes to a new
+// store, and returns once it has synced, with the store, its metrics and
+// its log. When the test ends, cancel stops it, and its Run must return
+// no error.
+func runSyncedKubeSource(ctx context.Context, cancel context.CancelFunc, t *testing.T, env *kubetest.Env) (model.Store, *Metrics, *testlog.Buffer) {
+	t.Helper()
+	store := model.NewStore()
+	metrics := NewMetrics(prometheus.NewRegistry())
+	logs := &testlog.Buffer{}
+	src, err := NewKubeSource(KubeSourceOptions{Client: env.Kube, IstioClient: env.Istio, Store: store, Metrics: metrics,
+		Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	eventually(t, "sync", src.HasSynced)
+	return store, metrics, logs
 }

@@ -2,18 +2,15 @@ package controllers
 
 import (
 	"context"
-	"log/slog"
 	"strings"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
 	apinetworking "istio.io/api/networking/v1"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	networkingv1beta1 "istio.io/client-go/pkg/apis/networking/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/meshpilot/meshpilot/internal/kubetest"
-	"github.com/meshpilot/meshpilot/internal/testlog"
 	"github.com/meshpilot/meshpilot/pkg/model"
 )
 
@@ -53,23 +50,7 @@ func TestKubeSourceVirtualServices(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "echo"}, Spec: apinetworking.DestinationRule{Host: "echo"},
 	}, metav1.CreateOptions{}))
 
-	store := model.NewStore()
-	metrics := NewMetrics(prometheus.NewRegistry())
-	logs := &testlog.Buffer{}
-	src, err := NewKubeSource(KubeSourceOptions{Client: env.Kube, IstioClient: env.Istio, Store: store, Metrics: metrics,
-		Logger: slog.New(slog.NewTextHandler(logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- src.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-	eventually(t, "sync", src.HasSynced)
+	store, metrics, logs := runSyncedKubeSource(ctx, cancel, t, env)
 	// HasSynced means the initial lists are applied.
 	if got := vsNames(store)["echo"]; got == nil || got.Revision == "" || got.Generation != 1 || subsetOf(got) != "v2" {
 		t.Fatalf("VirtualService after sync = %+v", got)
