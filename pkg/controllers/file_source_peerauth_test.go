@@ -115,16 +115,7 @@ func TestFileSourcePeerAuthentications(t *testing.T) {
 			if diff := cmp.Diff([]string{"ns/reviews=reviews"}, drHosts(h.store)); diff != "" {
 				t.Errorf("destination rules (-want +got)\n%s", diff)
 			}
-			for _, reason := range []string{ReasonInvalid, ReasonDecode, ReasonDuplicate} {
-				if got := h.errorCount("PeerAuthentication", reason); got != tc.wantErrors[reason] {
-					t.Errorf("errors{kind=PeerAuthentication,reason=%s} = %v, want %v", reason, got, tc.wantErrors[reason])
-				}
-			}
-			for _, want := range tc.wantLog {
-				if !strings.Contains(h.logs.String(), want) {
-					t.Errorf("logs lack %q:\n%s", want, h.logs)
-				}
-			}
+			h.checkReported(t, "PeerAuthentication", tc.wantErrors, tc.wantLog)
 		})
 	}
 }

@@ -161,6 +161,22 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// checkReported checks that the source counted exactly wantErrors (by
+// reason) against kind, and logged each of wantLog.
+func (h *fileHarness) checkReported(t *testing.T, kind string, wantErrors map[string]float64, wantLog []string) {
+	t.Helper()
+	for _, reason := range []string{ReasonInvalid, ReasonDecode, ReasonDuplicate} {
+		if got := h.errorCount(kind, reason); got != wantErrors[reason] {
+			t.Errorf("errors{kind=%s,reason=%s} = %v, want %v", kind, reason, got, wantErrors[reason])
+		}
+	}
+	for _, want := range wantLog {
+		if !strings.Contains(h.logs.String(), want) {
+			t.Errorf("logs lack %q:\n%s", want, h.logs)
+		}
+	}
+}
+
 func (h *fileHarness) errorCount(kind, reason string) float64 {
 	return counterValue(h.t, h.metrics.ConfigErrors.WithLabelValues(FileSourceName, kind, reason))
 }

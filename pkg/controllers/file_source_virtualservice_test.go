@@ -111,16 +111,7 @@ func TestFileSourceVirtualServices(t *testing.T) {
 			if diff := cmp.Diff([]string{"demo/echo=echo"}, drHosts(h.store)); diff != "" {
 				t.Errorf("destination rules (-want +got)\n%s", diff)
 			}
-			for _, reason := range []string{ReasonInvalid, ReasonDecode, ReasonDuplicate} {
-				if got := h.errorCount("VirtualService", reason); got != tc.wantErrors[reason] {
-					t.Errorf("errors{kind=VirtualService,reason=%s} = %v, want %v", reason, got, tc.wantErrors[reason])
-				}
-			}
-			for _, want := range tc.wantLog {
-				if !strings.Contains(h.logs.String(), want) {
-					t.Errorf("logs lack %q:\n%s", want, h.logs)
-				}
-			}
+			h.checkReported(t, "VirtualService", tc.wantErrors, tc.wantLog)
 			var rejected int
 			for _, p := range h.store.SourceProblems() {
 				if p.Kind == "VirtualService" {
