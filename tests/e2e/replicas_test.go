@@ -162,7 +162,7 @@ func TestReplicasSpreadClientsAndHandOverWrites(t *testing.T) {
 		})
 		// Only the leader patched it; the others never tried.
 		for i, r := range replicas {
-			patches := counterSum(t, r, "meshpilot_webhook_cabundle_patches_total")
+			patches := metricWith(t, r, "meshpilot_webhook_cabundle_patches_total", nil)
 			if i == leader && patches == 0 {
 				t.Errorf("the leader, replica %d, counts no caBundle patch", i)
 			}
@@ -235,7 +235,7 @@ func clientCounts(t *testing.T, replicas []*controlPlane) []int {
 	t.Helper()
 	out := make([]int, len(replicas))
 	for i, r := range replicas {
-		out[i] = int(gaugeSum(t, r, "meshpilot_xds_clients"))
+		out[i] = int(metricWith(t, r, "meshpilot_xds_clients", nil))
 	}
 	return out
 }
@@ -255,41 +255,7 @@ func (m *kubeMesh) expectValidatorCABundle(name string, root []byte) error {
 	return nil
 }
 
-func counterSum(t *testing.T, r *controlPlane, name string) float64 {
-	t.Helper()
-	families, err := r.srv.Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	total := 0.0
-	for _, f := range families {
-		if f.GetName() == name {
-			for _, m := range f.GetMetric() {
-				total += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return total
-}
-
-func leads(t *testing.T, r *controlPlane) bool { return gaugeSum(t, r, "meshpilot_leader") == 1 }
-
-func gaugeSum(t *testing.T, r *controlPlane, name string) float64 {
-	t.Helper()
-	families, err := r.srv.Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	total := 0.0
-	for _, f := range families {
-		if f.GetName() == name {
-			for _, m := range f.GetMetric() {
-				total += m.GetGauge().GetValue()
-			}
-		}
-	}
-	return total
-}
+func leads(t *testing.T, r *controlPlane) bool { return metricWith(t, r, "meshpilot_leader", nil) == 1 }
 
 // balancer is a TCP proxy in front of the replicas, as a Service's virtual
 // IP is: each new connection goes to one replica, first always the first

@@ -217,20 +217,7 @@ func TestStrictInputWebhook(t *testing.T) {
 	m := newKubeMesh(t)
 	fx := fixtures{NS: ns, Host: "echo." + ns + ".svc.cluster.local"}
 	m.apply(t, "namespace", fx.render(namespaceYAML))
-	cp := startControlPlane(t, m, func(o *bootstrap.Options) { o.Webhook.ExtraCertNames = []string{"127.0.0.1"} })
-	m.apply(t, "validator", validatorYAML("https://"+cp.srv.WebhookAddr()+"/validate"))
-	root, _ := publishedRootTLS(t, m, "istio-system")
-	waitFor(t, 30*time.Second, "the mesh root in the validator's caBundle", func() error {
-		c, err := m.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(context.Background(),
-			"istio-validator-istio-system", metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if !bytes.Equal(c.Webhooks[0].ClientConfig.CABundle, root) {
-			return errors.New("caBundle not patched yet")
-		}
-		return nil
-	})
+	startWithValidator(t, m)
 	// The webhook answers once its certificate is issued: wait until an
 	// invalid rule is refused by it.
 	waitFor(t, 30*time.Second, "the webhook to answer", func() error {
@@ -299,6 +286,30 @@ func TestStrictInputWebhook(t *testing.T) {
 			t.Errorf("bootstrap with the webhook port taken: %v; want one \"webhook server:\" and the flag", err)
 		}
 	})
+}
+
+// startWithValidator starts a control plane on m whose webhook serves
+// 127.0.0.1, registers it as the chart's validator, and returns once the
+// control plane has patched its mesh root into the caBundle. The webhook
+// may still be fetching its own certificate then: callers wait for a first
+// denial.
+func startWithValidator(t *testing.T, m *kubeMesh) *controlPlane {
+	t.Helper()
+	cp := startControlPlane(t, m, func(o *bootstrap.Options) { o.Webhook.ExtraCertNames = []string{"127.0.0.1"} })
+	m.apply(t, "validator", validatorYAML("https://"+cp.srv.WebhookAddr()+"/validate"))
+	root, _ := publishedRootTLS(t, m, "istio-system")
+	waitFor(t, 30*time.Second, "the mesh root in the validator's caBundle", func() error {
+		c, err := m.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(context.Background(),
+			"istio-validator-istio-system", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if !bytes.Equal(c.Webhooks[0].ClientConfig.CABundle, root) {
+			return errors.New("caBundle not patched yet")
+		}
+		return nil
+	})
+	return cp
 }
 
 // validatorYAML is the revision's validator as the chart installs it, but

@@ -1,9 +1,6 @@
 package e2e
 
 import (
-	"bytes"
-	"context"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -12,9 +9,7 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/meshpilot/meshpilot/pkg/bootstrap"
 	"github.com/meshpilot/meshpilot/pkg/model"
 )
 
@@ -165,20 +160,7 @@ func TestVirtualServiceIngestWebhook(t *testing.T) {
 	m := newKubeMesh(t)
 	fx := fixtures{NS: ns, Host: "echo." + ns + ".svc.cluster.local"}
 	m.apply(t, "namespace", fx.render(namespaceYAML))
-	cp := startControlPlane(t, m, func(o *bootstrap.Options) { o.Webhook.ExtraCertNames = []string{"127.0.0.1"} })
-	m.apply(t, "validator", validatorYAML("https://"+cp.srv.WebhookAddr()+"/validate"))
-	root, _ := publishedRootTLS(t, m, "istio-system")
-	waitFor(t, 30*time.Second, "the mesh root in the validator's caBundle", func() error {
-		c, err := m.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(context.Background(),
-			"istio-validator-istio-system", metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if !bytes.Equal(c.Webhooks[0].ClientConfig.CABundle, root) {
-			return errors.New("caBundle not patched yet")
-		}
-		return nil
-	})
+	cp := startWithValidator(t, m)
 	// The webhook answers once its certificate is issued.
 	var denial string
 	waitFor(t, 30*time.Second, "the webhook to deny the invalid VirtualService", func() error {
