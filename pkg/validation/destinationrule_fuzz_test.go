@@ -31,33 +31,7 @@ var docSeparator = regexp.MustCompile(`(?m)^---[ \t]*$`)
 //   - a rule the validator accepts converts without error, carrying the
 //     spec and the object's name.
 func FuzzValidateDestinationRule(f *testing.F) {
-	files, err := filepath.Glob("../xds/envoygen/testdata/*/*.in.yaml")
-	if err != nil {
-		f.Fatal(err)
-	}
-	examples, err := filepath.Glob("../../examples/mesh/*.yaml")
-	if err != nil {
-		f.Fatal(err)
-	}
-	seeds := 0
-	for _, file := range append(files, examples...) {
-		raw, err := os.ReadFile(file)
-		if err != nil {
-			f.Fatal(err)
-		}
-		for _, doc := range docSeparator.Split(string(raw), -1) {
-			var obj struct {
-				Kind     string            `json:"kind"`
-				Metadata metav1.ObjectMeta `json:"metadata"`
-				Spec     json.RawMessage   `json:"spec"`
-			}
-			if yaml.Unmarshal([]byte(doc), &obj) != nil || obj.Kind != "DestinationRule" {
-				continue
-			}
-			f.Add(obj.Metadata.Name, obj.Metadata.Namespace, []byte(obj.Spec))
-			seeds++
-		}
-	}
+	seeds := addSpecSeeds(f, "DestinationRule", "../xds/envoygen/testdata/*/*.in.yaml", "../../examples/mesh/*.yaml")
 	if seeds < 10 {
 		f.Fatalf("%d seed rules; the golden inputs moved", seeds)
 	}
@@ -123,4 +97,36 @@ func checkFieldErrors(t *testing.T, err error, roots ...string) {
 			t.Fatalf("field error %q: path not under %v", fe, roots)
 		}
 	}
+}
+
+// addSpecSeeds adds to f the name, namespace and spec of every object of
+// kind in the YAML files the patterns match, and returns how many.
+func addSpecSeeds(f *testing.F, kind string, patterns ...string) int {
+	f.Helper()
+	seeds := 0
+	for _, pattern := range patterns {
+		files, err := filepath.Glob(pattern)
+		if err != nil {
+			f.Fatal(err)
+		}
+		for _, file := range files {
+			raw, err := os.ReadFile(file)
+			if err != nil {
+				f.Fatal(err)
+			}
+			for _, doc := range docSeparator.Split(string(raw), -1) {
+				var obj struct {
+					Kind     string            `json:"kind"`
+					Metadata metav1.ObjectMeta `json:"metadata"`
+					Spec     json.RawMessage   `json:"spec"`
+				}
+				if yaml.Unmarshal([]byte(doc), &obj) != nil || obj.Kind != kind {
+					continue
+				}
+				f.Add(obj.Metadata.Name, obj.Metadata.Namespace, []byte(obj.Spec))
+				seeds++
+			}
+		}
+	}
+	return seeds
 }

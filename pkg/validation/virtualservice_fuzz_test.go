@@ -3,14 +3,11 @@ package validation_test
 import (
 	"bytes"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
 	networking "istio.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/meshpilot/meshpilot/pkg/controllers"
 	"github.com/meshpilot/meshpilot/pkg/validation"
@@ -49,31 +46,7 @@ func FuzzValidateVirtualService(f *testing.F) {
 	}
 	// The VirtualServices of the route generators' inputs and of the
 	// examples, where there are some.
-	files, err := filepath.Glob("../xds/envoygen/testdata/*/*.yaml")
-	if err != nil {
-		f.Fatal(err)
-	}
-	examples, err := filepath.Glob("../../examples/*/*.yaml")
-	if err != nil {
-		f.Fatal(err)
-	}
-	for _, file := range append(files, examples...) {
-		raw, err := os.ReadFile(file)
-		if err != nil {
-			f.Fatal(err)
-		}
-		for _, doc := range docSeparator.Split(string(raw), -1) {
-			var obj struct {
-				Kind     string            `json:"kind"`
-				Metadata metav1.ObjectMeta `json:"metadata"`
-				Spec     json.RawMessage   `json:"spec"`
-			}
-			if yaml.Unmarshal([]byte(doc), &obj) != nil || obj.Kind != "VirtualService" {
-				continue
-			}
-			f.Add(obj.Metadata.Name, obj.Metadata.Namespace, []byte(obj.Spec))
-		}
-	}
+	addSpecSeeds(f, "VirtualService", "../xds/envoygen/testdata/*/*.yaml", "../../examples/*/*.yaml")
 	f.Fuzz(func(t *testing.T, name, namespace string, spec []byte) {
 		var fields any
 		d := json.NewDecoder(bytes.NewReader(spec))

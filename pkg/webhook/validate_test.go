@@ -462,30 +462,28 @@ func TestValidationHandlerRejectsMalformedRequests(t *testing.T) {
 	}
 }
 
+// BenchmarkValidationHandler reviews one object with several problems
+// of each kind the webhook validates.
 func BenchmarkValidationHandler(b *testing.B) {
-	body := reviewBody(b, reviewSpec{group: istioNetworkingGroup, version: "v1", kind: "DestinationRule", op: admissionv1.Create, object: brokenDR})
-	h := NewValidationHandler(ValidationOptions{Logger: discardLogger()})
-	b.ReportAllocs()
-	for b.Loop() {
-		r := httptest.NewRequest(http.MethodPost, ValidatePath, bytes.NewReader(body))
-		w := httptest.NewRecorder()
-		h.ServeHTTP(w, r)
-		if w.Code != http.StatusOK {
-			b.Fatal(w.Code)
-		}
-	}
-}
-
-func BenchmarkValidationHandlerVirtualService(b *testing.B) {
-	body := reviewBody(b, reviewSpec{group: istioNetworkingGroup, version: "v1", kind: "VirtualService", op: admissionv1.Create, object: brokenVS})
-	h := NewValidationHandler(ValidationOptions{Logger: discardLogger()})
-	b.ReportAllocs()
-	for b.Loop() {
-		r := httptest.NewRequest(http.MethodPost, ValidatePath, bytes.NewReader(body))
-		w := httptest.NewRecorder()
-		h.ServeHTTP(w, r)
-		if w.Code != http.StatusOK {
-			b.Fatal(w.Code)
-		}
+	for _, tc := range []struct {
+		kind   string
+		object string
+	}{
+		{"DestinationRule", brokenDR},
+		{"VirtualService", brokenVS},
+	} {
+		b.Run(tc.kind, func(b *testing.B) {
+			body := reviewBody(b, reviewSpec{group: istioNetworkingGroup, version: "v1", kind: tc.kind, op: admissionv1.Create, object: tc.object})
+			h := NewValidationHandler(ValidationOptions{Logger: discardLogger()})
+			b.ReportAllocs()
+			for b.Loop() {
+				r := httptest.NewRequest(http.MethodPost, ValidatePath, bytes.NewReader(body))
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, r)
+				if w.Code != http.StatusOK {
+					b.Fatal(w.Code)
+				}
+			}
+		})
 	}
 }
