@@ -1,11 +1,15 @@
 package xds
 
 import (
+	"slices"
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/encoding"
+	protocodec "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
@@ -68,6 +72,36 @@ func TestUnmarshalRequestRefusesWhatProtoRefuses(t *testing.T) {
 			t.Errorf("%s: decoded", name)
 		}
 		checkUnmarshalRequest(t, b)
+	}
+}
+
+// TestCodecDecodesRequestsOfManyFrames: the codec decodes a request that
+// arrives in one buffer or split over several (gRPC reads one per HTTP/2
+// frame), and the scratch copy it reuses carries nothing of a longer
+// request into a shorter one.
+func TestCodecDecodesRequestsOfManyFrames(t *testing.T) {
+	c := codec{fallback: encoding.GetCodecV2(protocodec.Name)}
+	seeds := requestSeeds()
+	// Longest first, so that every later request lands on a dirty scratch.
+	slices.SortFunc(seeds, func(a, b *discoveryv3.DiscoveryRequest) int { return proto.Size(b) - proto.Size(a) })
+	for _, frame := range []int{1 << 20, 64, 7, 1} {
+		for i, req := range seeds {
+			raw, err := proto.Marshal(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var data mem.BufferSlice
+			for b := raw; len(b) > 0; b = b[min(frame, len(b)):] {
+				data = append(data, mem.SliceBuffer(b[:min(frame, len(b))]))
+			}
+			got := &discoveryv3.DiscoveryRequest{}
+			if err := c.Unmarshal(data, got); err != nil {
+				t.Fatalf("frames of %d bytes, request %d: %v", frame, i, err)
+			}
+			if !proto.Equal(got, req) {
+				t.Fatalf("frames of %d bytes, request %d: decoded %v, want %v", frame, i, got, req)
+			}
+		}
 	}
 }
 
