@@ -72,6 +72,9 @@ type watch struct {
 	// nameList holds the shared list resource.ResourceNames is, if it is
 	// one (setSharedSubscription), so that it lives as long as w uses it.
 	nameList *nameList
+	// requested identifies the names, as the client sent them, of the last
+	// request that set or repeated a named subscription; zero if none.
+	requested requestNames
 
 	// sent is what the client holds, as far as the server knows: the last
 	// resources sent (or, for delta, announced in initial_resource_versions).
@@ -359,14 +362,14 @@ func (c *connection) runGenerator(g Generator, st *pushState, w *model.WatchedRe
 func (w *watch) setSubscription(names []string, wildcard bool) {
 	w.resource.ResourceNames = names
 	w.resource.Wildcard = wildcard
-	w.nameList, w.namesHashed = nil, false
+	w.nameList, w.namesHashed, w.requested = nil, false, requestNames{}
 }
 
 // setSharedSubscription makes w subscribe to list's names, which w shares
 // with other streams and must not modify.
 func (w *watch) setSharedSubscription(list *nameList) {
 	w.resource.ResourceNames, w.resource.Wildcard = list.names, false
-	w.nameList, w.namesHash, w.namesHashed = list, list.hash, true
+	w.nameList, w.namesHash, w.namesHashed, w.requested = list, list.hash, true, requestNames{}
 }
 
 // subscriptionHash hashes the subscribed names, once per subscription.
@@ -409,6 +412,40 @@ func hashString(h uint64) string {
 		h >>= 4
 	}
 	return string(b[:])
+}
+
+// requestNames identifies a request's resource names in the order the
+// client sent them. Envoy and gRPC repeat the whole subscription in every
+// request of a type, in the same order while it is unchanged: 5,000 EDS
+// names in each ACK of a 5,000-service sidecar. Sorting them anew for each
+// ACK was 4% of the control plane's CPU under Service churn; a request
+// whose names hash as the last one's takes the subscription as it is. (A
+// client that forges a collision changes nothing but its own subscription.)
+type requestNames struct {
+	count int
+	hash  uint64
+}
+
+// namesOf returns the sorted, de-duplicated names of a request: w's
+// subscription when they repeat the request that set it.
+func (w *watch) namesOf(names []string) ([]string, requestNames) {
+	if len(names) == 0 {
+		return nil, requestNames{}
+	}
+	r := requestNames{count: len(names), hash: hashNames(names)}
+	if w != nil && r == w.requested {
+		return w.resource.ResourceNames, r
+	}
+	return sortedNames(names), r
+}
+
+// subscribedBy records that a request of names r set or repeated w's
+// current subscription. A wildcard is no list of names to hand out.
+func (w *watch) subscribedBy(r requestNames) {
+	if w.resource.Wildcard {
+		r = requestNames{}
+	}
+	w.requested = r
 }
 
 // sortedNames copies, sorts and de-duplicates resource names.

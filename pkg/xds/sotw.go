@@ -43,7 +43,7 @@ func (c *sotwStream) handle(req *discoveryv3.DiscoveryRequest) error {
 	}
 	w := c.watches[typeURL]
 	nonce := req.GetResponseNonce()
-	names := sortedNames(req.GetResourceNames())
+	names, sent := w.namesOf(req.GetResourceNames())
 
 	if nonce == "" || w == nil {
 		// A new subscription, or the client starting over for this type (a
@@ -53,6 +53,7 @@ func (c *sotwStream) handle(req *discoveryv3.DiscoveryRequest) error {
 			w = c.addWatch(typeURL)
 		}
 		c.setNames(w, names, fullStateType(typeURL) && len(names) == 0)
+		w.subscribedBy(sent)
 		return c.respondAndWarm(w)
 	}
 	if nonce != w.sentNonce {
@@ -70,9 +71,11 @@ func (c *sotwStream) handle(req *discoveryv3.DiscoveryRequest) error {
 	}
 	// gRPC changes its subscription inside ACKs (and after NACKs).
 	if w.resource.Wildcard || slices.Equal(names, w.resource.ResourceNames) {
+		w.subscribedBy(sent)
 		return nil
 	}
 	c.setNames(w, names, false)
+	w.subscribedBy(sent)
 	if !fullStateType(typeURL) {
 		// Envoy repeats every EDS (RDS) name whenever a cluster (listener)
 		// comes or goes. Responses of these types need not name what the

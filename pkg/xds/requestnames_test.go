@@ -1,0 +1,84 @@
+package xds
+
+import (
+	"slices"
+	"testing"
+)
+
+// TestRequestNamesReuseTheSubscription: a request that repeats, in the same
+// order, the names that set the subscription gets the subscription itself,
+// unsorted work skipped; any other request, or one after the subscription
+// changed some other way, gets its own names sorted and de-duplicated.
+func TestRequestNamesReuseTheSubscription(t *testing.T) {
+	type step struct {
+		name      string
+		sent      []string
+		replace   []string // set the subscription to these some other way first
+		want      []string
+		wantReuse bool
+	}
+	for _, tc := range []struct {
+		name  string
+		steps []step
+	}{
+		{"an ACK that repeats the names", []step{
+			{name: "subscribe", sent: []string{"c", "a", "b", "a"}, want: []string{"a", "b", "c"}},
+			{name: "ack", sent: []string{"c", "a", "b", "a"}, want: []string{"a", "b", "c"}, wantReuse: true},
+			{name: "ack again", sent: []string{"c", "a", "b", "a"}, want: []string{"a", "b", "c"}, wantReuse: true},
+		}},
+		{"the same names in another order", []step{
+			{name: "subscribe", sent: []string{"c", "a", "b"}, want: []string{"a", "b", "c"}},
+			{name: "reordered", sent: []string{"a", "b", "c"}, want: []string{"a", "b", "c"}},
+			{name: "repeat of the reordered", sent: []string{"a", "b", "c"}, want: []string{"a", "b", "c"}, wantReuse: true},
+		}},
+		{"a name added or dropped", []step{
+			{name: "subscribe", sent: []string{"b", "a"}, want: []string{"a", "b"}},
+			{name: "added", sent: []string{"b", "a", "c"}, want: []string{"a", "b", "c"}},
+			{name: "dropped", sent: []string{"b"}, want: []string{"b"}},
+		}},
+		{"the subscription replaced in between", []step{
+			{name: "subscribe", sent: []string{"b", "a"}, want: []string{"a", "b"}},
+			{name: "after a replacement", sent: []string{"b", "a"}, replace: []string{"z"}, want: []string{"a", "b"}},
+		}},
+		{"no names", []step{
+			{name: "empty", sent: nil, want: nil},
+			{name: "empty again", sent: nil, want: nil},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var w *watch
+			for _, s := range tc.steps {
+				if s.replace != nil {
+					w.setSubscription(s.replace, false)
+				}
+				got, r := w.namesOf(s.sent)
+				if !slices.Equal(got, s.want) {
+					t.Fatalf("%s: names %v, want %v", s.name, got, s.want)
+				}
+				reused := w != nil && len(got) > 0 && &got[0] == &w.resource.ResourceNames[0]
+				if reused != s.wantReuse {
+					t.Fatalf("%s: subscription reused %v, want %v", s.name, reused, s.wantReuse)
+				}
+				if w == nil {
+					w = &watch{}
+				}
+				w.setSubscription(got, false)
+				w.subscribedBy(r)
+			}
+		})
+	}
+}
+
+// Names that a wildcard subscription followed are not taken for a list:
+// the wildcard has none to give.
+func TestRequestNamesNeverReuseAWildcard(t *testing.T) {
+	w := &watch{}
+	w.setSubscription([]string{"a"}, false)
+	_, r := w.namesOf([]string{"a"})
+	w.subscribedBy(r)
+	w.setSubscription(nil, true)
+	w.subscribedBy(r)
+	if got, _ := w.namesOf([]string{"a"}); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("names %v under a wildcard, want [a]", got)
+	}
+}
