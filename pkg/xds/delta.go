@@ -175,7 +175,7 @@ func (c *deltaStream) respond(w *watch, req *model.PushRequest, planID uint64, a
 	// A partial result says nothing about the resources it leaves out, and
 	// neither does a warming one.
 	partial := (!req.Full && w.typeURL == EndpointType) || warmOnly
-	changed := changedOrNamed(w, items, w.warming)
+	changed := changedOrNamed(w, gen, items, w.warming)
 	if warmOnly && len(changed) == 0 {
 		c.dropUnservable(w)
 		return nil
@@ -210,7 +210,7 @@ func (c *deltaStream) respond(w *watch, req *model.PushRequest, planID uint64, a
 		return err
 	}
 	now := time.Now()
-	c.markWarming(w, changed, st)
+	c.markWarming(w, gen, changed, st)
 
 	c.mu.Lock()
 	if w.sent.len() == 0 && len(changed) == len(items) && gen != nil {

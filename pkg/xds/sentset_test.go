@@ -1,7 +1,9 @@
 package xds
 
 import (
+	"fmt"
 	"maps"
+	"math/rand/v2"
 	"runtime"
 	"slices"
 	"testing"
@@ -150,4 +152,68 @@ func TestNameListsShareEqualSubscriptions(t *testing.T) {
 		time.Sleep(10 * time.Millisecond) // cleanups run on their own goroutine
 	}
 	t.Error("lists no stream holds are still indexed")
+}
+
+// TestSharedDiffIsThePerStreamDiff: what a stream that holds a generation
+// whole takes from the shared diff is what comparing each item with what
+// it holds gives, for random generations, subscriptions and warming names;
+// and a stream whose set has changes of its own still gets its own answer.
+func TestSharedDiffIsThePerStreamDiff(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(1, 2))
+	randomGen := func() *generation {
+		var items []generated
+		for i := range 40 {
+			if rnd.IntN(4) == 0 {
+				continue
+			}
+			items = append(items, generated{name: fmt.Sprintf("r%02d", i), version: fmt.Sprint(rnd.IntN(3))})
+		}
+		return newGeneration(items)
+	}
+	perItem := func(s *sentSet, items []generated, names []string) []generated {
+		var out []generated
+		for _, it := range items {
+			_, named := slices.BinarySearch(names, it.name)
+			if prev, ok := s.get(it.name); named || !ok || prev.version != it.version {
+				out = append(out, it)
+			}
+		}
+		return out
+	}
+	names := func(it []generated) []string {
+		out := make([]string, len(it))
+		for i, x := range it {
+			out[i] = x.name
+		}
+		return out
+	}
+	for i := range 500 {
+		base, gen := randomGen(), randomGen()
+		var warming []string
+		for j := range 40 {
+			if rnd.IntN(10) == 0 {
+				warming = append(warming, fmt.Sprintf("r%02d", j))
+			}
+		}
+		w := &watch{}
+		switch i % 3 {
+		case 0:
+			w.sent.reset(base)
+		case 1:
+			w.sent.reset(base)
+			w.sent.set("r07", sentResource{version: "own"})
+		}
+		want := perItem(&w.sent, gen.items, warming)
+		for pass := range 2 { // the second pass reads the memoized diff
+			got := changedOrNamed(w, gen, gen.items, warming)
+			if !slices.Equal(names(got), names(want)) {
+				t.Fatalf("case %d pass %d: changedOrNamed = %v, want %v", i, pass, names(got), names(want))
+			}
+		}
+		if w.sent.len() == len(gen.items) {
+			if got, want := unchanged(w, gen, gen.items, false), len(perItem(&w.sent, gen.items, nil)) == 0; got != want {
+				t.Fatalf("case %d: unchanged = %v, want %v", i, got, want)
+			}
+		}
+	}
 }

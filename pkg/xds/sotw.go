@@ -204,7 +204,7 @@ func (c *sotwStream) respond(w *watch, req *model.PushRequest, planID uint64, wa
 	items := gen.items
 	partial := !req.Full && w.typeURL == EndpointType
 	if warmOnly {
-		items, partial = changedOrNamed(w, items, w.warming), true
+		items, partial = changedOrNamed(w, gen, items, w.warming), true
 		if len(items) == 0 {
 			c.dropUnservable(w)
 			return nil
@@ -237,7 +237,7 @@ func (c *sotwStream) respond(w *watch, req *model.PushRequest, planID uint64, wa
 		return err
 	}
 	now := time.Now()
-	c.markWarming(w, items, st)
+	c.markWarming(w, gen, items, st)
 
 	c.mu.Lock()
 	if partial {
@@ -264,6 +264,9 @@ func unchanged(w *watch, gen *generation, items []generated, partial bool) bool 
 		}
 		if len(items) != w.sent.len() {
 			return false
+		}
+		if base, whole := w.sent.whole(); whole && base != nil && len(items) == len(gen.items) {
+			return len(gen.changedSince(base)) == 0
 		}
 	}
 	for _, it := range items {

@@ -35,9 +35,13 @@ func dependentType(typeURL string) string {
 	return ""
 }
 
-// changedOrNamed keeps the items that differ from what the client holds in
-// w or whose names are in names (sorted; nil keeps only the changed ones).
-func changedOrNamed(w *watch, items []generated, names []string) []generated {
+// changedOrNamed keeps the items, gen's or some of them, that differ from
+// what the client holds in w or whose names are in names (sorted; nil keeps
+// only the changed ones).
+func changedOrNamed(w *watch, gen *generation, items []generated, names []string) []generated {
+	if base, whole := w.sent.whole(); whole && gen != nil && len(items) == len(gen.items) {
+		return gen.changedOrNamed(base, names)
+	}
 	out := items[:0:0]
 	for _, it := range items {
 		_, named := slices.BinarySearch(names, it.name)
@@ -56,7 +60,7 @@ func changedOrNamed(w *watch, items []generated, names []string) []generated {
 // the push regenerates that type anyway, else right after it
 // (flushWarming). A client that does not watch the dependent type yet is
 // answered in full on its first request.
-func (c *connection) markWarming(parent *watch, sending []generated, st *pushState) {
+func (c *connection) markWarming(parent *watch, gen *generation, sending []generated, st *pushState) {
 	depType := dependentType(parent.typeURL)
 	if depType == "" {
 		return
@@ -65,7 +69,7 @@ func (c *connection) markWarming(parent *watch, sending []generated, st *pushSta
 	if dep == nil || !dep.subscribed() {
 		return
 	}
-	changed := changedOrNamed(parent, sending, nil)
+	changed := changedOrNamed(parent, gen, sending, nil)
 	if len(changed) == 0 {
 		return
 	}
