@@ -1,8 +1,11 @@
 package xds
 
 import (
+	"hash/maphash"
+	"runtime"
 	"slices"
 	"testing"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -105,12 +108,72 @@ func TestCodecDecodesRequestsOfManyFrames(t *testing.T) {
 	}
 }
 
+// TestRequestNamesAreShared: requests that carry the same names, byte for
+// byte, get one decoded list; other names, or the same names in another
+// order, get their own; and the entry goes once no request holds the list.
+func TestRequestNamesAreShared(t *testing.T) {
+	names := make([]string, 200) // over sharedNamesMin encoded
+	for i := range names {
+		names[i] = "outbound|80||shared-" + formatUint(uint64(i)) + ".ns.svc.cluster.local"
+	}
+	reordered := slices.Clone(names)
+	reordered[0], reordered[1] = reordered[1], reordered[0]
+	decode := func(names []string, nonce string) *discoveryv3.DiscoveryRequest {
+		t.Helper()
+		raw, err := proto.Marshal(&discoveryv3.DiscoveryRequest{TypeUrl: EndpointType, ResponseNonce: nonce, ResourceNames: names})
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := &discoveryv3.DiscoveryRequest{}
+		if err := unmarshalRequest(raw, req); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(req.ResourceNames, names) || req.ResponseNonce != nonce {
+			t.Fatalf("decoded %d names, nonce %q; want %d, %q", len(req.ResourceNames), req.ResponseNonce, len(names), nonce)
+		}
+		return req
+	}
+	same := func(a, b *discoveryv3.DiscoveryRequest) bool { return &a.ResourceNames[0] == &b.ResourceNames[0] }
+
+	first, second := decode(names, "1"), decode(names, "2")
+	if !same(first, second) {
+		t.Error("two requests of the same names decoded two lists")
+	}
+	if other := decode(reordered, "3"); same(first, other) {
+		t.Error("names in another order share the list")
+	}
+	smallRaw, _ := proto.Marshal(&discoveryv3.DiscoveryRequest{ResourceNames: names[:2]})
+	if decode(names[:2], "4"); sharedRequestNames.has(maphash.Bytes(requestNamesSeed, smallRaw)) {
+		t.Error("a list too small to share was shared")
+	}
+	raw, _ := proto.Marshal(&discoveryv3.DiscoveryRequest{ResourceNames: names})
+	key := maphash.Bytes(requestNamesSeed, raw)
+	runtime.KeepAlive(first)
+	runtime.KeepAlive(second)
+	first, second = nil, nil
+	deadline := time.Now().Add(10 * time.Second)
+	for sharedRequestNames.has(key) && time.Now().Before(deadline) {
+		runtime.GC()
+		time.Sleep(time.Millisecond)
+	}
+	if sharedRequestNames.has(key) {
+		t.Error("the entry of a list no request holds is still there")
+	}
+}
+
 func FuzzUnmarshalRequest(f *testing.F) {
 	for _, req := range requestSeeds() {
 		b, _ := proto.Marshal(req)
 		f.Add(b)
 	}
 	f.Fuzz(checkUnmarshalRequest)
+}
+
+func (l *requestNameLists) has(key uint64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, ok := l.m[key]
+	return ok
 }
 
 func checkUnmarshalRequest(t *testing.T, b []byte) {

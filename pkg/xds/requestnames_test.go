@@ -17,10 +17,15 @@ func TestRequestNamesReuseTheSubscription(t *testing.T) {
 		want      []string
 		wantReuse bool
 	}
+	shared := []string{"y", "x"} // one decoded list that identical requests share
 	for _, tc := range []struct {
 		name  string
 		steps []step
 	}{
+		{"the very list again", []step{
+			{name: "subscribe", sent: shared, want: []string{"x", "y"}},
+			{name: "ack", sent: shared, want: []string{"x", "y"}, wantReuse: true},
+		}},
 		{"an ACK that repeats the names", []step{
 			{name: "subscribe", sent: []string{"c", "a", "b", "a"}, want: []string{"a", "b", "c"}},
 			{name: "ack", sent: []string{"c", "a", "b", "a"}, want: []string{"a", "b", "c"}, wantReuse: true},
