@@ -65,10 +65,13 @@ func (e *Env) Restart(t testing.TB, whileDown func()) {
 		done := make(chan struct{})
 		go func() { _ = cmd.Wait(); close(done) }()
 		t.Cleanup(func() {
+			// Cleanups run last-registered first, so these processes stop
+			// before the clients the test started after them: the API server
+			// would drain their watches for a minute (see stopGrace).
 			_ = cmd.Process.Signal(syscall.SIGTERM)
 			select {
 			case <-done:
-			case <-time.After(restartTimeout):
+			case <-time.After(stopGrace):
 				_ = cmd.Process.Kill()
 				<-done
 			}
