@@ -21,9 +21,12 @@ go_version=$(go env GOVERSION)
 out=${1:-"$root/bin/k8s/$k8s_version-etcd-$etcd_version"}
 stamp="$out/.stamp"
 # Line 1: the API server group; line 2: helm; line 3: istioctl.
-want_k8s="kubernetes=$k8s_version etcd=$etcd_version go=$go_version"
-want_helm="helm=$helm_version go=$go_version"
-want_istioctl="istioctl=$istio_version go=$go_version"
+# The go.sum digests stand for every other module a group is built with.
+tools_sum=$(sha256sum "$tools/go.sum" | cut -c1-12)
+istioctl_sum=$(sha256sum "$tools/istioctl/go.sum" | cut -c1-12)
+want_k8s="kubernetes=$k8s_version etcd=$etcd_version go=$go_version sum=$tools_sum"
+want_helm="helm=$helm_version go=$go_version sum=$tools_sum"
+want_istioctl="istioctl=$istio_version go=$go_version sum=$istioctl_sum"
 have_k8s=$(sed -n 1p "$stamp" 2>/dev/null || true)
 have_helm=$(sed -n 2p "$stamp" 2>/dev/null || true)
 have_istioctl=$(sed -n 3p "$stamp" 2>/dev/null || true)
@@ -34,14 +37,18 @@ if [[ "$have_k8s" == "$want_k8s" && "$have_helm" == "$want_helm" && -x "$out/hel
 fi
 mkdir -p "$out"
 cd "$tools"
-export CGO_ENABLED=0
+# No -trimpath and the default cgo setting: the packages these binaries share
+# with meshpilot's own build (the standard library, client-go, apimachinery,
+# grpc, protobuf...) then compile to the same build-cache entries as `go vet`
+# and `go test` compile them, once for both. hack/tools/go.mod pins the shared
+# modules at meshpilot's versions for the same reason.
 if [[ "$have_k8s" != "$want_k8s" ]]; then
   minor=${k8s_version#v1.}; minor=${minor%%.*}
   ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$k8s_version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
   echo "building kube-apiserver, kubectl ($k8s_version) and etcd ($etcd_version) into $out" >&2
-  go build -trimpath -ldflags "$ldflags" -o "$out/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
-  go build -trimpath -ldflags "$ldflags" -o "$out/kubectl" k8s.io/kubernetes/cmd/kubectl
-  go build -trimpath -ldflags "-s -w" -o "$out/etcd" ./etcd
+  go build -ldflags "$ldflags" -o "$out/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
+  go build -ldflags "$ldflags" -o "$out/kubectl" k8s.io/kubernetes/cmd/kubectl
+  go build -ldflags "-s -w" -o "$out/etcd" ./etcd
   have_k8s=$want_k8s
   printf '%s\n' "$have_k8s" > "$stamp"
 fi
@@ -49,14 +56,14 @@ if [[ "$have_helm" != "$want_helm" || ! -x "$out/helm" ]]; then
   echo "building helm ($helm_version) into $out" >&2
   # Without the version variable helm reports "v3.22" and charts that
   # check kubeVersion/helm version see a wrong value.
-  go build -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$helm_version" \
+  go build -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$helm_version" \
     -o "$out/helm" helm.sh/helm/v3/cmd/helm
 fi
 printf '%s\n%s\n' "$want_k8s" "$want_helm" > "$stamp"
 if [[ "$have_istioctl" != "$want_istioctl" || ! -x "$out/istioctl" ]]; then
   # The longest build here (minutes on two cores, cold); cached like the rest.
   echo "building istioctl (istio.io/istio $istio_version) into $out" >&2
-  (cd "$tools/istioctl" && go build -trimpath \
+  (cd "$tools/istioctl" && go build \
     -ldflags "-s -w -X istio.io/istio/pkg/version.buildVersion=$istio_version -X istio.io/istio/pkg/version.buildStatus=Clean" \
     -o "$out/istioctl" istio.io/istio/istioctl/cmd/istioctl)
 fi
