@@ -2,6 +2,8 @@
 
 // Package tools pins the binaries that tests run: a real kube-apiserver,
 // etcd, kubectl and helm, built from source so no download site is needed.
+// The modules they share with meshpilot are pinned at meshpilot's versions
+// (hack/envtest-assets.sh says why).
 package tools
 
 import (
