@@ -14,10 +14,16 @@ GOLDEN_PKGS := ./pkg/xds/grpcgen/... ./pkg/xds/envoygen/... ./pkg/xds/wdsgen/...
 # Packages with concurrency (push loop and streams, informers, leader
 # election, status writer, file watcher, certificate rotation, CA, node
 # proxy, HBONE, CNI agent) run under the race detector, once: `make test`
-# runs them with -race instead of without.
-RACE_PKGS   := ./pkg/model/... ./pkg/pushcontext/... ./pkg/xds/... ./pkg/controllers/... ./pkg/dirwatch/... \
-               ./pkg/webhook/... ./pkg/ca/... ./pkg/caclient/... ./pkg/nodeproxy/... ./pkg/hbone/... ./pkg/cni/...
-TEST_FLAGS  ?= -count=1 -timeout 15m
+# runs them with -race instead of without. The longest first (see LONG_PKGS).
+RACE_PKGS   := ./pkg/controllers/... ./pkg/ca/... ./pkg/webhook/... ./pkg/xds/... ./pkg/model/... ./pkg/pushcontext/... \
+               ./pkg/dirwatch/... ./pkg/caclient/... ./pkg/nodeproxy/... ./pkg/hbone/... ./pkg/cni/...
+# The packages whose tests run longest (minutes), which go test starts first
+# when they come first: listed last, as ./... lists them, the end-to-end
+# tests ran alone for minutes after everything else had finished.
+LONG_PKGS   := ./tests/e2e ./tests/helm
+# -ldflags=-w: test binaries without DWARF link a third faster, and make test
+# links some fifty of them; panics and stack traces do not need it.
+TEST_FLAGS  ?= -count=1 -timeout 15m -ldflags=-w
 
 .PHONY: all build run test test-unit test-race test-long envtest-assets bench bench-load bench-curve fuzz generate manifests helm-lint update-golden vet fmt clean
 
@@ -36,7 +42,8 @@ test: vet ## Run every test: unit, real API server, end to end; the concurrent p
 	@assets="$$(hack/envtest-assets.sh)"; \
 	echo "KUBEBUILDER_ASSETS=$$assets"; \
 	race="$$($(GO) list $(RACE_PKGS))"; \
-	KUBEBUILDER_ASSETS="$$assets" $(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -vxF "$$race")
+	long="$$($(GO) list $(LONG_PKGS))"; \
+	KUBEBUILDER_ASSETS="$$assets" $(GO) test $(TEST_FLAGS) $$long $$($(GO) list ./... | grep -vxF "$$race" | grep -vxF "$$long")
 	$(MAKE) --no-print-directory test-race
 
 test-race: ## Run the concurrent packages' tests (with the real API server) under the race detector.
