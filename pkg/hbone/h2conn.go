@@ -52,6 +52,12 @@ type h2conn struct {
 	out  frameBuf
 	enc  *hpack.Encoder
 	hbuf bytes.Buffer
+	// writeBy is the write deadline set on nc (under wmu).
+	writeBy time.Time
+
+	// idle fires IdleTimeout after the connection last had no stream
+	// (re-armed under mu), and closes it if it still has none.
+	idle *time.Timer
 
 	mu        sync.Mutex
 	streams   map[uint32]*h2stream
@@ -119,6 +125,10 @@ func (s *Server) serveH2(nc *batchedTLS, ci connInfo) {
 		c.goAway(http2.ErrCodeNo)
 	}
 	defer s.removeConn(c)
+	c.mu.Lock()
+	c.idle = time.AfterFunc(s.cfg.IdleTimeout, c.closeIfIdle)
+	c.mu.Unlock()
+	defer c.idle.Stop()
 
 	err := c.readLoop()
 	c.teardown()
@@ -386,6 +396,7 @@ func (c *h2conn) flushLocked() error {
 	if b == nil {
 		return nil
 	}
+	c.extendWriteDeadline()
 	_, err := c.nc.Write(*b)
 	c.out.reset()
 	if err != nil {
@@ -430,13 +441,37 @@ func (c *h2conn) goAway(code http2.ErrCode) {
 	}
 }
 
+// extendWriteDeadline gives the next write WriteTimeout, at least half
+// of it (resetting the deadline on every frame of a bulk transfer would
+// cost a timer update each). Call with wmu held.
+func (c *h2conn) extendWriteDeadline() {
+	timeout := c.s.cfg.WriteTimeout
+	if now := time.Now(); c.writeBy.Sub(now) < timeout/2 {
+		c.writeBy = now.Add(timeout)
+		c.nc.SetWriteDeadline(c.writeBy)
+	}
+}
+
 // closeWrite ends our side with a TLS close_notify, so the client closes
 // after reading everything we sent; the read deadline bounds the wait.
 func (c *h2conn) closeWrite() {
 	c.wmu.Lock()
+	c.extendWriteDeadline()
 	c.nc.CloseWrite()
 	c.wmu.Unlock()
 	c.nc.SetReadDeadline(time.Now().Add(time.Second))
+}
+
+// closeIfIdle sends GOAWAY, and so closes the connection, when it still
+// has no stream (one may have opened as the timer fired).
+func (c *h2conn) closeIfIdle() {
+	c.mu.Lock()
+	idle := len(c.streams) == 0
+	c.mu.Unlock()
+	if idle {
+		c.s.log.Debug("closing idle hbone connection", "src", c.ci.remote)
+		c.goAway(http2.ErrCodeNo)
+	}
 }
 
 // teardown ends every stream once the connection is gone and waits for
@@ -463,6 +498,9 @@ func (c *h2conn) streamDone(st *h2stream) {
 	c.mu.Lock()
 	delete(c.streams, st.id)
 	last := c.goingAway && len(c.streams) == 0 && !c.closed
+	if len(c.streams) == 0 && !c.closed {
+		c.idle.Reset(c.s.cfg.IdleTimeout)
+	}
 	for _, b := range st.in {
 		putChunk(b)
 	}

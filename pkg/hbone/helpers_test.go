@@ -100,6 +100,8 @@ type nodeOpts struct {
 	certs   map[netip.Addr]*tls.Certificate // listening address → served certificate
 	allowed map[netip.Addr]bool             // destinations Authorize lets through
 	roots   *x509.CertPool
+	// Zero leaves the server's defaults.
+	idleTimeout, writeTimeout time.Duration
 }
 
 func newNode(t testing.TB, o nodeOpts) *node {
@@ -124,8 +126,10 @@ func newNode(t testing.TB, o nodeOpts) *node {
 			var d net.Dialer
 			return d.DialContext(ctx, "tcp", dest.String())
 		},
-		Metrics: n.counters,
-		Log:     slog.New(slog.NewTextHandler(n.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Metrics:      n.counters,
+		Log:          slog.New(slog.NewTextHandler(n.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		IdleTimeout:  o.idleTimeout,
+		WriteTimeout: o.writeTimeout,
 	})
 	if err != nil {
 		t.Fatal(err)

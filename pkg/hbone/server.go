@@ -54,6 +54,16 @@ type ServerConfig struct {
 	// MaxConcurrentStreams per HTTP/2 connection; zero means 100, as
 	// ztunnel uses, so a dialer spreads a crowd over several connections.
 	MaxConcurrentStreams uint32
+	// IdleTimeout closes a connection that has had no stream this long,
+	// with a GOAWAY first; zero means 5 minutes, longer than a Dialer keeps
+	// an idle connection (60 s), so that clients normally close first.
+	IdleTimeout time.Duration
+	// WriteTimeout bounds each write to a connection. A peer that stops
+	// reading would otherwise block the connection's writer, and with it
+	// every stream and the replies to its own SETTINGS and PINGs, for
+	// good; past this, the connection and its streams are closed. Zero
+	// means 30 s.
+	WriteTimeout time.Duration
 }
 
 // Server terminates HBONE tunnels. It is safe for concurrent use.
@@ -91,6 +101,12 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	if cfg.MaxConcurrentStreams == 0 {
 		cfg.MaxConcurrentStreams = 100
+	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = 5 * time.Minute
+	}
+	if cfg.WriteTimeout == 0 {
+		cfg.WriteTimeout = 30 * time.Second
 	}
 	s := &Server{
 		cfg:       cfg,

@@ -1,0 +1,181 @@
+package hbone
+
+import (
+	"bytes"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// rawClient is an HTTP/2 client written frame by frame, for what a
+// well-behaved client never does: keep a stream open past a deadline, or
+// stop reading. It has sent the preface and settings, and acknowledged the
+// server's.
+type rawClient struct {
+	t    *testing.T
+	conn *tls.Conn
+	fr   *http2.Framer
+	enc  *hpack.Encoder
+	hbuf bytes.Buffer
+}
+
+func dialRaw(t *testing.T, m *mesh, node netip.AddrPort, settings ...http2.Setting) *rawClient {
+	t.Helper()
+	conn, err := tls.Dial("tcp", node.String(), &tls.Config{
+		MinVersion:         tls.VersionTLS13,
+		Certificates:       []tls.Certificate{m.a},
+		InsecureSkipVerify: true, // the server's identity is not what these tests check
+		NextProtos:         []string{"h2"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	c := &rawClient{t: t, conn: conn, fr: http2.NewFramer(conn, conn)}
+	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	c.enc = hpack.NewEncoder(&c.hbuf)
+	if _, err := io.WriteString(conn, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.fr.WriteSettings(settings...); err != nil {
+		t.Fatal(err)
+	}
+	if f := c.next(); f.Header().Type != http2.FrameSettings {
+		t.Fatalf("first frame %v, want SETTINGS", f.Header())
+	}
+	if err := c.fr.WriteSettingsAck(); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// connect opens stream id as a CONNECT to dest, its request left open.
+func (c *rawClient) connect(id uint32, dest netip.AddrPort) {
+	c.t.Helper()
+	c.hbuf.Reset()
+	c.enc.WriteField(hpack.HeaderField{Name: ":method", Value: "CONNECT"})
+	c.enc.WriteField(hpack.HeaderField{Name: ":authority", Value: dest.String()})
+	if err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: c.hbuf.Bytes(), EndHeaders: true}); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// next reads the next frame the server sends, within 5 s.
+func (c *rawClient) next() http2.Frame {
+	c.t.Helper()
+	c.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	f, err := c.fr.ReadFrame()
+	if err != nil {
+		c.t.Fatalf("reading a frame: %v", err)
+	}
+	return f
+}
+
+// until reads frames up to the first one of type typ on stream id.
+func (c *rawClient) until(typ http2.FrameType, id uint32) http2.Frame {
+	c.t.Helper()
+	for {
+		if f := c.next(); f.Header().Type == typ && f.Header().StreamID == id {
+			return f
+		} else if g, ok := f.(*http2.GoAwayFrame); ok && typ != http2.FrameGoAway {
+			c.t.Fatalf("GOAWAY (%v) while waiting for a %v frame", g.ErrCode, typ)
+		}
+	}
+}
+
+// A connection is closed, GOAWAY first, once it has had no stream for the
+// idle timeout; an open stream keeps it however long it lasts.
+func TestServerClosesIdleConnections(t *testing.T) {
+	const idle = 200 * time.Millisecond
+	m := newMesh(t)
+	dest := echo(t, "127.0.0.1:0")
+	n := newNode(t, nodeOpts{
+		certs:       map[netip.Addr]*tls.Certificate{netip.MustParseAddr("127.0.0.2"): &m.b},
+		allowed:     map[netip.Addr]bool{dest.Addr(): true},
+		roots:       m.roots(),
+		idleTimeout: idle,
+	})
+	c := dialRaw(t, m, n.at("127.0.0.2"))
+	c.connect(1, dest)
+	if h := c.until(http2.FrameHeaders, 1).(*http2.MetaHeadersFrame); h.PseudoValue("status") != "200" {
+		t.Fatalf("CONNECT answered %q", h.PseudoValue("status"))
+	}
+	time.Sleep(4 * idle) // the stream is open: no GOAWAY may come
+	if err := c.fr.WriteData(1, true, []byte("still here")); err != nil {
+		t.Fatal(err)
+	}
+	var got []byte
+	for {
+		d := c.until(http2.FrameData, 1).(*http2.DataFrame)
+		got = append(got, d.Data()...)
+		if d.StreamEnded() {
+			break
+		}
+	}
+	if string(got) != "echo:still here" {
+		t.Fatalf("tunnel answered %q", got)
+	}
+	// The stream is over: the connection is idle now.
+	if g := c.until(http2.FrameGoAway, 0).(*http2.GoAwayFrame); g.ErrCode != http2.ErrCodeNo || g.LastStreamID != 1 {
+		t.Fatalf("GOAWAY %v, last stream %d; want NO_ERROR, 1", g.ErrCode, g.LastStreamID)
+	}
+	c.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.fr.ReadFrame(); !errors.Is(err, io.EOF) {
+		t.Fatalf("after GOAWAY: %v, want the connection closed", err)
+	}
+}
+
+// A client that stops reading loses its connection once a write has been
+// stuck for the write timeout, and the destinations of its streams are
+// hung up on, instead of the node holding both for good.
+func TestServerDropsAPeerThatStopsReading(t *testing.T) {
+	m := newMesh(t)
+	// A destination that sends until it cannot.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	stuck := make(chan error, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		chunk := make([]byte, 64<<10)
+		for {
+			if _, err := c.Write(chunk); err != nil {
+				stuck <- err
+				return
+			}
+		}
+	}()
+	dest := netip.MustParseAddrPort(l.Addr().String())
+	n := newNode(t, nodeOpts{
+		certs:        map[netip.Addr]*tls.Certificate{netip.MustParseAddr("127.0.0.2"): &m.b},
+		allowed:      map[netip.Addr]bool{dest.Addr(): true},
+		roots:        m.roots(),
+		writeTimeout: 200 * time.Millisecond,
+	})
+	// Windows as large as HTTP/2 allows: only TCP can stop the node.
+	c := dialRaw(t, m, n.at("127.0.0.2"), http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1<<31 - 1})
+	if err := c.fr.WriteWindowUpdate(0, 1<<31-1-65535); err != nil {
+		t.Fatal(err)
+	}
+	c.connect(1, dest)
+	// From here on the client reads nothing.
+	select {
+	case err := <-stuck:
+		t.Logf("the destination was hung up on: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the node still holds a tunnel to a client that stopped reading")
+	}
+}
