@@ -228,7 +228,7 @@ func (c *deltaStream) respond(w *watch, req *model.PushRequest, planID uint64, a
 	w.warming = nil
 	c.mu.Unlock()
 
-	c.recordPush(w, req, start, now, subscription, len(changed), resp.Nonce, st.version)
+	c.recordPush(w, req, start, now, subscription, changed, resp.Nonce, st.version)
 	return nil
 }
 

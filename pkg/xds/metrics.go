@@ -18,6 +18,7 @@ type Metrics struct {
 	clients         *prometheus.GaugeVec
 	pushes          *prometheus.CounterVec
 	pushTime        *prometheus.HistogramVec
+	responseSize    *prometheus.HistogramVec
 	convergence     prometheus.Histogram
 	nacks           *prometheus.CounterVec
 	buildTime       prometheus.Histogram
@@ -60,6 +61,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name:    "meshpilot_xds_push_time_seconds",
 			Help:    "Time to generate and send one xDS response, by resource type.",
 			Buckets: latency,
+		}, []string{"type"}),
+		responseSize: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "meshpilot_xds_response_size_bytes",
+			Help: "Bytes of the resources in one xDS response, by resource type.",
+			// 1 KiB to 64 MiB: a lone load assignment to a gateway's full LDS.
+			Buckets: prometheus.ExponentialBuckets(1<<10, 4, 9),
 		}, []string{"type"}),
 		convergence: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "meshpilot_proxy_convergence_seconds",
@@ -115,7 +122,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.triggerCounters = newTriggers(m)
 	m.versions = map[string]prometheus.Gauge{}
 	if reg != nil {
-		reg.MustRegister(m.clients, m.pushes, m.pushTime, m.convergence, m.nacks, m.buildTime,
+		reg.MustRegister(m.clients, m.pushes, m.pushTime, m.responseSize, m.convergence, m.nacks, m.buildTime,
 			m.triggers, m.debouncedPushes, m.streamErrors, m.generateErrors, m.generatorPanics, m.unservedTypes, m.problems)
 		reg.MustRegister(m.istio.collectors()...)
 	}

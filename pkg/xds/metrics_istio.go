@@ -24,6 +24,8 @@ type istioMetrics struct {
 	pushes *prometheus.CounterVec
 	// pilot_xds_push_time{type}: generating and sending one response.
 	pushTime *prometheus.HistogramVec
+	// pilot_xds_config_size_bytes{type}: the resources of one response.
+	configSize *prometheus.HistogramVec
 	// pilot_proxy_convergence_time: from the oldest change of a push to the
 	// last response that push sent a proxy.
 	convergence prometheus.Histogram
@@ -56,6 +58,7 @@ var (
 	istioConvergenceBuckets     = []float64{.1, .5, 1, 3, 5, 10, 20, 30}
 	istioSendTimeBuckets        = []float64{.01, .1, 1, 3, 5, 10, 20, 30}
 	istioPushContextInitBuckets = []float64{.01, .1, .5, 1, 3, 5}
+	istioConfigSizeBuckets      = []float64{1, 10000, 1000000, 4000000, 10000000, 40000000}
 )
 
 func newIstioMetrics(m *Metrics) *istioMetrics {
@@ -68,6 +71,11 @@ func newIstioMetrics(m *Metrics) *istioMetrics {
 			Name:    "pilot_xds_push_time",
 			Help:    "Seconds to generate and send one xDS response, by short type.",
 			Buckets: istioPushTimeBuckets,
+		}, []string{"type"}),
+		configSize: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "pilot_xds_config_size_bytes",
+			Help:    "Bytes of the resources in one xDS response, by short type.",
+			Buckets: istioConfigSizeBuckets,
 		}, []string{"type"}),
 		convergence: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "pilot_proxy_convergence_time",
@@ -125,7 +133,7 @@ func newIstioMetrics(m *Metrics) *istioMetrics {
 }
 
 func (im *istioMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{im.pushes, im.pushTime, im.convergence, im.clients, im.rejects, im.sendTime,
+	return []prometheus.Collector{im.pushes, im.pushTime, im.configSize, im.convergence, im.clients, im.rejects, im.sendTime,
 		im.debounceTime, im.pushContextInit, im.services, im.triggers, im.writeTimeouts, im.internalErrors}
 }
 
@@ -166,10 +174,12 @@ func istioMetricType(typeURL string) string {
 type typeMetrics struct {
 	pushes   prometheus.Counter
 	pushTime prometheus.Observer
+	size     prometheus.Observer
 	nacks    prometheus.Counter
 
 	istioPushes   prometheus.Counter
 	istioPushTime prometheus.Observer
+	istioSize     prometheus.Observer
 	istioRejects  prometheus.Counter
 	// istioSendErrors is nil for the types whose send errors Istio does not
 	// count (all but CDS, EDS, LDS and RDS).
@@ -186,9 +196,11 @@ func (m *Metrics) forType(typeURL string) *typeMetrics {
 	tm := &typeMetrics{
 		pushes:        m.pushes.WithLabelValues(short),
 		pushTime:      m.pushTime.WithLabelValues(short),
+		size:          m.responseSize.WithLabelValues(short),
 		nacks:         m.nacks.WithLabelValues(short),
 		istioPushes:   m.istio.pushes.WithLabelValues(istio),
 		istioPushTime: m.istio.pushTime.WithLabelValues(istio),
+		istioSize:     m.istio.configSize.WithLabelValues(istio),
 		istioRejects:  m.istio.rejects.WithLabelValues(istio),
 	}
 	switch typeURL {
@@ -199,13 +211,15 @@ func (m *Metrics) forType(typeURL string) *typeMetrics {
 	return actual.(*typeMetrics)
 }
 
-// pushed records one response sent.
-func (tm *typeMetrics) pushed(took time.Duration) {
+// pushed records one response sent, of size bytes of resources.
+func (tm *typeMetrics) pushed(took time.Duration, size int) {
 	s := took.Seconds()
 	tm.pushes.Inc()
 	tm.pushTime.Observe(s)
+	tm.size.Observe(float64(size))
 	tm.istioPushes.Inc()
 	tm.istioPushTime.Observe(s)
+	tm.istioSize.Observe(float64(size))
 }
 
 // sendFailed records a response that could not be sent. As istiod does, a

@@ -93,6 +93,17 @@ func TestIstioMetricsFollowTheServer(t *testing.T) {
 	c.ack(lds)
 	c.expectQuiet("after subscribing")
 
+	// Each response's size is the bytes of its resources, under both names.
+	var cdsBytes int
+	for _, r := range cds.GetResources() {
+		cdsBytes += len(r.GetValue())
+	}
+	for _, name := range []string{"pilot_xds_config_size_bytes", "meshpilot_xds_response_size_bytes"} {
+		h := series(t, reg, name, "type", "cds").GetHistogram()
+		if h.GetSampleCount() != 1 || h.GetSampleSum() != float64(cdsBytes) || cdsBytes == 0 {
+			t.Errorf("%s{type=cds}: %d responses, %v bytes; want 1 of %d", name, h.GetSampleCount(), h.GetSampleSum(), cdsBytes)
+		}
+	}
 	if got := value(t, reg, "pilot_xds", "version", "1.24.2"); got != 1 {
 		t.Errorf("pilot_xds{version=1.24.2} = %v, want 1", got)
 	}
@@ -310,7 +321,7 @@ func TestIstioMetricsDoNotAllocateOnTheHotPath(t *testing.T) {
 	eds := model.NewPushRequest(model.ConfigKey{Kind: model.KindEndpoints, Namespace: "default", Name: "a"}, time.Now())
 	start := time.Now()
 	allocs := testing.AllocsPerRun(100, func() {
-		tm.pushed(time.Millisecond)
+		tm.pushed(time.Millisecond, 1024)
 		tm.rejected()
 		m.configUpdate(req)
 		m.configUpdate(eds)

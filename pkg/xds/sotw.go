@@ -251,7 +251,7 @@ func (c *sotwStream) respond(w *watch, req *model.PushRequest, planID uint64, wa
 	w.warming = nil
 	c.mu.Unlock()
 
-	c.recordPush(w, req, start, now, subscription, len(items), resp.nonce, st.version)
+	c.recordPush(w, req, start, now, subscription, items, resp.nonce, st.version)
 	return nil
 }
 
@@ -278,17 +278,21 @@ func unchanged(w *watch, gen *generation, items []generated, partial bool) bool 
 }
 
 func (c *connection) recordPush(w *watch, req *model.PushRequest, start, now time.Time, subscription bool,
-	resources int, nonce, version string,
+	items []generated, nonce, version string,
 ) {
-	w.metrics.pushed(now.Sub(start))
+	size := 0
+	for _, it := range items {
+		size += len(it.resource.GetValue())
+	}
+	w.metrics.pushed(now.Sub(start), size)
 	if !subscription {
 		c.pushed = true
 		if !req.Start.IsZero() {
 			c.s.metrics.convergence.Observe(now.Sub(req.Start).Seconds())
 		}
 	}
-	c.log.Debug("sent", "type", shortType(w.typeURL), "nonce", nonce, "version", version, "resources", resources,
-		"subscription", subscription)
+	c.log.Debug("sent", "type", shortType(w.typeURL), "nonce", nonce, "version", version, "resources", len(items),
+		"bytes", size, "subscription", subscription)
 }
 
 // pushDone ends a push to this connection: if it sent anything, the proxy

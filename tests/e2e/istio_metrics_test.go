@@ -49,6 +49,7 @@ var istioMetrics = []istioMetric{
 	{"pilot_xds", dto.MetricType_GAUGE, []string{"version"}, nil},
 	{"pilot_total_xds_rejects", dto.MetricType_COUNTER, []string{"type"}, nil},
 	{"pilot_xds_push_time", dto.MetricType_HISTOGRAM, []string{"type"}, []float64{.01, .1, .5, 1, 3, 5, 10, 20, 30}},
+	{"pilot_xds_config_size_bytes", dto.MetricType_HISTOGRAM, []string{"type"}, []float64{1, 10000, 1000000, 4000000, 10000000, 40000000}},
 	{"pilot_k8s_cfg_events", dto.MetricType_COUNTER, []string{"event", "type"}, nil},
 	{"pilot_k8s_reg_events", dto.MetricType_COUNTER, []string{"event", "type"}, nil},
 	{"pilot_services", dto.MetricType_GAUGE, nil, nil},
@@ -191,6 +192,7 @@ func TestIstioMetricsOnTheMonitoringPort(t *testing.T) {
 	for _, typ := range []string{"cds", "eds", "lds", "rds"} {
 		atLeast("pilot_xds_pushes{type="+typ+"}", sample(families, "pilot_xds_pushes", "type", typ), 2)
 		atLeast("pilot_xds_push_time{type="+typ+"} count", sample(families, "pilot_xds_push_time", "type", typ), 2)
+		atLeast("pilot_xds_config_size_bytes{type="+typ+"} count", sample(families, "pilot_xds_config_size_bytes", "type", typ), 2)
 	}
 	for _, version := range []string{"1.24.2", "1.25.0"} {
 		if got := sample(families, "pilot_xds", "version", version); got != 1 {
