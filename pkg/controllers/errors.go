@@ -40,16 +40,18 @@ func (e *ObjectError) Error() string {
 
 func (e *ObjectError) Unwrap() error { return e.Err }
 
-// report logs a rejected object and counts it.
+// report logs a rejected object and counts it, in that order: whoever sees
+// the count can find the log line (tests wait on the counter, then read
+// the log).
 func report(log *slog.Logger, m *Metrics, source string, e *ObjectError, attrs ...any) {
 	kind := e.Kind
 	if kind == "" {
 		kind = "unknown"
 	}
-	m.ConfigErrors.WithLabelValues(source, kind, e.Reason).Inc()
 	args := append([]any{
 		"kind", kind, "namespace", e.Namespace, "name", e.Name,
 		"reason", e.Reason, "error", e.Err,
 	}, attrs...)
 	log.Warn("config object rejected", args...)
+	m.ConfigErrors.WithLabelValues(source, kind, e.Reason).Inc()
 }
