@@ -113,11 +113,7 @@ func TestDialerVerifiesServer(t *testing.T) {
 	m := newMesh(t)
 	other := newMesh(t)
 	dest := echo(t, "127.0.0.1:0")
-	n := newNode(t, nodeOpts{
-		certs:   map[netip.Addr]*tls.Certificate{netip.MustParseAddr("127.0.0.2"): &m.b},
-		allowed: map[netip.Addr]bool{dest.Addr(): true},
-		roots:   m.roots(),
-	})
+	n := oneWorkloadNode(t, m, dest, nodeOpts{})
 	cases := []struct {
 		name   string
 		dialer *mesh // whose roots the dialer trusts
@@ -143,11 +139,7 @@ func TestDialerVerifiesServer(t *testing.T) {
 func TestDialerStatus(t *testing.T) {
 	m := newMesh(t)
 	dest := echo(t, "127.0.0.1:0")
-	n := newNode(t, nodeOpts{
-		certs:   map[netip.Addr]*tls.Certificate{netip.MustParseAddr("127.0.0.2"): &m.b},
-		allowed: map[netip.Addr]bool{dest.Addr(): true},
-		roots:   m.roots(),
-	})
+	n := oneWorkloadNode(t, m, dest, nodeOpts{})
 	d, _ := newDialer(t, m)
 	_, err := d.Dial(context.Background(), &m.a, Target{Node: n.at("127.0.0.2"), Dest: netip.MustParseAddrPort("10.1.1.1:80")})
 	var se *StatusError
@@ -313,11 +305,7 @@ func TestHalfCloseFromDestination(t *testing.T) {
 func TestShutdownDrains(t *testing.T) {
 	m := newMesh(t)
 	dest := echo(t, "127.0.0.1:0")
-	n := newNode(t, nodeOpts{
-		certs:   map[netip.Addr]*tls.Certificate{netip.MustParseAddr("127.0.0.2"): &m.b},
-		allowed: map[netip.Addr]bool{dest.Addr(): true},
-		roots:   m.roots(),
-	})
+	n := oneWorkloadNode(t, m, dest, nodeOpts{})
 	d, _ := newDialer(t, m)
 	target := Target{Node: n.at("127.0.0.2"), Dest: dest}
 	c, err := d.Dial(context.Background(), &m.a, target)

@@ -156,6 +156,15 @@ func newNode(t testing.TB, o nodeOpts) *node {
 	return n
 }
 
+// oneWorkloadNode is a node whose one workload, b, listens at 127.0.0.2,
+// with dest the only destination it lets through.
+func oneWorkloadNode(t testing.TB, m *mesh, dest netip.AddrPort, o nodeOpts) *node {
+	o.certs = map[netip.Addr]*tls.Certificate{netip.MustParseAddr("127.0.0.2"): &m.b}
+	o.allowed = map[netip.Addr]bool{dest.Addr(): true}
+	o.roots = m.roots()
+	return newNode(t, o)
+}
+
 func (n *node) at(ip string) netip.AddrPort {
 	return netip.AddrPortFrom(netip.MustParseAddr(ip), n.port)
 }

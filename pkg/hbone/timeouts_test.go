@@ -96,12 +96,7 @@ func TestServerClosesIdleConnections(t *testing.T) {
 	const idle = 200 * time.Millisecond
 	m := newMesh(t)
 	dest := echo(t, "127.0.0.1:0")
-	n := newNode(t, nodeOpts{
-		certs:       map[netip.Addr]*tls.Certificate{netip.MustParseAddr("127.0.0.2"): &m.b},
-		allowed:     map[netip.Addr]bool{dest.Addr(): true},
-		roots:       m.roots(),
-		idleTimeout: idle,
-	})
+	n := oneWorkloadNode(t, m, dest, nodeOpts{idleTimeout: idle})
 	c := dialRaw(t, m, n.at("127.0.0.2"))
 	c.connect(1, dest)
 	if h := c.until(http2.FrameHeaders, 1).(*http2.MetaHeadersFrame); h.PseudoValue("status") != "200" {
@@ -159,12 +154,7 @@ func TestServerDropsAPeerThatStopsReading(t *testing.T) {
 		}
 	}()
 	dest := netip.MustParseAddrPort(l.Addr().String())
-	n := newNode(t, nodeOpts{
-		certs:        map[netip.Addr]*tls.Certificate{netip.MustParseAddr("127.0.0.2"): &m.b},
-		allowed:      map[netip.Addr]bool{dest.Addr(): true},
-		roots:        m.roots(),
-		writeTimeout: 200 * time.Millisecond,
-	})
+	n := oneWorkloadNode(t, m, dest, nodeOpts{writeTimeout: 200 * time.Millisecond})
 	// Windows as large as HTTP/2 allows: only TCP can stop the node.
 	c := dialRaw(t, m, n.at("127.0.0.2"), http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1<<31 - 1})
 	if err := c.fr.WriteWindowUpdate(0, 1<<31-1-65535); err != nil {
