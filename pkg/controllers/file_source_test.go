@@ -137,6 +137,20 @@ func startFileSource(t *testing.T, dir string) *fileHarness {
 	}
 	h.source = src
 	ctx, cancel := context.WithCancel(context.Background())
+	runSynced(ctx, cancel, t, src, "first load")
+	return h
+}
+
+// syncingSource is what the tests run: a file or a Kubernetes source.
+type syncingSource interface {
+	Run(context.Context) error
+	HasSynced() bool
+}
+
+// runSynced runs src until the test ends, when cancel stops it and its Run
+// must return no error, and waits until it reports what (its first sync).
+func runSynced(ctx context.Context, cancel context.CancelFunc, t *testing.T, src syncingSource, what string) {
+	t.Helper()
 	done := make(chan error, 1)
 	go func() { done <- src.Run(ctx) }()
 	t.Cleanup(func() {
@@ -145,8 +159,7 @@ func startFileSource(t *testing.T, dir string) *fileHarness {
 			t.Errorf("Run: %v", err)
 		}
 	})
-	eventually(t, "first load", src.HasSynced)
-	return h
+	eventually(t, what, src.HasSynced)
 }
 
 // eventually polls cond until it holds or a generous deadline passes.
@@ -451,15 +464,7 @@ func TestSharedIngester(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- src.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
-	eventually(t, "load", src.HasSynced)
+	runSynced(ctx, cancel, t, src, "load")
 	pod := testPod("reviews-v1", map[string]string{"version": "v9"}, "sa")
 	pod.Namespace = "ns"
 	if err := shared.Upsert(pod); err != nil {

@@ -41,15 +41,7 @@ func TestKubeSourceWatchesIstioKindsOnceTheirCRDsAreInstalled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- src.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-	eventually(t, "sync without the CRDs", src.HasSynced)
+	runSynced(ctx, cancel, t, src, "sync without the CRDs")
 	for _, k := range istioKinds {
 		if got := counterValue(t, metrics.CRDMissing.WithLabelValues(k.crd())); got != 1 {
 			t.Errorf("missing %s CRD counted %v times, want 1", k.kind, got)

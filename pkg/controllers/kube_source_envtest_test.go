@@ -49,15 +49,7 @@ func TestKubeSourceAgainstAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- src.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-	eventually(t, "sync", src.HasSynced)
+	runSynced(ctx, cancel, t, src, "sync")
 	svc := store.Service(svcKey)
 	if svc == nil || svc.Hostname != "reviews."+ns+".svc.cluster.local" || len(svc.ClusterIPs) != 1 ||
 		len(svc.Ports) != 2 || svc.Ports[0].Protocol != model.ProtocolGRPC || svc.Ports[1].TargetPort != 9080 {

@@ -56,15 +56,7 @@ func TestKubeSourceFallsBackToV1beta1(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- src.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
-	eventually(t, "sync", src.HasSynced)
+	runSynced(ctx, cancel, t, src, "sync")
 	eventually(t, "v1beta1 rule", func() bool { return drNames(store)["old"] != nil })
 	eventually(t, "v1beta1 policy", func() bool { return paNames(store)["old"] != nil })
 	eventually(t, "v1beta1 VirtualService", func() bool { return vsNames(store)["old"] != nil })

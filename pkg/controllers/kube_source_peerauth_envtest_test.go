@@ -144,14 +144,6 @@ func runSyncedKubeSource(ctx context.Context, cancel context.CancelFunc, t *test
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- src.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-	eventually(t, "sync", src.HasSynced)
+	runSynced(ctx, cancel, t, src, "sync")
 	return store, metrics, logs
 }

@@ -75,15 +75,7 @@ func TestKubeSourcePushesOnlyEffectiveChanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- src.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-	eventually(t, "sync", src.HasSynced)
+	runSynced(ctx, cancel, t, src, "sync")
 	svcKey := model.NamespacedName{Namespace: ns, Name: "reviews"}
 	eventually(t, "service", func() bool { return store.Service(svcKey) != nil })
 	endpointLabel := func(key string) string {

@@ -224,15 +224,7 @@ func TestKubeSourceWithFakeClients(t *testing.T) {
 		t.Errorf("Name() = %q", src.Name())
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- src.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
-	eventually(t, "sync", src.HasSynced)
+	runSynced(ctx, cancel, t, src, "sync")
 	// HasSynced means the initial lists are in the store already.
 	if store.Service(reviews) == nil || len(store.Namespaces()) != 1 {
 		t.Fatalf("initial list missing: services=%v namespaces=%v", store.Services(), store.Namespaces())
