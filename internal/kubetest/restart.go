@@ -66,8 +66,9 @@ func (e *Env) Restart(t testing.TB, whileDown func()) {
 		go func() { _ = cmd.Wait(); close(done) }()
 		t.Cleanup(func() {
 			// Cleanups run last-registered first, so these processes stop
-			// before the clients the test started after them: the API server
-			// would drain their watches for a minute (see stopGrace).
+			// before what the test started ahead of the restart (its control
+			// plane, say), whose watches the API server would drain for a
+			// minute (see stopGrace).
 			_ = cmd.Process.Signal(syscall.SIGTERM)
 			select {
 			case <-done:

@@ -144,15 +144,12 @@ const sharedNamesMin = 4 << 10
 // namesTag is the one-byte tag of a resource_names field.
 var namesTag = byte(protowire.EncodeTag(reqResourceNames, protowire.BytesType))
 
-var (
-	sharedRequestNames requestNameLists
-	requestNamesSeed   = maphash.MakeSeed()
-)
+var sharedRequestNames requestNameLists
 
 // decode returns the names that region, resource_names fields and nothing
 // else, encodes.
 func (l *requestNameLists) decode(region []byte) ([]string, error) {
-	h := maphash.Bytes(requestNamesSeed, region)
+	h := maphash.Bytes(namesSeed, region)
 	l.mu.Lock()
 	e, found := l.m[h]
 	l.mu.Unlock()
@@ -195,38 +192,36 @@ func (l *requestNameLists) forget(h uint64) {
 func contiguousNames(b []byte) (start, end int, ok bool) {
 	start = -1
 	for off := 0; off < len(b); {
+		var next int
+		var name bool
 		if b[off] == namesTag {
 			// A name: the common case, without the general decoding.
 			l, n := protowire.ConsumeVarint(b[off+1:])
 			if n < 0 || l > uint64(len(b)-off-1-n) {
 				return 0, 0, false
 			}
+			next, name = off+1+n+int(l), true
+		} else {
+			num, typ, n := protowire.ConsumeTag(b[off:])
+			if n < 0 {
+				return 0, 0, false
+			}
+			m := protowire.ConsumeFieldValue(num, typ, b[off+n:])
+			if m < 0 {
+				return 0, 0, false
+			}
+			// Any other field, or a name whose tag is not in its shortest form.
+			next, name = off+n+m, num == reqResourceNames && typ == protowire.BytesType
+		}
+		if name {
 			if start < 0 {
 				start = off
 			} else if end != off {
 				return 0, 0, false
 			}
-			off += 1 + n + int(l)
-			end = off
-			continue
+			end = next
 		}
-		num, typ, n := protowire.ConsumeTag(b[off:])
-		if n < 0 {
-			return 0, 0, false
-		}
-		m := protowire.ConsumeFieldValue(num, typ, b[off+n:])
-		if m < 0 {
-			return 0, 0, false
-		}
-		if num == reqResourceNames && typ == protowire.BytesType {
-			if start < 0 {
-				start = off
-			} else if end != off {
-				return 0, 0, false
-			}
-			end = off + n + m
-		}
-		off += n + m
+		off = next
 	}
 	return start, end, start >= 0
 }

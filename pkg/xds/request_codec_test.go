@@ -143,11 +143,11 @@ func TestRequestNamesAreShared(t *testing.T) {
 		t.Error("names in another order share the list")
 	}
 	smallRaw, _ := proto.Marshal(&discoveryv3.DiscoveryRequest{ResourceNames: names[:2]})
-	if decode(names[:2], "4"); sharedRequestNames.has(maphash.Bytes(requestNamesSeed, smallRaw)) {
+	if decode(names[:2], "4"); sharedRequestNames.has(maphash.Bytes(namesSeed, smallRaw)) {
 		t.Error("a list too small to share was shared")
 	}
 	raw, _ := proto.Marshal(&discoveryv3.DiscoveryRequest{ResourceNames: names})
-	key := maphash.Bytes(requestNamesSeed, raw)
+	key := maphash.Bytes(namesSeed, raw)
 	runtime.KeepAlive(first)
 	runtime.KeepAlive(second)
 	first, second = nil, nil

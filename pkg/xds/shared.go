@@ -130,6 +130,7 @@ func hashNames(names []string) uint64 {
 	return h
 }
 
+// namesSeed seeds the process's hashes of resource names.
 var namesSeed = maphash.MakeSeed()
 
 // identity is everything about the proxy that generators may read beyond its
