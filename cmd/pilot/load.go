@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/meshpilot/meshpilot/internal/loadtest"
+	"github.com/meshpilot/meshpilot/pkg/controllers"
 )
 
 func newLoadCommand() *cobra.Command {
@@ -204,7 +205,8 @@ func kubeInputs(kubeconfig string, scn loadtest.Scenario) (*loadtest.KubeInputs,
 		return nil, fmt.Errorf("--kubeconfig: %w", err)
 	}
 	rc.QPS, rc.Burst = 2000, 4000
-	kube, err := kubernetes.NewForConfig(rc)
+	// Protobuf, as the controller manager writes EndpointSlices.
+	kube, err := kubernetes.NewForConfig(controllers.BuiltinKindsConfig(rc))
 	if err != nil {
 		return nil, err
 	}

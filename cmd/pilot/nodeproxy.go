@@ -26,6 +26,7 @@ import (
 	"github.com/meshpilot/meshpilot/pkg/caclient"
 	"github.com/meshpilot/meshpilot/pkg/capture"
 	"github.com/meshpilot/meshpilot/pkg/cni/agentapi"
+	"github.com/meshpilot/meshpilot/pkg/controllers"
 	"github.com/meshpilot/meshpilot/pkg/nodeproxy"
 )
 
@@ -95,7 +96,7 @@ func kubeClient(path string) (kubernetes.Interface, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig: %w", err)
 	}
-	return kubernetes.NewForConfig(cfg)
+	return kubernetes.NewForConfig(controllers.BuiltinKindsConfig(cfg))
 }
 
 func runNodeProxy(f nodeProxyFlags) error {

@@ -45,7 +45,7 @@ func (s *Server) newSources(store model.Store, metrics *controllers.Metrics) ([]
 		if err != nil {
 			return nil, err
 		}
-		kube, err := kubernetes.NewForConfig(cfg)
+		kube, err := kubernetes.NewForConfig(controllers.BuiltinKindsConfig(cfg))
 		if err != nil {
 			return nil, fmt.Errorf("kubernetes client: %w", err)
 		}
