@@ -194,22 +194,41 @@ type ClientOptions struct {
 	Targets []string
 }
 
+// agentWindows are the HTTP/2 flow-control windows of the connection that
+// actually reaches the control plane from an Envoy sidecar or gateway: the
+// injected istio-proxy container runs Istio's pilot-agent, whose xDS proxy
+// relays Envoy's ADS stream over a grpc-go connection of its own, dialled
+// with 1 MiB stream and connection windows (istio-agent's
+// defaultInitialWindowSize and defaultInitialConnWindowSize). A fixed
+// window also turns off grpc-go's bandwidth-delay probing, which the
+// tool's clients would otherwise run and the agent does not. Proxyless
+// clients are grpc-go itself, with its defaults.
+var agentWindows = []grpc.DialOption{
+	grpc.WithInitialWindowSize(1 << 20),
+	grpc.WithInitialConnWindowSize(1 << 20),
+}
+
 // NewClient dials addr; the ADS stream opens with Start.
 func NewClient(addr string, o ClientOptions) (*Client, error) {
 	node, err := clientNode(o)
 	if err != nil {
 		return nil, err
 	}
-	conn, err := grpc.NewClient(addr,
+	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30)),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1 << 30)),
 		// Reconnect attempts at most 250 ms apart: the reconnect phase
 		// measures the control plane, and a long backoff (Envoy's grows to
 		// 30 s) would measure the client's wait instead.
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 20 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 250 * time.Millisecond},
 			MinConnectTimeout: 5 * time.Second,
-		}))
+		}),
+	}
+	if o.Kind != KindGRPC {
+		opts = append(opts, agentWindows...)
+	}
+	conn, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
