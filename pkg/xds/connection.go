@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 	"weak"
 
 	"github.com/cespare/xxhash/v2"
@@ -444,6 +445,16 @@ func (w *watch) namesOf(names []string) ([]string, requestNames) {
 		return w.resource.ResourceNames, r
 	}
 	return sortedNames(names), r
+}
+
+// sameNames reports whether a and b hold the same names in the same order.
+// A request that repeats a subscription gets the subscription itself back
+// from namesOf, and thousands of names need no comparing with themselves.
+func sameNames(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	return len(a) == 0 || unsafe.SliceData(a) == unsafe.SliceData(b) || slices.Equal(a, b)
 }
 
 // subscribedBy records that a request of names r set or repeated w's

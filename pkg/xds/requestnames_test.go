@@ -87,3 +87,26 @@ func TestRequestNamesNeverReuseAWildcard(t *testing.T) {
 		t.Fatalf("names %v under a wildcard, want [a]", got)
 	}
 }
+
+// TestSameNames: the subscription handed back to a repeating request is
+// equal to itself without a comparison; any other pair is compared name by
+// name.
+func TestSameNames(t *testing.T) {
+	sub := []string{"a", "b", "c"}
+	for _, tc := range []struct {
+		name string
+		a, b []string
+		want bool
+	}{
+		{"the same slice", sub, sub, true},
+		{"an equal copy", sub, slices.Clone(sub), true},
+		{"both empty", nil, []string{}, true},
+		{"a prefix of the same array", sub[:2], sub, false},
+		{"another order", sub, []string{"b", "a", "c"}, false},
+		{"one name differs", sub, []string{"a", "b", "d"}, false},
+	} {
+		if got := sameNames(tc.a, tc.b); got != tc.want {
+			t.Errorf("%s: sameNames(%q, %q) = %v, want %v", tc.name, tc.a, tc.b, got, tc.want)
+		}
+	}
+}

@@ -70,7 +70,7 @@ func (c *sotwStream) handle(req *discoveryv3.DiscoveryRequest) error {
 		// last response and is now changing its subscription.
 	}
 	// gRPC changes its subscription inside ACKs (and after NACKs).
-	if w.resource.Wildcard || slices.Equal(names, w.resource.ResourceNames) {
+	if w.resource.Wildcard || sameNames(names, w.resource.ResourceNames) {
 		w.subscribedBy(sent)
 		return nil
 	}
