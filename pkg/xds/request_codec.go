@@ -32,13 +32,15 @@ var (
 
 // unmarshalRequest decodes b into req as proto.Unmarshal does.
 func unmarshalRequest(b []byte, req *discoveryv3.DiscoveryRequest) error {
-	start, end, ok := contiguousNames(b)
-	if !ok || end-start < sharedNamesMin {
-		return decodeRequest(b, req)
-	}
-	names, err := sharedRequestNames.decode(b[start:end])
-	if err != nil {
-		return err
+	start, end, names, ok := sharedRequestNames.recognize(b)
+	if !ok {
+		if start, end, ok = contiguousNames(b); !ok || end-start < sharedNamesMin {
+			return decodeRequest(b, req)
+		}
+		var err error
+		if names, err = sharedRequestNames.decode(b[start:end]); err != nil {
+			return err
+		}
 	}
 	rest := make([]byte, 0, len(b)-(end-start))
 	rest = append(append(rest, b[:start]...), b[end:]...)
@@ -128,7 +130,15 @@ func decodeRequest(b []byte, req *discoveryv3.DiscoveryRequest) error {
 type requestNameLists struct {
 	mu sync.Mutex
 	m  map[uint64]sharedNames
+	// recent are the lists last decoded or found, newest first, which
+	// recognize compares a request with before anything else.
+	recent [recentNameLists]sharedNames
 }
+
+// recentNameLists is how many lists recognize tries: the sidecars of one
+// namespace (one sidecar scope) repeat one list, and a few namespaces
+// churning at once repeat a few.
+const recentNameLists = 4
 
 // sharedNames is a decoded list, held weakly by its first element, and
 // the encoding it was decoded from.
@@ -146,6 +156,32 @@ var namesTag = byte(protowire.EncodeTag(reqResourceNames, protowire.BytesType))
 
 var sharedRequestNames requestNameLists
 
+// recognize finds, in the request b, the names of one of the recent lists,
+// without parsing them: where the first resource_names field starts, b
+// must hold that list's encoding byte for byte, and no resource_names
+// field after it. That is one comparison of memory in place of walking,
+// hashing and then comparing thousands of names, which under endpoint
+// churn every sidecar's ACK costs.
+func (l *requestNameLists) recognize(b []byte) (start, end int, names []string, ok bool) {
+	start = firstNames(b)
+	if start < 0 {
+		return 0, 0, nil, false
+	}
+	l.mu.Lock()
+	recent := l.recent
+	l.mu.Unlock()
+	for _, e := range recent {
+		end = start + len(e.raw)
+		if e.raw == nil || end > len(b) || !bytes.Equal(b[start:end], e.raw) || !noNames(b[end:]) {
+			continue
+		}
+		if first := e.first.Value(); first != nil {
+			return start, end, unsafe.Slice(first, e.n), true
+		}
+	}
+	return 0, 0, nil, false
+}
+
 // decode returns the names that region, resource_names fields and nothing
 // else, encodes.
 func (l *requestNameLists) decode(region []byte) ([]string, error) {
@@ -155,6 +191,7 @@ func (l *requestNameLists) decode(region []byte) ([]string, error) {
 	l.mu.Unlock()
 	if found {
 		if first := e.first.Value(); first != nil && bytes.Equal(e.raw, region) {
+			l.remember(e)
 			return unsafe.Slice(first, e.n), nil
 		}
 	}
@@ -170,19 +207,79 @@ func (l *requestNameLists) decode(region []byte) ([]string, error) {
 	}
 	// A list of the same hash that is still alive keeps its entry.
 	if e, found := l.m[h]; !found || e.first.Value() == nil {
-		l.m[h] = sharedNames{first: weak.Make(&names[0]), n: len(names), raw: bytes.Clone(region)}
+		e = sharedNames{first: weak.Make(&names[0]), n: len(names), raw: bytes.Clone(region)}
+		l.m[h] = e
 		runtime.AddCleanup(&names[0], l.forget, h)
+		l.rememberLocked(e)
 	}
 	return names, nil
 }
 
-// forget drops the entry of hash h once its list is gone.
+// remember makes e the newest of the recent lists.
+func (l *requestNameLists) remember(e sharedNames) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.rememberLocked(e)
+}
+
+func (l *requestNameLists) rememberLocked(e sharedNames) {
+	i := 0
+	for i < len(l.recent)-1 && l.recent[i].first != e.first {
+		i++
+	}
+	copy(l.recent[1:i+1], l.recent[:i])
+	l.recent[0] = e
+}
+
+// forget drops the entry of hash h once its list is gone, and every recent
+// list that is gone.
 func (l *requestNameLists) forget(h uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if e, ok := l.m[h]; ok && e.first.Value() == nil {
 		delete(l.m, h)
 	}
+	for i, e := range l.recent {
+		if e.raw != nil && e.first.Value() == nil {
+			l.recent[i] = sharedNames{}
+		}
+	}
+}
+
+// firstNames returns where the first resource_names field of b starts, -1
+// when there is none or b is malformed before it.
+func firstNames(b []byte) int {
+	for off := 0; off < len(b); {
+		num, typ, n := protowire.ConsumeTag(b[off:])
+		if n < 0 {
+			return -1
+		}
+		if num == reqResourceNames && typ == protowire.BytesType {
+			return off
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b[off+n:])
+		if m < 0 {
+			return -1
+		}
+		off += n + m
+	}
+	return -1
+}
+
+// noNames reports whether b, well formed, holds no resource_names field.
+func noNames(b []byte) bool {
+	for off := 0; off < len(b); {
+		num, typ, n := protowire.ConsumeTag(b[off:])
+		if n < 0 || num == reqResourceNames && typ == protowire.BytesType {
+			return false
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b[off+n:])
+		if m < 0 {
+			return false
+		}
+		off += n + m
+	}
+	return true
 }
 
 // contiguousNames finds the resource_names fields of b: the region from the

@@ -161,6 +161,56 @@ func TestRequestNamesAreShared(t *testing.T) {
 	}
 }
 
+// TestRecentNamesAreRecognized: a request whose names are, byte for byte
+// and with nothing but other fields around them, those of a list decoded
+// just before is recognized without parsing them, whatever its other
+// fields; names that go on past that list, or are interrupted by another
+// field, are not, and decode as proto.Unmarshal decodes them.
+func TestRecentNamesAreRecognized(t *testing.T) {
+	names := make([]string, 200) // over sharedNamesMin encoded
+	for i := range names {
+		names[i] = "outbound|80||recent-" + formatUint(uint64(i)) + ".ns.svc.cluster.local"
+	}
+	marshal := func(req *discoveryv3.DiscoveryRequest) []byte {
+		t.Helper()
+		b, err := proto.Marshal(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	held := &discoveryv3.DiscoveryRequest{}
+	if err := unmarshalRequest(marshal(&discoveryv3.DiscoveryRequest{TypeUrl: EndpointType, ResourceNames: names}), held); err != nil {
+		t.Fatal(err)
+	}
+	longer := append(slices.Clone(names), "outbound|80||one-more.ns.svc.cluster.local")
+	// The names, then a nonce field, then one more name: not contiguous.
+	interrupted := append(marshal(&discoveryv3.DiscoveryRequest{ResourceNames: names, ResponseNonce: "7"}),
+		marshal(&discoveryv3.DiscoveryRequest{ResourceNames: []string{"late"}})...)
+	for _, tc := range []struct {
+		name string
+		raw  []byte
+		want bool
+	}{
+		{"an ACK of the same names", marshal(&discoveryv3.DiscoveryRequest{VersionInfo: "v2", TypeUrl: EndpointType, ResponseNonce: "9", ResourceNames: names}), true},
+		{"a first request, with its node", marshal(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "sidecar~10.0.0.2~b.ns~ns.svc.cluster.local"}, TypeUrl: EndpointType, ResourceNames: names}), true},
+		{"one name more", marshal(&discoveryv3.DiscoveryRequest{TypeUrl: EndpointType, ResourceNames: longer}), false},
+		{"one name fewer", marshal(&discoveryv3.DiscoveryRequest{TypeUrl: EndpointType, ResourceNames: names[1:]}), false},
+		{"names interrupted by another field", interrupted, false},
+		{"no names", marshal(&discoveryv3.DiscoveryRequest{TypeUrl: EndpointType}), false},
+	} {
+		_, _, got, ok := sharedRequestNames.recognize(tc.raw)
+		if ok != tc.want {
+			t.Errorf("%s: recognized %v, want %v", tc.name, ok, tc.want)
+		}
+		if ok && &got[0] != &held.ResourceNames[0] {
+			t.Errorf("%s: recognized another list than the one decoded before", tc.name)
+		}
+		checkUnmarshalRequest(t, tc.raw)
+	}
+	runtime.KeepAlive(held)
+}
+
 func FuzzUnmarshalRequest(f *testing.F) {
 	for _, req := range requestSeeds() {
 		b, _ := proto.Marshal(req)
