@@ -42,46 +42,30 @@ cd "$tools"
 # grpc, protobuf...) then compile to the same build-cache entries as `go vet`
 # and `go test` compile them, once for both. hack/tools/go.mod pins the shared
 # modules at meshpilot's versions for the same reason.
-#
-# The binaries of hack/tools go through one `go build`, so that what they
-# share is compiled once and their links (single-threaded, the longest tens
-# of seconds) run side by side. The version variables are set wherever the
-# package is linked: Kubernetes' in helm too, which links the same
-# component-base, so the value is right there as well. istioctl, of a
-# module of its own, builds at the same time: little of it is shared, and it
-# keeps both cores busy while the other build waits on one large package or
-# link.
-pkgs=()
-ldflags="-s -w"
 if [[ "$have_k8s" != "$want_k8s" ]]; then
   minor=${k8s_version#v1.}; minor=${minor%%.*}
+  ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$k8s_version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
   echo "building kube-apiserver, kubectl ($k8s_version) and etcd ($etcd_version) into $out" >&2
-  pkgs+=(k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl ./etcd)
-  ldflags+=" -X k8s.io/component-base/version.gitVersion=$k8s_version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
+  go build -ldflags "$ldflags" -o "$out/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
+  go build -ldflags "$ldflags" -o "$out/kubectl" k8s.io/kubernetes/cmd/kubectl
+  go build -ldflags "-s -w" -o "$out/etcd" ./etcd
+  have_k8s=$want_k8s
+  printf '%s\n' "$have_k8s" > "$stamp"
 fi
 if [[ "$have_helm" != "$want_helm" || ! -x "$out/helm" ]]; then
   echo "building helm ($helm_version) into $out" >&2
-  pkgs+=(helm.sh/helm/v3/cmd/helm)
   # Without the version variable helm reports "v3.22" and charts that
   # check kubeVersion/helm version see a wrong value.
-  ldflags+=" -X helm.sh/helm/v3/internal/version.version=$helm_version"
+  go build -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$helm_version" \
+    -o "$out/helm" helm.sh/helm/v3/cmd/helm
 fi
-istioctl_pid=""
+printf '%s\n%s\n' "$want_k8s" "$want_helm" > "$stamp"
 if [[ "$have_istioctl" != "$want_istioctl" || ! -x "$out/istioctl" ]]; then
   # The longest build here (minutes on two cores, cold); cached like the rest.
   echo "building istioctl (istio.io/istio $istio_version) into $out" >&2
   (cd "$tools/istioctl" && go build \
     -ldflags "-s -w -X istio.io/istio/pkg/version.buildVersion=$istio_version -X istio.io/istio/pkg/version.buildStatus=Clean" \
-    -o "$out/istioctl" istio.io/istio/istioctl/cmd/istioctl) &
-  istioctl_pid=$!
+    -o "$out/istioctl" istio.io/istio/istioctl/cmd/istioctl)
 fi
-status=0
-if ((${#pkgs[@]})); then
-  go build -ldflags "$ldflags" -o "$out/" "${pkgs[@]}" || status=$?
-fi
-if [[ -n "$istioctl_pid" ]]; then
-  wait "$istioctl_pid" || status=$?
-fi
-((status == 0)) || exit "$status"
 printf '%s\n%s\n%s\n' "$want_k8s" "$want_helm" "$want_istioctl" > "$stamp"
 echo "$out"
