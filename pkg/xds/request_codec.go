@@ -163,8 +163,7 @@ var sharedRequestNames requestNameLists
 // hashing and then comparing thousands of names, which under endpoint
 // churn every sidecar's ACK costs.
 func (l *requestNameLists) recognize(b []byte) (start, end int, names []string, ok bool) {
-	start = firstNames(b)
-	if start < 0 {
+	if start = firstNames(b); start < 0 {
 		return 0, 0, nil, false
 	}
 	l.mu.Lock()
@@ -172,7 +171,7 @@ func (l *requestNameLists) recognize(b []byte) (start, end int, names []string, 
 	l.mu.Unlock()
 	for _, e := range recent {
 		end = start + len(e.raw)
-		if e.raw == nil || end > len(b) || !bytes.Equal(b[start:end], e.raw) || !noNames(b[end:]) {
+		if e.raw == nil || end > len(b) || !bytes.Equal(b[start:end], e.raw) || firstNames(b[end:]) != -1 {
 			continue
 		}
 		if first := e.first.Value(); first != nil {
@@ -246,40 +245,24 @@ func (l *requestNameLists) forget(h uint64) {
 	}
 }
 
-// firstNames returns where the first resource_names field of b starts, -1
-// when there is none or b is malformed before it.
+// firstNames returns where the first resource_names field of b starts;
+// -1 when b, well formed, has none, and -2 when b is malformed before one.
 func firstNames(b []byte) int {
 	for off := 0; off < len(b); {
 		num, typ, n := protowire.ConsumeTag(b[off:])
 		if n < 0 {
-			return -1
+			return -2
 		}
 		if num == reqResourceNames && typ == protowire.BytesType {
 			return off
 		}
 		m := protowire.ConsumeFieldValue(num, typ, b[off+n:])
 		if m < 0 {
-			return -1
+			return -2
 		}
 		off += n + m
 	}
 	return -1
-}
-
-// noNames reports whether b, well formed, holds no resource_names field.
-func noNames(b []byte) bool {
-	for off := 0; off < len(b); {
-		num, typ, n := protowire.ConsumeTag(b[off:])
-		if n < 0 || num == reqResourceNames && typ == protowire.BytesType {
-			return false
-		}
-		m := protowire.ConsumeFieldValue(num, typ, b[off+n:])
-		if m < 0 {
-			return false
-		}
-		off += n + m
-	}
-	return true
 }
 
 // contiguousNames finds the resource_names fields of b: the region from the
