@@ -14,6 +14,7 @@ import (
 )
 
 func TestTokenAuthenticator(t *testing.T) {
+	t.Parallel()
 	env := kubetest.StartWithoutCRDs(t)
 	ns := env.Namespace(t, "authn")
 	createSA(t, env, ns, "app")

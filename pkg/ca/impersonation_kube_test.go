@@ -16,6 +16,7 @@ import (
 )
 
 func TestImpersonation(t *testing.T) {
+	t.Parallel()
 	const sys = "node-sys"
 	f := startCA(t, []types.NamespacedName{{Namespace: sys, Name: "ztunnel"}})
 	env := f.env

@@ -25,6 +25,7 @@ import (
 // gauges follow); the broken one is refused, logged and counted, and the
 // CA in use stays.
 func TestKeeperReloadsTheRoot(t *testing.T) {
+	t.Parallel()
 	env := kubetest.StartWithoutCRDs(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -161,6 +162,7 @@ func TestKeeperReloadsTheRoot(t *testing.T) {
 // TestRootCertPublisherPublishesANewRoot: after SetRoot, the ConfigMap of
 // every namespace holds the new root, on the real API server.
 func TestRootCertPublisherPublishesANewRoot(t *testing.T) {
+	t.Parallel()
 	env := kubetest.StartWithoutCRDs(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

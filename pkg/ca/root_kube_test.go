@@ -18,6 +18,7 @@ import (
 )
 
 func TestLoadOrCreate(t *testing.T) {
+	t.Parallel()
 	env := kubetest.StartWithoutCRDs(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

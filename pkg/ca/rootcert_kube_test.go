@@ -20,6 +20,7 @@ import (
 // root appears in namespaces that existed before it started and in ones
 // created later, and an edited or deleted ConfigMap is put back.
 func TestRootCertPublisher(t *testing.T) {
+	t.Parallel()
 	env := kubetest.StartWithoutCRDs(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -117,6 +117,7 @@ func leafOf(t *testing.T, f *caFixture, resp *pb.IstioCertificateResponse) *x509
 }
 
 func TestCreateCertificateOverTLS(t *testing.T) {
+	t.Parallel()
 	f := startCA(t, nil)
 	ns := f.env.Namespace(t, "workload")
 	createSA(t, f.env, ns, "app")

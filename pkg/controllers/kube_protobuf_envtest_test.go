@@ -56,6 +56,7 @@ func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { re
 // built from BuiltinKindsConfig against a real API server: its writes, lists
 // and watches must all be protobuf, and the objects must arrive intact.
 func TestBuiltinKindsSpeakProtobuf(t *testing.T) {
+	t.Parallel()
 	env := kubetest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	ns := env.Namespace(t, "protobuf")

@@ -27,6 +27,7 @@ import (
 // restart. The CRDs arrive one at a time, so a kind whose CRD is still
 // missing cannot hold up the other.
 func TestKubeSourceWatchesIstioKindsOnceTheirCRDsAreInstalled(t *testing.T) {
+	t.Parallel()
 	env := kubetest.StartWithoutCRDs(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	meta, err := metadata.NewForConfig(env.Config)

@@ -22,6 +22,7 @@ import (
 // TestKubeSourceAgainstAPIServer drives every watched kind through a real
 // API server and checks that the store converges after each change.
 func TestKubeSourceAgainstAPIServer(t *testing.T) {
+	t.Parallel()
 	env := kubetest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	ns := env.Namespace(t, "controllers")

@@ -24,6 +24,7 @@ import (
 // TestKubeSourceFallsBackToV1beta1 serves each Istio CRD without v1, as
 // older Istio releases did, and checks the source watches v1beta1.
 func TestKubeSourceFallsBackToV1beta1(t *testing.T) {
+	t.Parallel()
 	env := kubetest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

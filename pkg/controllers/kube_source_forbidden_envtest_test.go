@@ -21,6 +21,7 @@ import (
 // may do nothing: it must stay unsynced, and say which list was denied in
 // its log, its metric and SyncProblem, rather than serve an empty mesh.
 func TestKubeSourceReportsMissingPermissions(t *testing.T) {
+	t.Parallel()
 	env := kubetest.Start(t)
 	cfg := rest.CopyConfig(env.Config)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:istio-system:nobody"}

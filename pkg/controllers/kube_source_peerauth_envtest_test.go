@@ -25,6 +25,7 @@ import (
 // refuses much) and checks that the store follows, that one meshpilot
 // refuses is reported and withdrawn, and that nothing else goes with it.
 func TestKubeSourcePeerAuthentications(t *testing.T) {
+	t.Parallel()
 	env := kubetest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	ns := env.Namespace(t, "peerauth")

@@ -42,6 +42,7 @@ func (l *changeLog) take() []model.ConfigKey {
 // one informer delivers an object's updates in order, so once the marker
 // has arrived, so has everything before it.
 func TestKubeSourcePushesOnlyEffectiveChanges(t *testing.T) {
+	t.Parallel()
 	env := kubetest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	ns := env.Namespace(t, "pushes")

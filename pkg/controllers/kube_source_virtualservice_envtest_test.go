@@ -32,6 +32,7 @@ func subsetOf(c *model.Config) string {
 // refuses much) and checks that the store follows, that one meshpilot
 // refuses is reported and withdrawn, and that nothing else goes with it.
 func TestKubeSourceVirtualServices(t *testing.T) {
+	t.Parallel()
 	env := kubetest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	ns := env.Namespace(t, "virtualservice")

@@ -177,6 +177,7 @@ func statusIngress(name, class string) *k8snetworkingv1.Ingress {
 // there, retrying conflicts, clearing what it wrote when it stops owning
 // an Ingress; then two replicas hand leadership over.
 func TestIngressStatusAgainstAPIServer(t *testing.T) {
+	t.Parallel()
 	env := kubetest.Start(t)
 	ctx := context.Background()
 	quiet := rest.CopyConfig(env.Config)

@@ -48,6 +48,7 @@ func paFromYAML(t *testing.T, doc, namespace string) *securityv1.PeerAuthenticat
 // is served over TLS by httptest, whose certificate is the caBundle: what
 // is under test is the API server's call and the handler's answer.
 func TestValidationWebhookDeniesPeerAuthenticationsThroughAPIServer(t *testing.T) {
+	t.Parallel()
 	env := kubetest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -49,6 +49,7 @@ func vsFromYAML(t *testing.T, doc, namespace string) *networkingv1.VirtualServic
 // caBundle: what is under test is the API server's call and the handler's
 // answer.
 func TestValidationWebhookDeniesVirtualServicesThroughAPIServer(t *testing.T) {
+	t.Parallel()
 	env := kubetest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -41,6 +41,7 @@ func drFromYAML(t *testing.T, doc, namespace string) *networkingv1.DestinationRu
 // the configurations is the mesh root. When the operator plugs in another
 // CA, the certificate and the caBundles follow without a restart.
 func TestValidationWebhookThroughAPIServer(t *testing.T) {
+	t.Parallel()
 	env := kubetest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
