@@ -42,22 +42,20 @@ cd "$tools"
 # grpc, protobuf...) then compile to the same build-cache entries as `go vet`
 # and `go test` compile them, once for both. hack/tools/go.mod pins the shared
 # modules at meshpilot's versions for the same reason.
-if [[ "$have_k8s" != "$want_k8s" ]]; then
+if [[ "$have_k8s" != "$want_k8s" || "$have_helm" != "$want_helm" || ! -x "$out/helm" ]]; then
   minor=${k8s_version#v1.}; minor=${minor%%.*}
-  ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$k8s_version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
-  echo "building kube-apiserver, kubectl ($k8s_version) and etcd ($etcd_version) into $out" >&2
-  go build -ldflags "$ldflags" -o "$out/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
-  go build -ldflags "$ldflags" -o "$out/kubectl" k8s.io/kubernetes/cmd/kubectl
-  go build -ldflags "-s -w" -o "$out/etcd" ./etcd
-  have_k8s=$want_k8s
-  printf '%s\n' "$have_k8s" > "$stamp"
-fi
-if [[ "$have_helm" != "$want_helm" || ! -x "$out/helm" ]]; then
-  echo "building helm ($helm_version) into $out" >&2
+  k8s_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$k8s_version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
   # Without the version variable helm reports "v3.22" and charts that
   # check kubeVersion/helm version see a wrong value.
-  go build -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$helm_version" \
-    -o "$out/helm" helm.sh/helm/v3/cmd/helm
+  helm_ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$helm_version"
+  echo "building kube-apiserver, kubectl ($k8s_version), etcd ($etcd_version) and helm ($helm_version) into $out" >&2
+  # One go build for the four: each link (single-threaded, seconds each)
+  # overlaps the compiling of the others. -ldflags=pattern=... gives each
+  # binary its own version variables; the last matching pattern wins.
+  go build -o "$out/" -ldflags="-s -w" \
+    -ldflags="k8s.io/kubernetes/cmd/...=$k8s_ldflags" \
+    -ldflags="helm.sh/helm/v3/cmd/helm=$helm_ldflags" \
+    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl ./etcd helm.sh/helm/v3/cmd/helm
 fi
 printf '%s\n%s\n' "$want_k8s" "$want_helm" > "$stamp"
 if [[ "$have_istioctl" != "$want_istioctl" || ! -x "$out/istioctl" ]]; then
