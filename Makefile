@@ -50,6 +50,8 @@ envtest-assets: ## Build kube-apiserver, etcd, kubectl, helm and istioctl from p
 test: vet ## Run every test: unit, real API server, end to end; the concurrent packages under the race detector.
 	@assets="$$(hack/envtest-assets.sh)"; \
 	echo "KUBEBUILDER_ASSETS=$$assets"; export KUBEBUILDER_ASSETS="$$assets"; \
+	$(GO) build -ldflags=-w -o $(BIN)/test/pilot ./cmd/pilot || exit; \
+	export MESHPILOT_TEST_PILOT="$(CURDIR)/$(BIN)/test/pilot"; \
 	race="$$($(GO) list $(RACE_PKGS))"; \
 	long="$$($(GO) list $(LONG_PKGS))"; \
 	setsid bash -o pipefail -c '$(GO) test $(TEST_FLAGS) -vet=off -race $(RACE_PKGS) 2>&1 | sed -u "s/^/race: /"' & race_pid=$$!; \

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshpilot/meshpilot/internal/pilotbin"
 	"github.com/meshpilot/meshpilot/internal/testlog"
 )
 
@@ -55,22 +56,7 @@ spec:
   rules: [{http: {paths: [{path: /b, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}]}}]
 `
 
-var pilotBinary string
-
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "pilot-bin")
-	if err != nil {
-		panic(err)
-	}
-	pilotBinary = filepath.Join(dir, "pilot")
-	if out, err := exec.Command("go", "build", "-o", pilotBinary, ".").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build pilot: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(pilotbin.Main(m)) }
 
 type runningPilot struct {
 	httpAddr string
@@ -88,7 +74,7 @@ func startDiscovery(t *testing.T, env []string, args ...string) *runningPilot {
 	p := &runningPilot{httpAddr: freeAddr(t), stderr: &testlog.Buffer{}}
 	all := append([]string{"discovery", "--config-dir", dir, "--xds-addr", freeAddr(t),
 		"--http-addr", p.httpAddr, "--monitoring-addr", ""}, args...)
-	cmd := exec.Command(pilotBinary, all...)
+	cmd := exec.Command(pilotbin.Path(t), all...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = p.stderr
 	if err := cmd.Start(); err != nil {
@@ -242,7 +228,7 @@ func TestDiscoverySourceChoice(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			cmd := exec.CommandContext(ctx, pilotBinary, "discovery", "--xds-addr", freeAddr(t), "--http-addr", "", "--monitoring-addr", "")
+			cmd := exec.CommandContext(ctx, pilotbin.Path(t), "discovery", "--xds-addr", freeAddr(t), "--http-addr", "", "--monitoring-addr", "")
 			cmd.Env = append(os.Environ(), tc.env...)
 			out, err := cmd.CombinedOutput()
 			if err == nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/meshpilot/meshpilot/internal/kubetest"
 	"github.com/meshpilot/meshpilot/internal/loadtest"
+	"github.com/meshpilot/meshpilot/internal/pilotbin"
 )
 
 // TestLoad runs `pilot load` as a user does, the built binary, on a small
@@ -41,6 +42,7 @@ func TestLoad(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			pilot := pilotbin.Path(t)
 			loadArgs, discoveryArgs := tc.source(t)
 			xds, mon := freeAddr(t), freeAddr(t)
 			cpLog := filepath.Join(t.TempDir(), "pilot.log")
@@ -50,12 +52,12 @@ func TestLoad(t *testing.T) {
 				"--endpoint-changes", "5", "--config-changes", "3", "--churn-rate", "50",
 				"--timeout", "60s", "--settle", "30s", "--xds-addr", xds, "--metrics-url", "http://"+mon+"/metrics",
 				"--control-plane-log", cpLog, "-o", "json", "-q", "--",
-				pilotBinary, "discovery")
+				pilot, "discovery")
 			args = append(args, discoveryArgs...)
 			args = append(args, "--xds-addr", xds, "--http-addr", freeAddr(t), "--monitoring-addr", mon,
 				"--secure-xds-addr", "", "--webhook-addr", "")
 			var stdout, stderr bytes.Buffer
-			cmd := exec.Command(pilotBinary, args...)
+			cmd := exec.Command(pilot, args...)
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
 			if err := cmd.Run(); err != nil {
 				logs, _ := os.ReadFile(cpLog)

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/meshpilot/meshpilot/internal/pilotbin"
 	"github.com/meshpilot/meshpilot/internal/testlog"
 	"github.com/meshpilot/meshpilot/pkg/capture"
 	"github.com/meshpilot/meshpilot/pkg/cni/agentapi"
@@ -333,8 +334,8 @@ type cniResult struct {
 func buildCNIPlugin(t *testing.T, m *kubeMesh) cniPlugin {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "meshpilot-cni")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/meshpilot/meshpilot/cmd/pilot").CombinedOutput(); err != nil {
-		t.Fatalf("build the plugin: %v\n%s", err, out)
+	if err := os.Symlink(pilotbin.Path(t), bin); err != nil {
+		t.Fatal(err)
 	}
 	return cniPlugin{bin: bin, kubeconfig: m.kubeconfig}
 }

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/meshpilot/meshpilot/internal/kubetest"
+	"github.com/meshpilot/meshpilot/internal/pilotbin"
 	"github.com/meshpilot/meshpilot/internal/testlog"
 	"github.com/meshpilot/meshpilot/internal/xdstest"
 )
@@ -96,13 +97,13 @@ func (p *pilotBinary) exited(t *testing.T, within time.Duration) *os.ProcessStat
 
 // faultMesh copies the example mesh (a Service with two versions behind it)
 // into a directory of its own.
-func faultMesh(t *testing.T) (repo, dir string) {
+func faultMesh(t *testing.T) string {
 	t.Helper()
 	repo, err := kubetest.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir = t.TempDir()
+	dir := t.TempDir()
 	src := filepath.Join(repo, "examples", "mesh")
 	entries, err := os.ReadDir(src)
 	if err != nil {
@@ -117,7 +118,7 @@ func faultMesh(t *testing.T) (repo, dir string) {
 			t.Fatal(err)
 		}
 	}
-	return repo, dir
+	return dir
 }
 
 func envoyNodeIn(ns, pod, ip string) *corev3.Node {
@@ -190,8 +191,8 @@ func hasClusters(s xdstest.Snapshot) error {
 // in both ADS variants (a new stream on the same channel, as Envoy opens
 // one).
 func TestControlPlaneSurvivesSIGKILL(t *testing.T) {
-	repo, dir := faultMesh(t)
-	bin := goBuild(t, repo, "./cmd/pilot")
+	dir := faultMesh(t)
+	bin := pilotbin.Path(t)
 	xdsAddr, httpAddr := "127.0.0.1:"+freePort(t), "127.0.0.1:"+freePort(t)
 	first := startPilotBinary(t, bin, xdsAddr, httpAddr, dir)
 
@@ -283,9 +284,9 @@ func TestControlPlaneGracefulShutdown(t *testing.T) {
 		grace       = 2 * time.Second
 		sendTimeout = 2 * time.Minute
 	)
-	repo, dir := faultMesh(t)
+	dir := faultMesh(t)
 	bigMesh(t, dir, 1500)
-	bin := goBuild(t, repo, "./cmd/pilot")
+	bin := pilotbin.Path(t)
 	xdsAddr, httpAddr := "127.0.0.1:"+freePort(t), "127.0.0.1:"+freePort(t)
 	p := startPilotBinary(t, bin, xdsAddr, httpAddr, dir,
 		"--shutdown-grace", grace.String(), "--send-timeout", sendTimeout.String())

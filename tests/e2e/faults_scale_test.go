@@ -22,7 +22,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/meshpilot/meshpilot/internal/kubetest"
+	"github.com/meshpilot/meshpilot/internal/pilotbin"
 )
 
 const (
@@ -50,10 +50,6 @@ func TestManyStreamsThroughChurn(t *testing.T) {
 	if os.Getenv(longEnv) == "1" {
 		churnFor = time.Minute
 	}
-	repo, err := kubetest.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
 	var svcs strings.Builder
 	svcs.WriteString("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: scale\n---\n")
@@ -65,7 +61,7 @@ func TestManyStreamsThroughChurn(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	bin := goBuild(t, repo, "./cmd/pilot")
+	bin := pilotbin.Path(t)
 	xdsAddr, httpAddr, monAddr := "127.0.0.1:"+freePort(t), "127.0.0.1:"+freePort(t), "127.0.0.1:"+freePort(t)
 	p := startPilotBinary(t, bin, xdsAddr, httpAddr, dir, "--monitoring-addr", monAddr, "--enable-profiling")
 

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshpilot/meshpilot/internal/pilotbin"
 	"github.com/meshpilot/meshpilot/internal/testlog"
 )
 
@@ -40,7 +41,7 @@ func TestQuickstart(t *testing.T) {
 	}
 	copyExamples(t, repo, q.dir, q.ports)
 	began := time.Now()
-	q.pilot = goBuild(t, repo, "./cmd/pilot")
+	q.pilot = pilotbin.Path(t)
 	q.echo = goBuild(t, repo, "./examples/echo")
 
 	t.Logf("built pilot and echo in %s", time.Since(began).Round(time.Millisecond))

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/meshpilot/meshpilot/internal/kubetest"
+	"github.com/meshpilot/meshpilot/internal/pilotbin"
 	"github.com/meshpilot/meshpilot/internal/xdstest"
 	"github.com/meshpilot/meshpilot/pkg/cni/plugin"
 )
@@ -126,8 +127,7 @@ func TestCNITemplateRejectsUnknownCaptureBackend(t *testing.T) {
 // parse the arguments the chart renders, for each case.
 func TestCNIArgsParse(t *testing.T) {
 	tl := newTools(t)
-	pilotBin := filepath.Join(t.TempDir(), "pilot")
-	tl.run(t, "", "go", "build", "-o", pilotBin, "./cmd/pilot")
+	pilotBin := pilotbin.Path(t)
 	for _, c := range loadCNICases(t) {
 		t.Run(c.name, func(t *testing.T) {
 			for name, ds := range renderedDaemonSets(t, tl.renderCNI(t, c)) {

@@ -2,7 +2,6 @@ package helm
 
 import (
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/meshpilot/meshpilot/internal/pilotbin"
 )
 
 // TestDeploymentArgsParse builds pilot and has `pilot discovery` parse the
@@ -18,8 +19,7 @@ import (
 // the wrong type fails here, not in a crash-looping pod.
 func TestDeploymentArgsParse(t *testing.T) {
 	tl := newTools(t)
-	pilotBin := filepath.Join(t.TempDir(), "pilot")
-	tl.run(t, "", "go", "build", "-o", pilotBin, "./cmd/pilot")
+	pilotBin := pilotbin.Path(t)
 	for _, c := range loadCases(t) {
 		t.Run(c.name, func(t *testing.T) {
 			deploy := renderedDeployment(t, tl.render(t, c, "pilot", false))

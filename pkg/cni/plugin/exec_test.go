@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -22,40 +21,28 @@ import (
 
 	"github.com/meshpilot/meshpilot/internal/kubetest"
 	"github.com/meshpilot/meshpilot/internal/netnstest"
+	"github.com/meshpilot/meshpilot/internal/pilotbin"
 	"github.com/meshpilot/meshpilot/pkg/cni/agentapi"
 )
 
-// pluginBin is pilot built once for the package, under the name an
-// installer gives it, and run the way a runtime runs a CNI plugin.
-var pluginBin string
+func TestMain(m *testing.M) { os.Exit(pilotbin.Main(m)) }
 
-func TestMain(m *testing.M) {
-	flag.Parse()
-	code := func() int {
-		if testing.Short() {
-			return m.Run() // the exec tests skip under -short; no build needed
-		}
-		dir, err := os.MkdirTemp("", "cniplugin")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		defer os.RemoveAll(dir)
-		pluginBin = filepath.Join(dir, "meshpilot-cni")
-		out, err := exec.Command("go", "build", "-o", pluginBin, "github.com/meshpilot/meshpilot/cmd/pilot").CombinedOutput()
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "build the plugin: %v\n%s", err, out)
-			return 1
-		}
-		return m.Run()
-	}()
-	os.Exit(code)
+// installPlugin puts pilot in a directory of CNI plugins under the name an
+// installer gives it, so that it is run the way a runtime runs a plugin.
+func installPlugin(t *testing.T) string {
+	t.Helper()
+	plugin := filepath.Join(t.TempDir(), "meshpilot-cni")
+	if err := os.Symlink(pilotbin.Path(t), plugin); err != nil {
+		t.Fatal(err)
+	}
+	return plugin
 }
 
 // runtime holds what a container runtime would have for one test: the
 // plugin's conf, a pod sandbox's netns, and the pods in a real API server.
 type runtime struct {
 	t          *testing.T
+	plugin     string
 	kubeconfig string
 	netns      string
 }
@@ -69,13 +56,13 @@ type execResult struct {
 // exec runs the plugin binary with only the CNI environment a runtime sets.
 func (r *runtime) exec(command, cniArgs string, conf []byte) execResult {
 	r.t.Helper()
-	cmd := exec.Command(pluginBin)
+	cmd := exec.Command(r.plugin)
 	cmd.Env = []string{
 		"CNI_COMMAND=" + command,
 		"CNI_CONTAINERID=sandbox-" + strings.ReplaceAll(r.t.Name(), "/", "-"),
 		"CNI_NETNS=" + r.netns,
 		"CNI_IFNAME=eth0",
-		"CNI_PATH=" + filepath.Dir(pluginBin),
+		"CNI_PATH=" + filepath.Dir(r.plugin),
 		"CNI_ARGS=" + cniArgs,
 	}
 	cmd.Stdin = bytes.NewReader(conf)
@@ -183,7 +170,7 @@ func TestPluginAsARuntimeRunsIt(t *testing.T) {
 	netnstest.RequireRoot(t)
 	env := kubetest.StartWithoutCRDs(t)
 	sandbox, _ := netnstest.Pair(t) // the primary plugin's veth is in place
-	r := &runtime{t: t, kubeconfig: writeKubeconfig(t, env.Config), netns: sandbox.Path}
+	r := &runtime{t: t, plugin: installPlugin(t), kubeconfig: writeKubeconfig(t, env.Config), netns: sandbox.Path}
 
 	ctx := context.Background()
 	ambientNS := env.Namespace(t, "ambient")
