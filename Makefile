@@ -27,6 +27,14 @@ LONG_PKGS   := ./tests/e2e ./tests/helm
 # They mostly wait on it (pkg/controllers used 0.7 of a core), so four at a
 # time rather than GOMAXPROCS's two.
 TEST_FLAGS  ?= -count=1 -timeout 15m -ldflags=-w -parallel 4
+# The compiler, linker and vet collect garbage a quarter as often as by
+# default: a fifth less CPU for the same build (a cold build of
+# ./pkg/controllers and ./pkg/xds/...: 375 and 393 s of user CPU at GOGC=100,
+# 306 and 291 s at 400), for some 40 % more memory per compile. The test
+# binaries run with the runtime's default (TEST_EXEC), so the tests that
+# bound memory measure what users run.
+BUILD_GOGC  ?= 400
+TEST_EXEC   := -exec "env -u GOGC"
 
 .PHONY: all build run test test-unit test-race test-long envtest-assets bench bench-load bench-curve fuzz generate manifests helm-lint update-golden vet fmt clean
 
@@ -50,25 +58,25 @@ envtest-assets: ## Build kube-apiserver, etcd, kubectl, helm and istioctl from p
 test: vet ## Run every test: unit, real API server, end to end; the concurrent packages under the race detector.
 	@assets="$$(hack/envtest-assets.sh)"; \
 	echo "KUBEBUILDER_ASSETS=$$assets"; export KUBEBUILDER_ASSETS="$$assets"; \
-	$(GO) build -ldflags=-w -o $(BIN)/test/pilot ./cmd/pilot || exit; \
+	GOGC=$(BUILD_GOGC) $(GO) build -ldflags=-w -o $(BIN)/test/pilot ./cmd/pilot || exit; \
 	export MESHPILOT_TEST_PILOT="$(CURDIR)/$(BIN)/test/pilot"; \
 	race="$$($(GO) list $(RACE_PKGS))"; \
 	long="$$($(GO) list $(LONG_PKGS))"; \
-	setsid bash -o pipefail -c '$(GO) test $(TEST_FLAGS) -vet=off -race $(RACE_PKGS) 2>&1 | sed -u "s/^/race: /"' & race_pid=$$!; \
+	setsid bash -o pipefail -c 'GOGC=$(BUILD_GOGC) $(GO) test $(TEST_FLAGS) $(TEST_EXEC) -vet=off -race $(RACE_PKGS) 2>&1 | sed -u "s/^/race: /"' & race_pid=$$!; \
 	trap 'kill -TERM -- -$$race_pid 2>/dev/null || true' INT TERM; \
 	status=0; \
-	$(GO) test $(TEST_FLAGS) -vet=off $$long $$($(GO) list ./... | grep -vxF "$$race" | grep -vxF "$$long") || status=$$?; \
+	GOGC=$(BUILD_GOGC) $(GO) test $(TEST_FLAGS) $(TEST_EXEC) -vet=off $$long $$($(GO) list ./... | grep -vxF "$$race" | grep -vxF "$$long") || status=$$?; \
 	wait $$race_pid || status=$$?; \
 	exit $$status
 
 test-race: ## Run the concurrent packages' tests (with the real API server) under the race detector.
-	@KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" $(GO) test $(TEST_FLAGS) -race $(RACE_PKGS)
+	@KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" GOGC=$(BUILD_GOGC) $(GO) test $(TEST_FLAGS) $(TEST_EXEC) -race $(RACE_PKGS)
 
 test-long: ## The minute-long soak: 500 streams through a minute of endpoint churn at 200 Services (peak RSS and heap in the log); make test runs a short version.
 	@KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" MESHPILOT_TEST_LONG=1 $(GO) test -count=1 -timeout 15m -v -run TestManyStreamsThroughChurn ./tests/e2e/
 
 test-unit: ## Run tests that need no API server.
-	$(GO) test $(TEST_FLAGS) -short ./pkg/...
+	GOGC=$(BUILD_GOGC) $(GO) test $(TEST_FLAGS) $(TEST_EXEC) -short ./pkg/...
 
 bench: ## Run the benchmarks of the hot paths (a restart needs the real API server).
 	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" $(GO) test -run '^$$' -bench . -benchmem -count=1 ./pkg/...
@@ -101,7 +109,7 @@ update-golden: ## Rewrite golden files (and the values tables of the READMEs); r
 	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" $(GO) test $(GOLDEN_PKGS) -update
 
 vet:
-	$(GO) vet ./...
+	GOGC=$(BUILD_GOGC) $(GO) vet ./...
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

@@ -37,6 +37,9 @@ if [[ "$have_k8s" == "$want_k8s" && "$have_helm" == "$want_helm" && -x "$out/hel
 fi
 mkdir -p "$out"
 cd "$tools"
+# The compiler and linker collect garbage a quarter as often: a fifth less
+# CPU for these builds (see BUILD_GOGC in the Makefile).
+export GOGC="${GOGC:-400}"
 # No -trimpath and the default cgo setting: the packages these binaries share
 # with meshpilot's own build (the standard library, client-go, apimachinery,
 # grpc, protobuf...) then compile to the same build-cache entries as `go vet`
