@@ -26,7 +26,7 @@ import (
 	"github.com/meshpilot/meshpilot/internal/xdstest"
 )
 
-// istioctlTool runs the real istioctl, built by hack/envtest-assets.sh from
+// istioctlTool runs the real istioctl, built by hack/envtest-assets.sh --istioctl from
 // the istio.io/istio version pinned in hack/tools/istioctl, against the
 // test API server.
 type istioctlTool struct {
@@ -38,7 +38,7 @@ func newIstioctl(t *testing.T, m *kubeMesh) istioctlTool {
 	t.Helper()
 	bin := filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "istioctl")
 	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("istioctl is not built: run hack/envtest-assets.sh (make test does): %v", err)
+		t.Fatalf("istioctl is not built: run `make test-istioctl`, or hack/envtest-assets.sh --istioctl: %v", err)
 	}
 	return istioctlTool{bin: bin, kubeconfig: m.kubeconfig}
 }
