@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// fatalRecorder is a testing.TB whose Fatal ends only the function under
+// fatalRecorder is a testing.TB whose Fatalf ends only the function under
 // test, so the test can read what it said.
 type fatalRecorder struct {
 	testing.TB
