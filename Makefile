@@ -53,7 +53,7 @@ envtest-assets: ## Build kube-apiserver, etcd, kubectl, helm and istioctl from p
 # race detector keeps two busy. Its lines are marked "race:". Both halves
 # skip go test's own vet pass (-vet=off), a subset of the go vet that make
 # test runs first.
-test: vet ## Run every test: unit, real API server, end to end; the concurrent packages under the race detector.
+test: vet ## Run every test but TestIstioctl (make test-istioctl): unit, real API server, end to end; the concurrent packages under the race detector.
 	@assets="$$(hack/envtest-assets.sh)"; \
 	echo "KUBEBUILDER_ASSETS=$$assets"; export KUBEBUILDER_ASSETS="$$assets"; \
 	GOGC=$(BUILD_GOGC) $(GO) build -ldflags=-w -o $(BIN)/test/pilot ./cmd/pilot || exit; \
