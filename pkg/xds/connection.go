@@ -556,6 +556,13 @@ func serveStream[Req any](ctx context.Context, c *connection, recv func() (Req, 
 		return nil
 	}
 	for {
+		// Once stopped, nothing more is served: select alone would pick at
+		// random between the stop and a request or push that is also ready.
+		select {
+		case <-s.stop:
+			return nil
+		default:
+		}
 		select {
 		case <-ctx.Done():
 			// The stream is over; its receive error says why (gRPC may have
