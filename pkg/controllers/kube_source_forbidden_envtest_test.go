@@ -61,9 +61,10 @@ func TestKubeSourceReportsMissingPermissions(t *testing.T) {
 	if !strings.Contains(src.SyncProblem(), "forbidden") {
 		t.Errorf("SyncProblem %q does not say forbidden", src.SyncProblem())
 	}
-	if !strings.Contains(logs.String(), "permission denied: cannot list or watch EndpointSlice") {
-		t.Errorf("the log does not name the missing permission:\n%s", logs.String())
-	}
+	// The source records the problem before it logs it.
+	eventually(t, "the missing permission named in the log", func() bool {
+		return strings.Contains(logs.String(), "permission denied: cannot list or watch EndpointSlice")
+	})
 	if got := counterValue(t, metrics.WatchErrors.WithLabelValues("EndpointSlice", "forbidden")); got == 0 {
 		t.Error("meshpilot_kube_watch_errors_total{kind=EndpointSlice,reason=forbidden} was not counted")
 	}
