@@ -29,10 +29,10 @@ TEST_FLAGS  ?= -count=1 -timeout 15m -ldflags=-w -parallel 4
 # default: a fifth less CPU for the same build (a cold build of
 # ./pkg/controllers and ./pkg/xds/...: 375 and 393 s of user CPU at GOGC=100,
 # 306 and 291 s at 400), for some 40 % more memory per compile. The test
-# binaries run with the runtime's default (TEST_EXEC), so the tests that
-# bound memory measure what users run.
+# binaries run with the runtime's default (GO_TEST's -exec), so the tests
+# that bound memory measure what users run.
 BUILD_GOGC  ?= 400
-TEST_EXEC   := -exec "env -u GOGC"
+GO_TEST      = GOGC=$(BUILD_GOGC) $(GO) test $(TEST_FLAGS) -exec "env -u GOGC"
 
 .PHONY: all build run test test-istioctl test-unit test-race test-long envtest-assets bench bench-load bench-curve fuzz generate manifests helm-lint update-golden vet fmt clean
 
@@ -60,26 +60,26 @@ test: vet ## Run every test but TestIstioctl (make test-istioctl): unit, real AP
 	export MESHPILOT_TEST_PILOT="$(CURDIR)/$(BIN)/test/pilot"; \
 	race="$$($(GO) list $(RACE_PKGS))"; \
 	long="$$($(GO) list $(LONG_PKGS))"; \
-	setsid bash -o pipefail -c 'GOGC=$(BUILD_GOGC) $(GO) test $(TEST_FLAGS) $(TEST_EXEC) -vet=off -race $(RACE_PKGS) 2>&1 | sed -u "s/^/race: /"' & race_pid=$$!; \
+	setsid bash -o pipefail -c '$(GO_TEST) -vet=off -race $(RACE_PKGS) 2>&1 | sed -u "s/^/race: /"' & race_pid=$$!; \
 	trap 'kill -TERM -- -$$race_pid 2>/dev/null || true' INT TERM; \
 	status=0; \
-	GOGC=$(BUILD_GOGC) $(GO) test $(TEST_FLAGS) $(TEST_EXEC) -vet=off -skip '^TestIstioctl$$' $$long $$($(GO) list ./... | grep -vxF "$$race" | grep -vxF "$$long") || status=$$?; \
+	$(GO_TEST) -vet=off -skip '^TestIstioctl$$' $$long $$($(GO) list ./... | grep -vxF "$$race" | grep -vxF "$$long") || status=$$?; \
 	wait $$race_pid || status=$$?; \
 	exit $$status
 
 # istioctl is three minutes of a cold build for one ten-second test, and
 # shares little with the rest: built for that test alone, not by make test.
 test-istioctl: ## Run the e2e test that runs Istio's CLI (istioctl, built from a pinned istio.io/istio) against meshpilot.
-	@KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh --istioctl)" GOGC=$(BUILD_GOGC) $(GO) test $(TEST_FLAGS) $(TEST_EXEC) -run '^TestIstioctl$$' ./tests/e2e/
+	@KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh --istioctl)" $(GO_TEST) -run '^TestIstioctl$$' ./tests/e2e/
 
 test-race: ## Run the concurrent packages' tests (with the real API server) under the race detector.
-	@KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" GOGC=$(BUILD_GOGC) $(GO) test $(TEST_FLAGS) $(TEST_EXEC) -race $(RACE_PKGS)
+	@KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" $(GO_TEST) -race $(RACE_PKGS)
 
 test-long: ## The minute-long soak: 500 streams through a minute of endpoint churn at 200 Services (peak RSS and heap in the log); make test runs a short version.
 	@KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" MESHPILOT_TEST_LONG=1 $(GO) test -count=1 -timeout 15m -v -run TestManyStreamsThroughChurn ./tests/e2e/
 
 test-unit: ## Run tests that need no API server.
-	GOGC=$(BUILD_GOGC) $(GO) test $(TEST_FLAGS) $(TEST_EXEC) -short ./pkg/...
+	$(GO_TEST) -short ./pkg/...
 
 bench: ## Run the benchmarks of the hot paths (a restart needs the real API server).
 	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" $(GO) test -run '^$$' -bench . -benchmem -count=1 ./pkg/...
