@@ -26,6 +26,7 @@ max_product=${BENCH_MAX_PRODUCT:-4000000}
 out=${BENCH_OUT:-$work/reports}
 mkdir -p "$out"
 build_tools bench-curve
+control_plane=$(deployed_copy bin/pilot)
 
 for s in $services; do
 	start_apiserver bench-curve
@@ -40,7 +41,7 @@ for s in $services; do
 		bin/pilot load --kubeconfig "$work/kubeconfig" --xds-addr "$xds" --inputs-exist -q \
 			--services "$s" --sidecars "$k" --phases connect --json-out "$out/$s-$k.json" \
 			--metrics-url "http://$mon/metrics" --control-plane-log "$work/pilot-$s-$k.log" "$@" -- \
-			bin/pilot discovery --kubeconfig "$work/kubeconfig" --xds-addr "$xds" --http-addr "$http" \
+			"$control_plane" discovery --kubeconfig "$work/kubeconfig" --xds-addr "$xds" --http-addr "$http" \
 			--monitoring-addr "$mon" --secure-xds-addr "" --webhook-addr "" --log-level warn >/dev/null
 	done
 	stop_apiserver

@@ -22,6 +22,7 @@ control_plane=${BENCH_CONTROL_PLANE:-bin/pilot}
 # shellcheck source=hack/lib/apiserver.sh
 . hack/lib/apiserver.sh
 build_tools bench-load
+control_plane=$(deployed_copy "$control_plane")
 start_apiserver bench-load
 
 status=0

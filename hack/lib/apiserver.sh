@@ -22,6 +22,17 @@ build_tools() {
 	go build -o "$work/apiserver" ./hack/apiserver
 }
 
+# deployed_copy BINARY copies BINARY into $work and prints the copy's path;
+# the benchmarks run the control plane from it. The same bytes map some
+# 15 MiB more file-backed RSS while the page cache holds them as the Go
+# linker wrote them (through a shared mapping) than once they were written
+# with write(2), as cp and a container runtime unpacking an image layer
+# write them, or read back from disk (docs/performance.md, "Idle RSS").
+deployed_copy() {
+	cp "$1" "$work/$(basename "$1")-deployed"
+	echo "$work/$(basename "$1")-deployed"
+}
+
 # start_apiserver NAME starts a fresh API server (empty etcd) and waits for
 # its kubeconfig; NAME prefixes the messages.
 start_apiserver() {
