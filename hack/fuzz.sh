@@ -7,7 +7,10 @@
 #   FUZZTIME=30s hack/fuzz.sh ./pkg/xds/...   only these packages' targets
 #
 # FUZZPARALLEL sets -parallel (the number of fuzzing workers; go test's
-# default is GOMAXPROCS). A target that fails leaves go test's report and
+# default is GOMAXPROCS). FUZZMINIMIZETIME (default 3s) bounds how long
+# each new input is minimized: at go test's default of 60s,
+# FuzzUnmarshalRequest spent most of a minute minimizing (no executions
+# counted) and found 7 new inputs; at 3s it found 160 in the same minute. A target that fails leaves go test's report and
 # its input under the package's testdata/fuzz/<Target>/, where plain
 # `go test` (make test) replays it from then on; the other targets still
 # run, and the script exits 1 naming the failed ones.
@@ -15,6 +18,7 @@ set -euo pipefail
 
 cd "$(dirname "$0")/.."
 FUZZTIME="${FUZZTIME:-10m}"
+FUZZMINIMIZETIME="${FUZZMINIMIZETIME:-3s}"
 patterns=("$@")
 if [ ${#patterns[@]} -eq 0 ]; then
 	patterns=(./...)
@@ -46,7 +50,8 @@ failed=()
 for t in "${targets[@]}"; do
 	read -r pkg name <<<"$t"
 	echo "=== $pkg $name"
-	if ! go test -run '^$' -fuzz "^${name}\$" -fuzztime "$FUZZTIME" "${parallel[@]}" "$pkg"; then
+	if ! go test -run '^$' -fuzz "^${name}\$" -fuzztime "$FUZZTIME" \
+		-fuzzminimizetime "$FUZZMINIMIZETIME" "${parallel[@]}" "$pkg"; then
 		failed+=("$pkg $name")
 	fi
 done
