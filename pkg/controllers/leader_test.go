@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -135,5 +136,73 @@ func TestLeaderElectorCampaignsAgain(t *testing.T) {
 	}
 	if n := overlaps.Load(); n != 0 {
 		t.Errorf("%d terms started while another was running", n)
+	}
+}
+
+// TestLeaderElectorTakesOverFromACrashedLeader kills the leader the way a
+// SIGKILL or a partition does: from one moment on it reaches the API server
+// no more, so it neither renews nor releases its Lease. The standby must
+// leave the Lease alone while it is still valid, then take over once it
+// has expired: a crashed leader cannot hand over, so expiry is the only
+// way on.
+func TestLeaderElectorTakesOverFromACrashedLeader(t *testing.T) {
+	// Two replicas on one API server: the standby's client reads and
+	// writes the leader's object tracker, the leader's fails once crashed.
+	leaderClient := kubefake.NewClientset()
+	var crashed atomic.Bool
+	leaderClient.PrependReactor("*", "*", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if crashed.Load() {
+			return true, nil, errors.New("injected: the leader process is gone")
+		}
+		return false, nil, nil
+	})
+	standbyClient := kubefake.NewClientset()
+	standbyClient.PrependReactor("*", "*", k8stesting.ObjectReaction(leaderClient.Tracker()))
+
+	const leaseDuration = 3 * time.Second
+	elector := func(client *kubefake.Clientset, identity string) *LeaderElector {
+		e, err := NewLeaderElector(LeaderOptions{Client: client, Namespace: "ns", Identity: identity,
+			LeaseDuration: leaseDuration, RenewDeadline: time.Second, RetryPeriod: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A replica leads while its leader-only work runs.
+		return e.AddRunFunction(func(ctx context.Context) { <-ctx.Done() })
+	}
+	leader, standby := elector(leaderClient, "leader"), elector(standbyClient, "standby")
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	wg.Go(func() { leader.Run(ctx) })
+	eventually(t, "the first replica leading", leader.IsLeader)
+	wg.Go(func() { standby.Run(ctx) })
+
+	// Let the standby see the Lease renewed a few times, then crash the
+	// leader.
+	time.Sleep(500 * time.Millisecond)
+	crashed.Store(true)
+	crashedAt := time.Now()
+
+	// client-go's standby counts the lease duration from when it last saw
+	// the Lease change, which may be a poll or two before the crash. Half
+	// the duration is far from that, and far from the moment a released
+	// Lease would be taken.
+	for time.Since(crashedAt) < leaseDuration/2 {
+		if standby.IsLeader() {
+			t.Fatalf("the standby took over %v after the crash, while the Lease was valid", time.Since(crashedAt))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	eventually(t, "the standby leading after the Lease expired", standby.IsLeader)
+	if leader.IsLeader() {
+		// RenewDeadline (1s) has long passed without a renewal.
+		t.Error("the crashed leader still believes it leads")
+	}
+	lease, err := standbyClient.CoordinationV1().Leases("ns").Get(ctx, DefaultLeaseName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if holder := ptrValue(lease.Spec.HolderIdentity); holder != "standby" {
+		t.Errorf("the Lease is held by %q, want the standby", holder)
 	}
 }

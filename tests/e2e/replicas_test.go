@@ -171,9 +171,10 @@ func TestReplicasSpreadClientsAndHandOverWrites(t *testing.T) {
 			}
 		}
 		replicas[leader].stop(t)
-		// A crash leaves the Lease to expire; a stop, as here, releases it
-		// at once. Either way the next leader is in place within the
-		// lease duration, which is the deadline.
+		// A crash leaves the Lease to expire (pkg/controllers'
+		// TestLeaderElectorTakesOverFromACrashedLeader); a stop, as here,
+		// releases it at once. Either way the next leader is in place
+		// within the lease duration, which is the deadline.
 		waitFor(t, leaseDuration, "a new leader among the others", func() error {
 			for i, r := range replicas {
 				if i != leader && leads(t, r) {
