@@ -10,10 +10,11 @@
 # default is GOMAXPROCS). FUZZMINIMIZETIME (default 3s) bounds how long
 # each new input is minimized: at go test's default of 60s,
 # FuzzUnmarshalRequest spent most of a minute minimizing (no executions
-# counted) and found 7 new inputs; at 3s it found 160 in the same minute. A target that fails leaves go test's report and
-# its input under the package's testdata/fuzz/<Target>/, where plain
-# `go test` (make test) replays it from then on; the other targets still
-# run, and the script exits 1 naming the failed ones.
+# counted) and found 7 new inputs; at 3s it found 160 in the same minute.
+# A target that fails leaves go test's report and its input under the
+# package's testdata/fuzz/<Target>/, where plain `go test` (make test)
+# replays it from then on; the other targets still run, and the script
+# exits 1 naming the failed ones.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."

@@ -29,8 +29,10 @@ build_tools() {
 # with write(2), as cp and a container runtime unpacking an image layer
 # write them, or read back from disk (docs/performance.md, "Idle RSS").
 deployed_copy() {
-	cp "$1" "$work/$(basename "$1")-deployed"
-	echo "$work/$(basename "$1")-deployed"
+	local copy
+	copy="$work/$(basename "$1")-deployed"
+	cp "$1" "$copy"
+	echo "$copy"
 }
 
 # start_apiserver NAME starts a fresh API server (empty etcd) and waits for
