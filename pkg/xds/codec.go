@@ -123,12 +123,24 @@ type bodyKey struct {
 // subset, proxies that differ) are not all kept until the next push: a
 // body lives while some stream still sends it, and a proxy that asks for
 // the same resources later has it marshalled again.
+//
+// One stream marshals a body while the others that want it wait: streams
+// of a storm ask for the same body within microseconds, and each
+// marshalling its own multi-megabyte copy was a third of the control
+// plane's CPU in the storm, and that much garbage.
 type responseBodies struct {
-	m sync.Map // bodyKey -> weak.Pointer[responseBody]
+	m sync.Map // bodyKey -> *bodySlot
 
 	mu     sync.Mutex
 	strong []*responseBody
 	bytes  int
+}
+
+// bodySlot is where one key's body is found; mu is held while it is
+// marshalled.
+type bodySlot struct {
+	mu   sync.Mutex
+	body weak.Pointer[responseBody]
 }
 
 // strongBodyBytes bounds the bodies one push state holds strongly: the
@@ -136,13 +148,18 @@ type responseBodies struct {
 const strongBodyBytes = 32 << 20
 
 func (r *responseBodies) get(key bodyKey, items []generated) *responseBody {
-	if v, ok := r.m.Load(key); ok {
-		if b := v.(weak.Pointer[responseBody]).Value(); b != nil {
-			return b
-		}
+	v, ok := r.m.Load(key)
+	if !ok {
+		v, _ = r.m.LoadOrStore(key, new(bodySlot))
+	}
+	slot := v.(*bodySlot)
+	slot.mu.Lock()
+	defer slot.mu.Unlock()
+	if b := slot.body.Value(); b != nil {
+		return b
 	}
 	b := &responseBody{b: encodeBody(key.version, key.typeURL, items)}
-	r.m.Store(key, weak.Make(b))
+	slot.body = weak.Make(b)
 	r.mu.Lock()
 	if r.bytes+len(b.b) <= strongBodyBytes {
 		r.strong = append(r.strong, b)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"runtime"
+	"sync"
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -94,12 +95,46 @@ func TestResponseBodiesShareAndLetGo(t *testing.T) {
 	runtime.GC()
 	held := func(k bodyKey) *responseBody {
 		v, _ := bodies.m.Load(k)
-		return v.(interface{ Value() *responseBody }).Value()
+		return v.(*bodySlot).body.Value()
 	}
 	if b := held(key); b == nil || fmt.Sprintf("%p", b) != firstAddr {
 		t.Error("a body within the budget was let go before the push state")
 	}
 	if held(beyondKey) != nil {
 		t.Error("a body beyond the budget that no stream holds is still kept")
+	}
+}
+
+// TestResponseBodiesMarshalOncePerStorm asserts that streams asking for the
+// same body at the same moment, as a connect storm's do, all get one body
+// rather than each marshalling a copy of its own.
+func TestResponseBodiesMarshalOncePerStorm(t *testing.T) {
+	items := make([]generated, 2000)
+	for i := range items {
+		items[i] = generated{name: fmt.Sprint(i), resource: &anypb.Any{TypeUrl: ClusterType, Value: make([]byte, 2048)}}
+	}
+	var bodies responseBodies
+	key := bodyKey{typeURL: ClusterType, version: "v1", hash: 7, resources: len(items)}
+	const streams = 16
+	got := make([]*responseBody, streams)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range streams {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			got[i] = bodies.get(key, items)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for i, b := range got {
+		if b != got[0] {
+			t.Fatalf("stream %d got a body of its own: the body was marshalled more than once", i)
+		}
+	}
+	if len(bodies.strong) != 1 {
+		t.Errorf("the push state holds %d bodies for one key, want 1", len(bodies.strong))
 	}
 }
