@@ -154,13 +154,15 @@ type response struct {
 	removed                 []string
 }
 
-// skimResponse reads the envelope of a response and the Anys inside it. The
-// resource bytes alias b; nothing is copied. Resource names are read from
-// the resources themselves (field 1 of every type the clients use) in
-// SotW, where nothing else names them.
-func skimResponse(b []byte, delta bool) (*response, error) {
-	r := &response{}
-	err := each(b, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
+// skimResponse reads the envelope of a response and the Anys inside it
+// into r, reusing r's slices: a client skims thousands of resources per
+// response, and growing a fresh slice for them each time was a tenth of
+// its CPU. The resource bytes alias b; nothing is copied. Resource names
+// are read from the resources themselves (field 1 of every type the
+// clients use) in SotW, where nothing else names them.
+func skimResponse(b []byte, delta bool, r *response) error {
+	*r = response{resources: r.resources[:0], removed: r.removed[:0]}
+	return each(b, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
 		if typ != protowire.BytesType {
 			return nil
 		}
@@ -215,7 +217,6 @@ func skimResponse(b []byte, delta bool) (*response, error) {
 		}
 		return nil
 	})
-	return r, err
 }
 
 // resourceName is field 1 of a resource, its name in every type the

@@ -144,8 +144,10 @@ func TestSkimResponse(t *testing.T) {
 	c2 := &clusterv3.Cluster{Name: "c2"}
 	sotw := mustMarshal(t, &discoveryv3.DiscoveryResponse{VersionInfo: "v7", Nonce: "n1", TypeUrl: ClusterType,
 		Resources: []*anypb.Any{mustAny(t, c1), mustAny(t, c2)}})
-	r, err := skimResponse(sotw, false)
-	if err != nil {
+	// One response skims both, as a client reuses it: nothing of the first
+	// may remain in the second.
+	r := &response{}
+	if err := skimResponse(sotw, false, r); err != nil {
 		t.Fatal(err)
 	}
 	if r.version != "v7" || r.nonce != "n1" || r.typeURL != ClusterType || len(r.resources) != 2 ||
@@ -155,8 +157,7 @@ func TestSkimResponse(t *testing.T) {
 	delta := mustMarshal(t, &discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: "s", Nonce: "n2", TypeUrl: EndpointType,
 		Resources:        []*discoveryv3.Resource{{Name: "e1", Version: "1", Resource: mustAny(t, &endpointv3.ClusterLoadAssignment{ClusterName: "e1"})}},
 		RemovedResources: []string{"gone"}})
-	r, err = skimResponse(delta, true)
-	if err != nil {
+	if err := skimResponse(delta, true, r); err != nil {
 		t.Fatal(err)
 	}
 	if r.version != "s" || r.nonce != "n2" || r.typeURL != EndpointType || len(r.resources) != 1 ||
@@ -173,7 +174,7 @@ func TestSkimMalformed(t *testing.T) {
 	inputs := [][]byte{{0xff}, {0x12, 0x7f, 0x01}, {0x0a}, good[:len(good)-1]}
 	for _, in := range inputs {
 		for _, delta := range []bool{false, true} {
-			if _, err := skimResponse(in, delta); err == nil {
+			if err := skimResponse(in, delta, &response{}); err == nil {
 				t.Errorf("skimResponse(%x, delta=%v): no error", in, delta)
 			}
 		}
