@@ -466,14 +466,29 @@ func (w *watch) subscribedBy(r requestNames) {
 	w.requested = r
 }
 
-// sortedNames copies, sorts and de-duplicates resource names.
+// sortedNames returns resource names sorted and de-duplicated: names itself
+// if it already is, as the lists of clients that keep their subscriptions
+// sorted are (a connect storm's thousands of EDS names per sidecar), else
+// a sorted copy. Neither may be modified.
 func sortedNames(names []string) []string {
 	if len(names) == 0 {
 		return nil
 	}
+	if strictlySorted(names) {
+		return names
+	}
 	out := slices.Clone(names)
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+func strictlySorted(names []string) bool {
+	for i := 1; i < len(names); i++ {
+		if names[i-1] >= names[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // send hands one message to the sender goroutine and waits at most

@@ -110,3 +110,33 @@ func TestSameNames(t *testing.T) {
 		}
 	}
 }
+
+// TestSortedNames: names come back sorted and de-duplicated, and the
+// client's list, which identical requests share, is never reordered.
+func TestSortedNames(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		in, want  []string
+		wantAlias bool // a list already in order is taken as it is
+	}{
+		{name: "empty", in: nil, want: nil},
+		{name: "in order", in: []string{"a", "b", "c"}, want: []string{"a", "b", "c"}, wantAlias: true},
+		{name: "out of order", in: []string{"c", "a", "b"}, want: []string{"a", "b", "c"}},
+		{name: "sorted with a duplicate", in: []string{"a", "b", "b", "c"}, want: []string{"a", "b", "c"}},
+		{name: "unsorted with duplicates", in: []string{"b", "a", "b", "a"}, want: []string{"a", "b"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := slices.Clone(tc.in)
+			got := sortedNames(in)
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("sortedNames(%q) = %q, want %q", tc.in, got, tc.want)
+			}
+			if !slices.Equal(in, tc.in) {
+				t.Errorf("sortedNames reordered its input: %q, was %q", in, tc.in)
+			}
+			if alias := len(got) > 0 && &got[0] == &in[0]; alias != tc.wantAlias {
+				t.Errorf("result shares the input: %v, want %v", alias, tc.wantAlias)
+			}
+		})
+	}
+}
