@@ -102,6 +102,38 @@ func (g *generation) changedOrNamed(base *generation, names []string) []generate
 	return out
 }
 
+// changedIn is gen.changedOrNamed for a client that holds s, a base with
+// changes of its own on top, as a stream does after partial EDS pushes:
+// what differs from base comes from the diff that every stream sent base
+// shares, and only the names this stream changed since are looked at on
+// their own. Comparing each of 5,000 items instead was a tenth of the
+// control plane's CPU under DestinationRule churn. s.base must be set.
+func (s *sentSet) changedIn(gen *generation, names []string) []generated {
+	var idx []int32
+	for _, i := range gen.changedSince(s.base) {
+		if _, own := s.changes[gen.items[i].name]; !own {
+			idx = append(idx, i)
+		}
+	}
+	for name, e := range s.changes {
+		if i, ok := gen.indexOf(name); ok && (e.gone || e.version != gen.items[i].version) {
+			idx = append(idx, i)
+		}
+	}
+	for _, name := range names {
+		if i, ok := gen.indexOf(name); ok {
+			idx = append(idx, i)
+		}
+	}
+	slices.Sort(idx)
+	idx = slices.Compact(idx)
+	out := make([]generated, len(idx))
+	for k, i := range idx {
+		out[k] = gen.items[i]
+	}
+	return out
+}
+
 // sentSet is what a client holds of one type, as far as the server knows.
 // Usually most of it is one complete response, and 50 sidecars were sent
 // the same one: so that each stream does not copy 5,000 names into a map

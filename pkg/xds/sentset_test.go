@@ -157,7 +157,8 @@ func TestNameListsShareEqualSubscriptions(t *testing.T) {
 // TestSharedDiffIsThePerStreamDiff: what a stream that holds a generation
 // whole takes from the shared diff is what comparing each item with what
 // it holds gives, for random generations, subscriptions and warming names;
-// and a stream whose set has changes of its own still gets its own answer.
+// and so does what a stream whose set has changes of its own on top of a
+// shared generation takes.
 func TestSharedDiffIsThePerStreamDiff(t *testing.T) {
 	rnd := rand.New(rand.NewPCG(1, 2))
 	randomGen := func() *generation {
@@ -200,8 +201,20 @@ func TestSharedDiffIsThePerStreamDiff(t *testing.T) {
 		case 0:
 			w.sent.reset(base)
 		case 1:
+			// Partial pushes since base: resources sent again, in base's
+			// version or another, and resources the client dropped.
 			w.sent.reset(base)
-			w.sent.set("r07", sentResource{version: "own"})
+			for j := range 40 {
+				name := fmt.Sprintf("r%02d", j)
+				switch rnd.IntN(8) {
+				case 0:
+					w.sent.set(name, sentResource{version: fmt.Sprint(rnd.IntN(3))})
+				case 1:
+					w.sent.set(name, sentResource{version: "own"})
+				case 2:
+					w.sent.remove(name)
+				}
+			}
 		}
 		want := perItem(&w.sent, gen.items, warming)
 		for pass := range 2 { // the second pass reads the memoized diff

@@ -265,8 +265,13 @@ func unchanged(w *watch, gen *generation, items []generated, partial bool) bool 
 		if len(items) != w.sent.len() {
 			return false
 		}
-		if base, whole := w.sent.whole(); whole && base != nil && len(items) == len(gen.items) {
-			return len(gen.changedSince(base)) == 0
+		if len(items) == len(gen.items) {
+			if base, whole := w.sent.whole(); whole && base != nil {
+				return len(gen.changedSince(base)) == 0
+			}
+			if w.sent.base != nil {
+				return len(w.sent.changedIn(gen, nil)) == 0
+			}
 		}
 	}
 	for _, it := range items {

@@ -39,8 +39,13 @@ func dependentType(typeURL string) string {
 // what the client holds in w or whose names are in names (sorted; nil keeps
 // only the changed ones).
 func changedOrNamed(w *watch, gen *generation, items []generated, names []string) []generated {
-	if base, whole := w.sent.whole(); whole && gen != nil && len(items) == len(gen.items) {
-		return gen.changedOrNamed(base, names)
+	if gen != nil && len(items) == len(gen.items) {
+		if base, whole := w.sent.whole(); whole {
+			return gen.changedOrNamed(base, names)
+		}
+		if w.sent.base != nil {
+			return w.sent.changedIn(gen, names)
+		}
 	}
 	out := items[:0:0]
 	for _, it := range items {
