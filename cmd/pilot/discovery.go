@@ -73,6 +73,7 @@ with the CA (istio.v1.auth.IstioCertificateService).`,
 	f.DurationVar(&opts.DebounceAfter, "debounce-after", opts.DebounceAfter, "quiet period after a config change before pushing")
 	f.DurationVar(&opts.DebounceMax, "debounce-max", opts.DebounceMax, "longest a push waits while changes keep arriving")
 	f.DurationVar(&opts.SendTimeout, "send-timeout", opts.SendTimeout, "longest one xDS send may take before the stream is closed")
+	f.IntVar(&opts.MaxConcurrentSyncs, "max-concurrent-syncs", opts.MaxConcurrentSyncs, "xDS streams sent their initial configuration at once, the longest-connected first, when many connect together; 0 is twice the CPUs available")
 	f.DurationVar(&opts.ShutdownGrace, "shutdown-grace", opts.ShutdownGrace, "how long streams and requests may drain on shutdown")
 	f.DurationVar(&opts.MaxConnectionAge, "keepalive-max-server-connection-age", opts.MaxConnectionAge, "close xDS connections this old (after a GOAWAY and the grace below), so clients spread over replicas again after a rollout; 0 never closes them")
 	f.DurationVar(&opts.MaxConnectionAgeGrace, "keepalive-max-server-connection-age-grace", opts.MaxConnectionAgeGrace, "how long the streams of a connection past its maximum age may go on before they are closed")

@@ -46,6 +46,10 @@ type Options struct {
 	DebounceMax   time.Duration
 	// SendTimeout bounds one xDS send; a client slower than this loses its stream.
 	SendTimeout time.Duration
+	// MaxConcurrentSyncs bounds how many xDS streams are sent their initial
+	// configuration at once, the longest-connected first; 0 is twice the
+	// number of CPUs the process may use.
+	MaxConcurrentSyncs int
 	// ShutdownGrace bounds how long streams and HTTP requests may drain.
 	ShutdownGrace time.Duration
 	// MaxConnectionAge closes xDS connections this old (GOAWAY; 0 never

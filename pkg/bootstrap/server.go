@@ -87,16 +87,17 @@ func New(opts Options) (*Server, error) {
 
 	generators := newGeneratorSets(s.log, opts.DomainSuffix)
 	s.xds = xds.NewServer(xds.Options{
-		Store:         s.store,
-		PushContext:   pushContextOptions(&opts),
-		Authenticate:  s.authenticateXDS,
-		OnBuild:       s.onBuild,
-		Generators:    generators.forProxy,
-		DebounceAfter: opts.DebounceAfter,
-		DebounceMax:   opts.DebounceMax,
-		SendTimeout:   opts.SendTimeout,
-		Logger:        s.log,
-		Metrics:       xds.NewMetrics(s.registry),
+		Store:              s.store,
+		PushContext:        pushContextOptions(&opts),
+		Authenticate:       s.authenticateXDS,
+		OnBuild:            s.onBuild,
+		Generators:         generators.forProxy,
+		DebounceAfter:      opts.DebounceAfter,
+		DebounceMax:        opts.DebounceMax,
+		SendTimeout:        opts.SendTimeout,
+		MaxConcurrentSyncs: opts.MaxConcurrentSyncs,
+		Logger:             s.log,
+		Metrics:            xds.NewMetrics(s.registry),
 	})
 	s.store.OnChange(func(key model.ConfigKey) {
 		s.xds.ConfigUpdate(model.NewPushRequest(key, time.Now()))

@@ -43,6 +43,10 @@ type connection struct {
 	// pushed is set when a push sends a response, for convergence time.
 	pushed bool
 
+	// syncSlot is the connection's admission while it receives its initial
+	// configuration (admission.go); nil before it asked for anything.
+	syncSlot *syncSlot
+
 	// queue holds the push plans the connection has not taken yet, merged.
 	queue mailbox[*pushPlan]
 
@@ -543,6 +547,7 @@ func serveStream[Req any](ctx context.Context, c *connection, recv func() (Req, 
 	c.ctx = ctx
 	defer func() {
 		close(c.done)
+		c.endSync()
 		s.removeConnection(c)
 		if c.proxy != nil {
 			c.log.Info("xDS client disconnected")

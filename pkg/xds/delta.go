@@ -59,9 +59,13 @@ func (c *deltaStream) handle(req *discoveryv3.DeltaDiscoveryRequest) error {
 		default:
 			c.recordAck(w, w.sentVersion, nonce)
 		}
+		c.syncAnswered()
 	}
 	added, wildcardAdded := c.applySubscriptions(w, req, first)
 	if first || wildcardAdded || len(added) > 0 {
+		if !c.admitSync() {
+			return nil
+		}
 		if err := c.respond(w, nil, 0, added, first, false); err != nil {
 			return err
 		}

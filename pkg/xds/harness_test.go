@@ -46,7 +46,9 @@ type harnessConfig struct {
 	debounceAfter time.Duration
 	debounceMax   time.Duration
 	sendTimeout   time.Duration
-	seed          func(model.Store)
+	// maxSyncs is Options.MaxConcurrentSyncs.
+	maxSyncs int
+	seed     func(model.Store)
 	// manualStart leaves calling start to the test.
 	manualStart bool
 	// noStoreHandler leaves pushes to the test (benchmarks push directly).
@@ -89,14 +91,15 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 		generators = func(*model.Proxy) map[string]Generator { return cfg.generators }
 	}
 	h.server = NewServer(Options{
-		Store:         h.store,
-		PushContext:   pushcontext.Options{DomainSuffix: "cluster.local", RootNamespace: "istio-system"},
-		Generators:    generators,
-		DebounceAfter: cfg.debounceAfter,
-		DebounceMax:   cfg.debounceMax,
-		SendTimeout:   cfg.sendTimeout,
-		Authenticate:  cfg.authenticate,
-		Metrics:       NewMetrics(h.reg),
+		Store:              h.store,
+		PushContext:        pushcontext.Options{DomainSuffix: "cluster.local", RootNamespace: "istio-system"},
+		Generators:         generators,
+		DebounceAfter:      cfg.debounceAfter,
+		DebounceMax:        cfg.debounceMax,
+		SendTimeout:        cfg.sendTimeout,
+		MaxConcurrentSyncs: cfg.maxSyncs,
+		Authenticate:       cfg.authenticate,
+		Metrics:            NewMetrics(h.reg),
 	})
 	if !cfg.noStoreHandler {
 		h.store.OnChange(func(key model.ConfigKey) {

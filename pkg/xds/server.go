@@ -3,6 +3,7 @@ package xds
 import (
 	"context"
 	"log/slog"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,6 +40,10 @@ type Options struct {
 	// not hold thousands of half-built responses in memory. Sends are not
 	// bounded: a slow client must not hold a slot.
 	MaxConcurrentGenerations int
+	// MaxConcurrentSyncs bounds how many streams are sent their initial
+	// configuration at once, the longest-connected first (admission.go);
+	// default twice GOMAXPROCS.
+	MaxConcurrentSyncs int
 	// Authenticate, when set, proves who the client of a stream is, from
 	// the stream's context (its TLS peer, its metadata). It returns a nil
 	// identity for a stream that carries no proof and needs none (the
@@ -88,6 +93,8 @@ type Server struct {
 
 	// generationSlots holds one token per generation in progress.
 	generationSlots chan struct{}
+	// syncs admits streams to their initial configuration.
+	syncs *syncAdmission
 
 	nonces  atomic.Uint64
 	connIDs atomic.Uint64
@@ -133,6 +140,9 @@ func NewServer(opts Options) *Server {
 	if opts.MaxConcurrentGenerations <= 0 {
 		opts.MaxConcurrentGenerations = defaultGenerations
 	}
+	if opts.MaxConcurrentSyncs <= 0 {
+		opts.MaxConcurrentSyncs = 2 * runtime.GOMAXPROCS(0)
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -152,6 +162,7 @@ func NewServer(opts Options) *Server {
 		conns:   map[*connection]struct{}{},
 
 		generationSlots: make(chan struct{}, opts.MaxConcurrentGenerations),
+		syncs:           newSyncAdmission(opts.MaxConcurrentSyncs),
 	}
 	s.pcOpts.Store(&opts.PushContext)
 	opts.Metrics.observe(s)

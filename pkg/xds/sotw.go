@@ -54,6 +54,9 @@ func (c *sotwStream) handle(req *discoveryv3.DiscoveryRequest) error {
 		}
 		c.setNames(w, names, fullStateType(typeURL) && len(names) == 0)
 		w.subscribedBy(sent)
+		if !c.admitSync() {
+			return nil
+		}
 		return c.respondAndWarm(w)
 	}
 	if nonce != w.sentNonce {
@@ -69,6 +72,7 @@ func (c *sotwStream) handle(req *discoveryv3.DiscoveryRequest) error {
 		// The current nonce with an older version: the client rejected the
 		// last response and is now changing its subscription.
 	}
+	c.syncAnswered()
 	// gRPC changes its subscription inside ACKs (and after NACKs).
 	if w.resource.Wildcard || sameNames(names, w.resource.ResourceNames) {
 		w.subscribedBy(sent)
@@ -76,6 +80,9 @@ func (c *sotwStream) handle(req *discoveryv3.DiscoveryRequest) error {
 	}
 	c.setNames(w, names, false)
 	w.subscribedBy(sent)
+	if !c.admitSync() {
+		return nil
+	}
 	if !fullStateType(typeURL) {
 		// Envoy repeats every EDS (RDS) name whenever a cluster (listener)
 		// comes or goes. Responses of these types need not name what the
