@@ -153,8 +153,13 @@ func (h *syncWaiters) Pop() any {
 func (c *connection) admitSync() bool {
 	s := c.syncSlot
 	if s == nil {
+		start := time.Now()
 		c.syncSlot = c.s.syncs.acquire(c.connectedAt, c.ctx.Done(), c.s.stop)
-		return c.syncSlot != nil
+		if c.syncSlot == nil {
+			return false
+		}
+		c.s.metrics.syncWait.Observe(time.Since(start).Seconds())
+		return true
 	}
 	// Once given back, the slot is not taken again: later subscriptions
 	// follow config changes and are answered at once.

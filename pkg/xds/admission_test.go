@@ -5,6 +5,7 @@ import (
 	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // queued waits until n streams wait for a slot.
@@ -131,5 +132,14 @@ func TestInitialSyncsTakeTurns(t *testing.T) {
 	// probe and waits for its answer).
 	if got := first.barrier(); len(got) != 0 {
 		t.Fatalf("the first proxy got %d unexpected responses", len(got))
+	}
+	// Both waits are on record, the second's at least as long as it was
+	// seen waiting.
+	var m dto.Metric
+	if err := h.server.metrics.syncWait.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if n, sum := m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum(); n != 2 || sum < 0.2 {
+		t.Errorf("meshpilot_xds_sync_wait_seconds: %d waits, %.3f s in all; want 2, at least 0.2 s", n, sum)
 	}
 }

@@ -28,6 +28,7 @@ type Metrics struct {
 	generateErrors  *prometheus.CounterVec
 	generatorPanics *prometheus.CounterVec
 	unservedTypes   prometheus.Counter
+	syncWait        prometheus.Histogram
 	problems        prometheus.GaugeFunc
 
 	istio *istioMetrics
@@ -106,6 +107,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "meshpilot_xds_unserved_type_requests_total",
 			Help: "Requests for a type URL the proxy is not served (such as NDS or ECDS); answered with no resources, the stream kept.",
 		}),
+		syncWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "meshpilot_xds_sync_wait_seconds",
+			Help:    "How long a new stream waited for its turn to be sent its initial configuration (--max-concurrent-syncs).",
+			Buckets: latency,
+		}),
 	}
 	m.problems = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "meshpilot_translation_problems",
@@ -123,7 +129,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.versions = map[string]prometheus.Gauge{}
 	if reg != nil {
 		reg.MustRegister(m.clients, m.pushes, m.pushTime, m.responseSize, m.convergence, m.nacks, m.buildTime,
-			m.triggers, m.debouncedPushes, m.streamErrors, m.generateErrors, m.generatorPanics, m.unservedTypes, m.problems)
+			m.triggers, m.debouncedPushes, m.streamErrors, m.generateErrors, m.generatorPanics, m.unservedTypes, m.syncWait, m.problems)
 		reg.MustRegister(m.istio.collectors()...)
 	}
 	return m
