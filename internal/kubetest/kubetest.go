@@ -83,6 +83,9 @@ func (e *Env) InstallCRDs(t testing.TB) {
 	if _, err := envtest.InstallCRDs(e.Config, envtest.CRDInstallOptions{
 		Paths:              []string{filepath.Join(root, "manifests", "crds")},
 		ErrorIfPathMissing: true,
+		// envtest waits 10s for discovery to serve them, which a busy
+		// two-core machine running the race tests beside missed once.
+		MaxTime: defaultStartTimeout,
 	}); err != nil {
 		t.Fatalf("install CRDs: %v", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	apinetworking "istio.io/api/networking/v1"
@@ -62,6 +63,7 @@ func TestKubeSourceWatchesIstioKindsOnceTheirCRDsAreInstalled(t *testing.T) {
 		}
 		if _, err := envtest.InstallCRDs(env.Config, envtest.CRDInstallOptions{
 			Paths: []string{filepath.Join(root, "manifests", "crds", k.crd()+".gen.yaml")}, ErrorIfPathMissing: true,
+			MaxTime: time.Minute, // envtest's 10s is tight on a busy two-core machine
 		}); err != nil {
 			t.Fatalf("install the %s CRD: %v", k.kind, err)
 		}
