@@ -83,15 +83,26 @@ func (g *generation) changedOrNamed(base *generation, names []string) []generate
 	}
 	idx := g.changedSince(base)
 	if len(names) > 0 {
-		idx = slices.Clone(idx)
-		for _, name := range names {
-			if i, ok := g.indexOf(name); ok {
-				idx = append(idx, i)
-			}
-		}
-		slices.Sort(idx)
-		idx = slices.Compact(idx)
+		idx = g.sortedWith(slices.Clone(idx), names)
 	}
+	return g.itemsAt(idx)
+}
+
+// sortedWith adds the indexes of the items named in names to idx, which
+// the caller owns, and sorts and de-duplicates the result.
+func (g *generation) sortedWith(idx []int32, names []string) []int32 {
+	for _, name := range names {
+		if i, ok := g.indexOf(name); ok {
+			idx = append(idx, i)
+		}
+	}
+	slices.Sort(idx)
+	return slices.Compact(idx)
+}
+
+// itemsAt returns the items at the sorted indexes idx: g.items itself when
+// idx is all of them.
+func (g *generation) itemsAt(idx []int32) []generated {
 	if len(idx) == len(g.items) {
 		return g.items
 	}
@@ -120,18 +131,7 @@ func (s *sentSet) changedIn(gen *generation, names []string) []generated {
 			idx = append(idx, i)
 		}
 	}
-	for _, name := range names {
-		if i, ok := gen.indexOf(name); ok {
-			idx = append(idx, i)
-		}
-	}
-	slices.Sort(idx)
-	idx = slices.Compact(idx)
-	out := make([]generated, len(idx))
-	for k, i := range idx {
-		out[k] = gen.items[i]
-	}
-	return out
+	return gen.itemsAt(gen.sortedWith(idx, names))
 }
 
 // sentSet is what a client holds of one type, as far as the server knows.
