@@ -104,18 +104,16 @@ func (a *syncAdmission) slot() *syncSlot {
 // stream's goroutine or a timer; only the first counts.
 type syncSlot struct {
 	a        *syncAdmission
-	once     sync.Once
 	released atomic.Bool
 	maxHold  *time.Timer
 	grace    *time.Timer
 }
 
 func (s *syncSlot) release() {
-	s.once.Do(func() {
-		s.released.Store(true)
+	if s.released.CompareAndSwap(false, true) {
 		s.maxHold.Stop()
 		s.a.release()
-	})
+	}
 }
 
 // syncWaiters is a heap of waiters, the longest-connected first.
