@@ -89,12 +89,7 @@ func TestLeaderTerm(t *testing.T) {
 func TestLeaderElectorCampaignsAgain(t *testing.T) {
 	client := kubefake.NewClientset()
 	var failUpdates atomic.Bool
-	client.PrependReactor("update", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
-		if failUpdates.Load() {
-			return true, nil, errors.New("injected: API server unavailable")
-		}
-		return false, nil, nil
-	})
+	failWhile(client, &failUpdates, "update", "leases", "injected: API server unavailable")
 	metrics := NewIngressStatusMetrics(prometheus.NewRegistry())
 	e, err := NewLeaderElector(LeaderOptions{Client: client, Namespace: "ns", Identity: "me",
 		LeaseDuration: time.Second, RenewDeadline: 500 * time.Millisecond, RetryPeriod: 100 * time.Millisecond,
@@ -150,12 +145,7 @@ func TestLeaderElectorTakesOverFromACrashedLeader(t *testing.T) {
 	// writes the leader's object tracker, the leader's fails once crashed.
 	leaderClient := kubefake.NewClientset()
 	var crashed atomic.Bool
-	leaderClient.PrependReactor("*", "*", func(k8stesting.Action) (bool, runtime.Object, error) {
-		if crashed.Load() {
-			return true, nil, errors.New("injected: the leader process is gone")
-		}
-		return false, nil, nil
-	})
+	failWhile(leaderClient, &crashed, "*", "*", "injected: the leader process is gone")
 	standbyClient := kubefake.NewClientset()
 	standbyClient.PrependReactor("*", "*", k8stesting.ObjectReaction(leaderClient.Tracker()))
 
@@ -205,4 +195,15 @@ func TestLeaderElectorTakesOverFromACrashedLeader(t *testing.T) {
 	if holder := ptrValue(lease.Spec.HolderIdentity); holder != "standby" {
 		t.Errorf("the Lease is held by %q, want the standby", holder)
 	}
+}
+
+// failWhile makes client's calls of verb on resource fail with msg while
+// fail is set, as an API server out of reach would.
+func failWhile(client *kubefake.Clientset, fail *atomic.Bool, verb, resource, msg string) {
+	client.PrependReactor(verb, resource, func(k8stesting.Action) (bool, runtime.Object, error) {
+		if fail.Load() {
+			return true, nil, errors.New(msg)
+		}
+		return false, nil, nil
+	})
 }
