@@ -11,6 +11,7 @@ import (
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	istiofake "istio.io/client-go/pkg/clientset/versioned/fake"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	k8snetworkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -182,6 +183,27 @@ func TestTrimObject(t *testing.T) {
 			want: &k8snetworkingv1.IngressClass{ObjectMeta: wantMeta, Spec: k8snetworkingv1.IngressClassSpec{Controller: model.IngressController}},
 		},
 		{
+			name: "endpoint slice keeps what conversion reads",
+			in: &discoveryv1.EndpointSlice{ObjectMeta: meta(), AddressType: discoveryv1.AddressTypeIPv4,
+				Ports: []discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr(int32(8080))}},
+				Endpoints: append(make([]discoveryv1.Endpoint, 0, 8), discoveryv1.Endpoint{
+					Addresses:  []string{"10.244.1.5"},
+					Conditions: discoveryv1.EndpointConditions{Ready: ptr(false), Serving: ptr(true), Terminating: ptr(true)},
+					Hostname:   ptr("h"), NodeName: ptr("n1"), Zone: ptr("z1"),
+					TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: "ns", Name: "p1", UID: "u1",
+						ResourceVersion: "7", APIVersion: "v1"},
+					Hints: &discoveryv1.EndpointHints{ForZones: []discoveryv1.ForZone{{Name: "z1"}}},
+				}, discoveryv1.Endpoint{Addresses: []string{"10.244.1.6"}})},
+			want: &discoveryv1.EndpointSlice{ObjectMeta: wantMeta, AddressType: discoveryv1.AddressTypeIPv4,
+				Ports: []discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr(int32(8080))}},
+				Endpoints: []discoveryv1.Endpoint{{
+					Addresses:  []string{"10.244.1.5"},
+					Conditions: discoveryv1.EndpointConditions{Ready: ptr(false), Serving: ptr(true), Terminating: ptr(true)},
+					NodeName:   ptr("n1"), Zone: ptr("z1"),
+					TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: "ns", Name: "p1"},
+				}, {Addresses: []string{"10.244.1.6"}}}},
+		},
+		{
 			name: "annotations emptied",
 			in:   onlyLastApplied,
 			want: &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "s"}},
@@ -201,6 +223,29 @@ func TestTrimObject(t *testing.T) {
 				t.Errorf("not idempotent (-once +twice)\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestTrimEndpointSliceMemory checks what the slice trim is for, beyond
+// what it keeps: the endpoints take no more room than they need, and equal
+// conditions of different slices share their values.
+func TestTrimEndpointSliceMemory(t *testing.T) {
+	slice := func() *discoveryv1.EndpointSlice {
+		eps := make([]discoveryv1.Endpoint, 0, 16)
+		for range 10 {
+			eps = append(eps, discoveryv1.Endpoint{Addresses: []string{"10.0.0.1"},
+				Conditions: discoveryv1.EndpointConditions{Ready: ptr(true)}})
+		}
+		return &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: "ns"}, Endpoints: eps}
+	}
+	a, _ := trimObject(slice())
+	b, _ := trimObject(slice())
+	aEps, bEps := a.(*discoveryv1.EndpointSlice).Endpoints, b.(*discoveryv1.EndpointSlice).Endpoints
+	if len(aEps) != 10 || cap(aEps) != 10 {
+		t.Errorf("trimmed endpoints: len %d cap %d, want 10 and 10", len(aEps), cap(aEps))
+	}
+	if aEps[0].Conditions.Ready != bEps[9].Conditions.Ready {
+		t.Error("equal ready conditions of two slices point at different values")
 	}
 }
 

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -18,6 +19,8 @@ func trimObject(obj any) (any, error) {
 		return trimPod(o), nil
 	case *corev1.Secret:
 		return trimSecret(o), nil
+	case *discoveryv1.EndpointSlice:
+		return trimEndpointSlice(o), nil
 	}
 	if accessor, ok := obj.(metav1.ObjectMetaAccessor); ok {
 		trimMeta(accessor.GetObjectMeta())
@@ -115,6 +118,74 @@ func trimSecret(sec *corev1.Secret) *corev1.Secret {
 			}
 			out.Data[k] = v
 		}
+	}
+	return out
+}
+
+// trimEndpointSlice keeps what ConvertEndpointSlice and the ingester read
+// of a slice: of each endpoint its addresses, conditions, node, zone and
+// the kind, namespace and name of its target. EndpointSlices are the most
+// numerous objects the control plane holds (one endpoint per Pod behind a
+// Service), so the endpoints are also copied into an array of their exact
+// length: decoding grows it by doubling, and left a 10-endpoint slice
+// holding room for 16. Conditions point at shared values, and a target in
+// the slice's own namespace shares the slice's namespace string.
+func trimEndpointSlice(slice *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {
+	trimMeta(&slice.ObjectMeta)
+	out := &discoveryv1.EndpointSlice{
+		TypeMeta:    slice.TypeMeta,
+		ObjectMeta:  slice.ObjectMeta,
+		AddressType: slice.AddressType,
+		Ports:       slice.Ports,
+	}
+	if len(slice.Endpoints) > 0 {
+		out.Endpoints = make([]discoveryv1.Endpoint, len(slice.Endpoints))
+	}
+	for i := range slice.Endpoints {
+		ep := &slice.Endpoints[i]
+		out.Endpoints[i] = discoveryv1.Endpoint{
+			Addresses: ep.Addresses,
+			Conditions: discoveryv1.EndpointConditions{
+				Ready:       sharedBool(ep.Conditions.Ready),
+				Serving:     sharedBool(ep.Conditions.Serving),
+				Terminating: sharedBool(ep.Conditions.Terminating),
+			},
+			NodeName:  ep.NodeName,
+			Zone:      ep.Zone,
+			TargetRef: trimTargetRef(ep.TargetRef, slice.Namespace),
+		}
+	}
+	return out
+}
+
+// The values shared conditions point at. Objects in an informer's cache
+// are never written to, so one pointer serves every slice.
+var (
+	sharedTrue  = true
+	sharedFalse = false
+)
+
+func sharedBool(b *bool) *bool {
+	switch {
+	case b == nil:
+		return nil
+	case *b:
+		return &sharedTrue
+	default:
+		return &sharedFalse
+	}
+}
+
+func trimTargetRef(ref *corev1.ObjectReference, sliceNamespace string) *corev1.ObjectReference {
+	if ref == nil {
+		return nil
+	}
+	out := &corev1.ObjectReference{Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name}
+	if out.Kind == "Pod" {
+		out.Kind = "Pod" // the constant's bytes, not a copy decoded per endpoint
+	}
+	if out.Namespace == sliceNamespace {
+		out.Namespace = sliceNamespace
 	}
 	return out
 }
