@@ -44,8 +44,22 @@ type encodedResponse struct {
 }
 
 // responseBody holds the marshalled version_info, resources and type_url of
-// a response; shared by every stream that sends it, never modified.
-type responseBody struct{ b []byte }
+// a response, in chunks to be sent one after the other; shared by every
+// stream that sends it, never modified.
+type responseBody struct {
+	chunks [][]byte
+	// copied is how many of the body's bytes it holds itself; the rest are
+	// values it refers to.
+	copied int
+}
+
+// referencedValueSize is the size from which a resource's value becomes a
+// chunk of the body instead of being copied into it. A sidecar's route
+// configuration of thousands of virtual hosts is megabytes that the
+// generator's cache already holds; a copy in every distinct body doubled
+// what a push state kept. Smaller values are copied, so a body of thousands
+// of clusters stays one chunk.
+const referencedValueSize = 32 << 10
 
 var (
 	responseDesc       = (&discoveryv3.DiscoveryResponse{}).ProtoReflect().Descriptor()
@@ -61,24 +75,42 @@ var (
 
 // encodeBody marshals what a response of items shares. Empty strings are
 // left out, as proto3 leaves them out.
-func encodeBody(version, typeURL string, items []generated) []byte {
-	size := sizeString(respVersionField, version) + sizeString(respTypeURLField, typeURL)
+func encodeBody(version, typeURL string, items []generated) *responseBody {
+	copied := sizeString(respVersionField, version) + sizeString(respTypeURLField, typeURL)
+	referenced := 0
 	for _, it := range items {
 		n := anySize(it.resource)
-		size += protowire.SizeTag(respResourcesField) + protowire.SizeBytes(n)
+		copied += protowire.SizeTag(respResourcesField) + protowire.SizeBytes(n)
+		if v := it.resource.GetValue(); len(v) >= referencedValueSize {
+			copied -= len(v)
+			referenced++
+		}
 	}
-	b := make([]byte, 0, size)
+	// b never grows past its capacity, so the chunks cut from it stay valid.
+	b := make([]byte, 0, copied)
+	chunks := make([][]byte, 0, 2*referenced+1)
+	start := 0
 	b = appendString(b, respVersionField, version)
 	for _, it := range items {
 		b = protowire.AppendTag(b, respResourcesField, protowire.BytesType)
 		b = protowire.AppendVarint(b, uint64(anySize(it.resource)))
 		b = appendString(b, anyTypeURLField, it.resource.GetTypeUrl())
-		if v := it.resource.GetValue(); len(v) > 0 {
-			b = protowire.AppendTag(b, anyValueField, protowire.BytesType)
-			b = protowire.AppendBytes(b, v)
+		v := it.resource.GetValue()
+		if len(v) == 0 {
+			continue
 		}
+		b = protowire.AppendTag(b, anyValueField, protowire.BytesType)
+		if len(v) < referencedValueSize {
+			b = protowire.AppendBytes(b, v)
+			continue
+		}
+		b = protowire.AppendVarint(b, uint64(len(v)))
+		chunks = append(chunks, b[start:len(b):len(b)], v)
+		start = len(b)
 	}
-	return appendString(b, respTypeURLField, typeURL)
+	b = appendString(b, respTypeURLField, typeURL)
+	chunks = append(chunks, b[start:])
+	return &responseBody{chunks: chunks, copied: len(b)}
 }
 
 func anySize(a *anypb.Any) int {
@@ -158,12 +190,12 @@ func (r *responseBodies) get(key bodyKey, items []generated) *responseBody {
 	if b := slot.body.Value(); b != nil {
 		return b
 	}
-	b := &responseBody{b: encodeBody(key.version, key.typeURL, items)}
+	b := encodeBody(key.version, key.typeURL, items)
 	slot.body = weak.Make(b)
 	r.mu.Lock()
-	if r.bytes+len(b.b) <= strongBodyBytes {
+	if r.bytes+b.copied <= strongBodyBytes {
 		r.strong = append(r.strong, b)
-		r.bytes += len(b.b)
+		r.bytes += b.copied
 	}
 	r.mu.Unlock()
 	return b
@@ -181,7 +213,11 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 	}
 	tail := appendString(nil, respNonceField, r.nonce)
 	tail = append(tail, r.controlPlane...)
-	return mem.BufferSlice{mem.SliceBuffer(r.body.b), mem.SliceBuffer(tail)}, nil
+	out := make(mem.BufferSlice, 0, len(r.body.chunks)+1)
+	for _, c := range r.body.chunks {
+		out = append(out, mem.SliceBuffer(c))
+	}
+	return append(out, mem.SliceBuffer(tail)), nil
 }
 
 // Unmarshal decodes DiscoveryRequests with unmarshalRequest, everything

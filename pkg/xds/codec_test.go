@@ -21,6 +21,7 @@ import (
 // empty strings left out, an Any with no value.
 func TestEncodedResponseIsWhatProtoMarshals(t *testing.T) {
 	big := bytes.Repeat([]byte{0xab}, 300) // a length that takes two varint bytes
+	huge := bytes.Repeat([]byte{0xcd}, referencedValueSize)
 	cases := []struct {
 		name, version, typeURL, nonce string
 		resources                     []*anypb.Any
@@ -31,6 +32,9 @@ func TestEncodedResponseIsWhatProtoMarshals(t *testing.T) {
 			resources: []*anypb.Any{{TypeUrl: ListenerType, Value: []byte{1, 2, 3}}}},
 		{name: "several resources, one without value", version: "2026-12-03T04:00:00Z/12", typeURL: EndpointType, nonce: "123456",
 			resources: []*anypb.Any{{TypeUrl: EndpointType, Value: big}, {TypeUrl: EndpointType}, {Value: []byte{9}}}},
+		{name: "values referenced between copied ones", version: "v9", typeURL: RouteType, nonce: "5",
+			resources: []*anypb.Any{{TypeUrl: RouteType, Value: huge}, {TypeUrl: RouteType, Value: big},
+				{TypeUrl: RouteType, Value: huge[1:]}, {TypeUrl: RouteType, Value: huge}}},
 		{name: "no nonce", version: "v", typeURL: RouteType,
 			resources: []*anypb.Any{{TypeUrl: RouteType, Value: []byte("route")}}},
 		{name: "a debug type names the control plane", version: "v", typeURL: DebugTypePrefix + "syncz", nonce: "9",
@@ -64,6 +68,34 @@ func TestEncodedResponseIsWhatProtoMarshals(t *testing.T) {
 				t.Errorf("codec wrote\n%x\nproto.Marshal writes\n%x", got.Materialize(), want)
 			}
 		})
+	}
+}
+
+// TestLargeValuesAreReferenced asserts that a body refers to a large value
+// (a route configuration of megabytes) instead of holding a copy, and
+// copies the small ones.
+func TestLargeValuesAreReferenced(t *testing.T) {
+	large := bytes.Repeat([]byte{1}, referencedValueSize)
+	small := bytes.Repeat([]byte{2}, referencedValueSize-1)
+	body := encodeBody("v", RouteType, []generated{
+		{name: "a", resource: &anypb.Any{TypeUrl: RouteType, Value: small}},
+		{name: "b", resource: &anypb.Any{TypeUrl: RouteType, Value: large}},
+	})
+	var refs, total int
+	for _, c := range body.chunks {
+		total += len(c)
+		if len(c) > 0 && &c[0] == &large[0] {
+			refs++
+		}
+		if len(c) > 0 && &c[0] == &small[0] {
+			t.Error("a value under the threshold is a chunk of its own, not copied")
+		}
+	}
+	if refs != 1 {
+		t.Errorf("the large value is referenced by %d chunks, want 1", refs)
+	}
+	if want := total - len(large); body.copied != want {
+		t.Errorf("body counts %d copied bytes, want %d", body.copied, want)
 	}
 }
 
