@@ -110,9 +110,20 @@ func TestStoreEndpointsJoinSlicesInNameOrder(t *testing.T) {
 	if got := s.Endpoints(svc); !slices.Equal(got, []*Endpoint{a1, a2, b1}) {
 		t.Fatalf("endpoints %v", got)
 	}
+	before := s.Endpoints(svc)
+	c1, b2 := &Endpoint{Address: "c1"}, &Endpoint{Address: "b2"}
+	s.SetEndpoints(svc, "slice-c", []*Endpoint{c1})
+	s.SetEndpoints(svc, "slice-b", []*Endpoint{b2})
+	if got := s.Endpoints(svc); !slices.Equal(got, []*Endpoint{a1, a2, b2, c1}) {
+		t.Fatalf("after adding slice-c and replacing slice-b: %v", got)
+	}
+	if !slices.Equal(before, []*Endpoint{a1, a2, b1}) {
+		t.Fatalf("a list read earlier changed under its reader: %v", before)
+	}
 	s.SetEndpoints(svc, "slice-a", nil)
-	if got := s.Endpoints(svc); !slices.Equal(got, []*Endpoint{b1}) {
-		t.Fatalf("after removing slice-a: %v", got)
+	s.SetEndpoints(svc, "slice-c", nil)
+	if got := s.Endpoints(svc); !slices.Equal(got, []*Endpoint{b2}) {
+		t.Fatalf("after removing slice-a and slice-c: %v", got)
 	}
 	s.SetEndpoints(svc, "slice-b", nil)
 	if got := s.Endpoints(svc); got != nil {
