@@ -59,26 +59,17 @@ func ConvertEndpointSlice(slice *discoveryv1.EndpointSlice, lookup WorkloadLooku
 			Health:    endpointHealth(ep.Conditions),
 			Namespace: slice.Namespace,
 		}
-		if ep.NodeName != nil {
-			base.NodeName = *ep.NodeName
-		}
 		var zone string
 		if ep.Zone != nil {
 			zone = *ep.Zone
 		}
 		var w *model.Workload
-		if ref := ep.TargetRef; ref != nil && ref.Kind == "Pod" {
-			base.WorkloadName = ref.Name
-			if lookup != nil {
-				w = lookup(podKey(ref, slice.Namespace))
-			}
+		if ref := ep.TargetRef; ref != nil && ref.Kind == "Pod" && lookup != nil {
+			w = lookup(podKey(ref, slice.Namespace))
 		}
 		if w != nil {
 			base.Labels = w.Labels
 			base.ServiceAccount = w.ServiceAccount
-			if base.NodeName == "" {
-				base.NodeName = w.NodeName
-			}
 		}
 		base.Locality = endpointLocality(zone, w)
 		for _, addr := range ep.Addresses {

@@ -1,6 +1,8 @@
 package controllers
 
 import (
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -336,8 +338,8 @@ func TestConvertEndpointSlice(t *testing.T) {
 				Addresses: []string{"10.244.1.5", "10.244.1.6"}, TargetRef: podRef("pod-v1"), Zone: ptr("eu-1a"),
 			}),
 			want: func() []*model.Endpoint {
-				base := model.Endpoint{Labels: v1Labels, ServiceAccount: "sa-v1", WorkloadName: "pod-v1",
-					Namespace: "ns", NodeName: "node-a", Locality: model.Locality{Region: "eu", Zone: "eu-1a", SubZone: "s1"}}
+				base := model.Endpoint{Labels: v1Labels, ServiceAccount: "sa-v1",
+					Namespace: "ns", Locality: model.Locality{Region: "eu", Zone: "eu-1a", SubZone: "s1"}}
 				var out []*model.Endpoint
 				for _, addr := range []string{"10.244.1.5", "10.244.1.6"} {
 					for _, p := range []struct {
@@ -380,7 +382,7 @@ func TestConvertEndpointSlice(t *testing.T) {
 				Addresses: []string{"10.244.1.7"}, TargetRef: podRef("pod-pinned"), Zone: ptr("other"), NodeName: ptr("node-b"),
 			}),
 			want: []*model.Endpoint{{Address: "10.244.1.7", Port: 8080, ServicePortName: "http", Namespace: "ns",
-				Labels: pinnedLabels, WorkloadName: "pod-pinned", NodeName: "node-b",
+				Labels:   pinnedLabels,
 				Locality: model.Locality{Region: "r", Zone: "z", SubZone: "s"}}},
 		},
 		{
@@ -389,7 +391,7 @@ func TestConvertEndpointSlice(t *testing.T) {
 				Addresses: []string{"10.244.1.8"}, TargetRef: podRef("pod-late"), Zone: ptr("z1"),
 			}),
 			want: []*model.Endpoint{{Address: "10.244.1.8", Port: 8080, ServicePortName: "http", Namespace: "ns",
-				WorkloadName: "pod-late", Locality: model.Locality{Zone: "z1"}}},
+				Locality: model.Locality{Zone: "z1"}}},
 		},
 		{
 			name: "ports without number are skipped",
@@ -414,7 +416,8 @@ func TestConvertEndpointSlice(t *testing.T) {
 				t.Errorf("(-want +got)\n%s", diff)
 			}
 			for _, e := range got {
-				if e.Labels != nil && !sameMap(e.Labels, workloads[model.NamespacedName{Namespace: "ns", Name: e.WorkloadName}].Labels) {
+				if e.Labels != nil && !slices.ContainsFunc(slices.Collect(maps.Values(workloads)),
+					func(w *model.Workload) bool { return sameMap(e.Labels, w.Labels) }) {
 					t.Errorf("endpoint %s copies its pod's labels instead of sharing them", e.Address)
 				}
 			}

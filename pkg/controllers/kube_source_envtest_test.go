@@ -125,7 +125,7 @@ func TestKubeSourceAgainstAPIServer(t *testing.T) {
 		createSlice(t, "reviews-a", "reviews-1", "10.244.1.5")
 		eventually(t, "endpoint with pod labels", func() bool { return endpointVersion("10.244.1.5") == "v1" })
 		e := store.Endpoints(svcKey)[0]
-		if e.ServiceAccount != "default" || e.Locality.Zone != "zone-a" || e.NodeName != "node-1" || e.Port != 9080 {
+		if e.ServiceAccount != "default" || e.Locality.Zone != "zone-a" || e.Port != 9080 {
 			t.Errorf("endpoint = %+v", e)
 		}
 		if ws := store.Workloads(); len(ws) != 1 || ws[0].IPs[0] != "10.244.1.5" {

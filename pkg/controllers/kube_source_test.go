@@ -199,8 +199,8 @@ func TestTrimObject(t *testing.T) {
 				Endpoints: []discoveryv1.Endpoint{{
 					Addresses:  []string{"10.244.1.5"},
 					Conditions: discoveryv1.EndpointConditions{Ready: ptr(false), Serving: ptr(true), Terminating: ptr(true)},
-					NodeName:   ptr("n1"), Zone: ptr("z1"),
-					TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: "ns", Name: "p1"},
+					Zone:       ptr("z1"),
+					TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: "ns", Name: "p1"},
 				}, {Addresses: []string{"10.244.1.6"}}}},
 		},
 		{

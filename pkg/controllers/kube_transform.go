@@ -123,8 +123,8 @@ func trimSecret(sec *corev1.Secret) *corev1.Secret {
 }
 
 // trimEndpointSlice keeps what ConvertEndpointSlice and the ingester read
-// of a slice: of each endpoint its addresses, conditions, node, zone and
-// the kind, namespace and name of its target. EndpointSlices are the most
+// of a slice: of each endpoint its addresses, conditions, zone and the
+// kind, namespace and name of its target. EndpointSlices are the most
 // numerous objects the control plane holds (one endpoint per Pod behind a
 // Service), so the endpoints are also copied into an array of their exact
 // length: decoding grows it by doubling, and left a 10-endpoint slice
@@ -150,7 +150,6 @@ func trimEndpointSlice(slice *discoveryv1.EndpointSlice) *discoveryv1.EndpointSl
 				Serving:     sharedBool(ep.Conditions.Serving),
 				Terminating: sharedBool(ep.Conditions.Terminating),
 			},
-			NodeName:  ep.NodeName,
 			Zone:      ep.Zone,
 			TargetRef: trimTargetRef(ep.TargetRef, slice.Namespace),
 		}

@@ -41,7 +41,8 @@ func (l Locality) String() string {
 type Endpoint struct {
 	Address string
 	// Port is the port the workload listens on.
-	Port uint32
+	Port   uint32
+	Health HealthStatus
 	// ServicePortName names the service port that this endpoint serves; it is
 	// the EndpointSlice port name, which Kubernetes sets to the Service's.
 	ServicePortName string
@@ -49,10 +50,6 @@ type Endpoint struct {
 	// select DestinationRule subsets. They are shared, never mutated.
 	Labels         map[string]string
 	Locality       Locality
-	Health         HealthStatus
 	ServiceAccount string
-	// WorkloadName is the Pod's name when the endpoint targets a Pod.
-	WorkloadName string
-	Namespace    string
-	NodeName     string
+	Namespace      string
 }

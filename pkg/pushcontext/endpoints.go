@@ -424,7 +424,6 @@ func sameEndpoints(a, b []*model.Endpoint) bool {
 		}
 		return x.Address == y.Address && x.Port == y.Port && x.ServicePortName == y.ServicePortName &&
 			x.Locality == y.Locality && x.Health == y.Health && x.ServiceAccount == y.ServiceAccount &&
-			x.WorkloadName == y.WorkloadName && x.Namespace == y.Namespace && x.NodeName == y.NodeName &&
-			maps.Equal(x.Labels, y.Labels)
+			x.Namespace == y.Namespace && maps.Equal(x.Labels, y.Labels)
 	})
 }

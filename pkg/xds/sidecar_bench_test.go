@@ -68,7 +68,7 @@ func seedSidecarWorld(s model.Store, sidecars int) {
 				number uint32
 			}{{"http", 8080}, {"tcp-data", 9000}} {
 				eps = append(eps, &model.Endpoint{Address: ip, Port: port.number, ServicePortName: port.name, Labels: labels,
-					Locality: locality, Namespace: ns, WorkloadName: fmt.Sprintf("%s-%d", name, e), ServiceAccount: name})
+					Locality: locality, Namespace: ns, ServiceAccount: name})
 			}
 		}
 		s.SetEndpoints(model.NamespacedName{Namespace: ns, Name: name}, name+"-slice", eps)
