@@ -132,18 +132,13 @@ func trimSecret(sec *corev1.Secret) *corev1.Secret {
 // the slice's own namespace shares the slice's namespace string.
 func trimEndpointSlice(slice *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {
 	trimMeta(&slice.ObjectMeta)
-	out := &discoveryv1.EndpointSlice{
-		TypeMeta:    slice.TypeMeta,
-		ObjectMeta:  slice.ObjectMeta,
-		AddressType: slice.AddressType,
-		Ports:       slice.Ports,
-	}
+	var packed []discoveryv1.Endpoint
 	if len(slice.Endpoints) > 0 {
-		out.Endpoints = make([]discoveryv1.Endpoint, len(slice.Endpoints))
+		packed = make([]discoveryv1.Endpoint, len(slice.Endpoints))
 	}
 	for i := range slice.Endpoints {
 		ep := &slice.Endpoints[i]
-		out.Endpoints[i] = discoveryv1.Endpoint{
+		packed[i] = discoveryv1.Endpoint{
 			Addresses: ep.Addresses,
 			Conditions: discoveryv1.EndpointConditions{
 				Ready:       sharedBool(ep.Conditions.Ready),
@@ -154,7 +149,8 @@ func trimEndpointSlice(slice *discoveryv1.EndpointSlice) *discoveryv1.EndpointSl
 			TargetRef: trimTargetRef(ep.TargetRef, slice.Namespace),
 		}
 	}
-	return out
+	slice.Endpoints = packed
+	return slice
 }
 
 // The values shared conditions point at. Objects in an informer's cache
