@@ -206,8 +206,8 @@ func (in *Ingester) upsertPod(w *model.Workload) {
 // endpointFieldsChanged reports whether the endpoints that target a Pod
 // must be converted again: ConvertEndpointSlice reads these fields of it.
 func endpointFieldsChanged(old, w *model.Workload) bool {
-	return old.ServiceAccount != w.ServiceAccount || old.NodeName != w.NodeName ||
-		old.Locality != w.Locality || !maps.Equal(old.Labels, w.Labels)
+	return old.ServiceAccount != w.ServiceAccount || old.Locality != w.Locality ||
+		!maps.Equal(old.Labels, w.Labels)
 }
 
 func (in *Ingester) deletePod(key model.NamespacedName) {
