@@ -31,7 +31,7 @@ func TestSotWRequestEncoding(t *testing.T) {
 	node := &corev3.Node{Id: "sidecar~10.0.0.1~a.ns~ns.svc.cluster.local"}
 	cs := &captureStream{}
 	snd := &sender{s: cs, node: node}
-	sub := &subscription{url: EndpointType, names: map[string]int{}}
+	sub := &subscription{url: EndpointType, names: map[string]*subName{}}
 	c := &Client{types: map[string]*subscription{EndpointType: sub}}
 	c.ref(EndpointType, "b", 1)
 	c.ref(EndpointType, "a", 1)
@@ -89,5 +89,42 @@ func TestClientNode(t *testing.T) {
 	}
 	if g := n.GetMetadata().GetFields()["GENERATOR"].GetStringValue(); g != "grpc" {
 		t.Errorf("proxyless node GENERATOR %q, want grpc", g)
+	}
+}
+
+// TestReceivedNamesCount checks the count of received names that full()
+// compares with the subscription: names outside the subscription and
+// repeats do not count, and dropping a received name uncounts it.
+func TestReceivedNamesCount(t *testing.T) {
+	sub := &subscription{url: EndpointType, names: map[string]*subName{}}
+	c := &Client{proxyless: true, types: map[string]*subscription{EndpointType: sub},
+		clusters: map[string]*clusterEntry{}, byEDS: map[string][]string{}}
+	receive := func(names ...string) {
+		r := &response{typeURL: EndpointType}
+		for _, n := range names {
+			r.resources = append(r.resources, wireResource{name: []byte(n)})
+		}
+		c.handle(r)
+	}
+	steps := []struct {
+		do                 func()
+		wantGot, wantNames int
+	}{
+		{func() { c.ref(EndpointType, "a", 1); c.ref(EndpointType, "b", 1); c.ref(EndpointType, "b", 1) }, 0, 2},
+		{func() { receive("a", "x") }, 1, 2},
+		{func() { receive("a") }, 1, 2},
+		{func() { c.ref(EndpointType, "b", -1) }, 1, 2},
+		{func() { c.ref(EndpointType, "a", -1) }, 0, 1},
+		{func() { receive("b") }, 1, 1},
+		{func() { c.ref(EndpointType, "a", 1) }, 1, 2},
+	}
+	for i, s := range steps {
+		s.do()
+		if sub.nGot != s.wantGot || len(sub.names) != s.wantNames {
+			t.Errorf("step %d: %d of %d names received, want %d of %d", i, sub.nGot, len(sub.names), s.wantGot, s.wantNames)
+		}
+		if want := s.wantGot == s.wantNames; c.full() != want {
+			t.Errorf("step %d: full() = %v, want %v", i, c.full(), want)
+		}
 	}
 }

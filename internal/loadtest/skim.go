@@ -125,13 +125,13 @@ func path(b []byte, fn func([]byte), nums ...protowire.Number) error {
 	})
 }
 
-// firstString is the first length-delimited field num of b, as a string.
-func firstString(b []byte, num protowire.Number) (string, error) {
-	var out string
-	found := false
+// firstBytes is the first length-delimited field num of b; it aliases b.
+// Callers compare it in place and copy only what they keep.
+func firstBytes(b []byte, num protowire.Number) ([]byte, error) {
+	var out []byte
 	err := each(b, func(n protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
-		if !found && n == num && typ == protowire.BytesType {
-			out, found = string(v), true
+		if out == nil && n == num && typ == protowire.BytesType {
+			out = v[:len(v):len(v)]
 		}
 		return nil
 	})
@@ -257,9 +257,9 @@ func anyValueOf(a []byte) ([]byte, error) {
 }
 
 // clusterInfo is what a client needs of a cluster: whether it fetches
-// endpoints over EDS, and under which name.
+// endpoints over EDS, and under which name. Both alias the cluster's bytes.
 type clusterInfo struct {
-	name, edsName string
+	name, edsName []byte
 }
 
 func skimCluster(b []byte) (clusterInfo, error) {
@@ -268,11 +268,11 @@ func skimCluster(b []byte) (clusterInfo, error) {
 	err := each(b, func(n protowire.Number, t protowire.Type, v []byte, x uint64) error {
 		switch {
 		case n == clusterName && t == protowire.BytesType:
-			ci.name = string(v)
+			ci.name = v
 		case n == clusterType && t == protowire.VarintType:
 			eds = x == clusterTypeEDS
 		case n == clusterEDS && t == protowire.BytesType:
-			s, err := firstString(v, edsServiceName)
+			s, err := firstBytes(v, edsServiceName)
 			if err != nil {
 				return err
 			}
@@ -281,8 +281,8 @@ func skimCluster(b []byte) (clusterInfo, error) {
 		return nil
 	})
 	if !eds {
-		ci.edsName = ""
-	} else if ci.edsName == "" {
+		ci.edsName = nil
+	} else if len(ci.edsName) == 0 {
 		ci.edsName = ci.name
 	}
 	return ci, err
@@ -307,7 +307,7 @@ func clusterMaxRequests(b []byte) (uint32, error) {
 func claHasAddress(b []byte, addr string) (bool, error) {
 	found := false
 	err := path(b, func(sa []byte) {
-		if s, _ := firstString(sa, socketAddress); s == addr {
+		if s, _ := firstBytes(sa, socketAddress); string(s) == addr {
 			found = true
 		}
 	}, claEndpoints, localityLbEps, lbEndpoint, endpointAddr, addrSocket)
@@ -335,8 +335,8 @@ func listenerRoutes(b []byte) ([]string, error) {
 			return
 		}
 		_ = path(val, func(rds []byte) {
-			if name, _ := firstString(rds, rdsRouteConfigName); name != "" {
-				routes = append(routes, name)
+			if name, _ := firstBytes(rds, rdsRouteConfigName); len(name) > 0 {
+				routes = append(routes, string(name))
 			}
 		}, hcmRDS)
 	}
@@ -365,8 +365,8 @@ func routeClusters(b []byte) ([]string, error) {
 				out = append(out, string(v))
 			case actionWeighted:
 				_ = path(v, func(wc []byte) {
-					if s, _ := firstString(wc, weightedName); s != "" {
-						out = append(out, s)
+					if s, _ := firstBytes(wc, weightedName); len(s) > 0 {
+						out = append(out, string(s))
 					}
 				}, weightedClusters)
 			}

@@ -66,8 +66,8 @@ func TestSkimCluster(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if ci.name != tc.c.GetName() || ci.edsName != tc.wantEDS {
-				t.Errorf("skimCluster = %+v, want name %q eds %q", ci, tc.c.GetName(), tc.wantEDS)
+			if string(ci.name) != tc.c.GetName() || string(ci.edsName) != tc.wantEDS {
+				t.Errorf("skimCluster = name %q eds %q, want name %q eds %q", ci.name, ci.edsName, tc.c.GetName(), tc.wantEDS)
 			}
 			n, err := clusterMaxRequests(b)
 			if err != nil || n != tc.wantMax {
