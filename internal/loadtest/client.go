@@ -75,8 +75,29 @@ func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
 	return mem.BufferSlice{mem.SliceBuffer(b)}, err
 }
 
-// recvBuf holds the last response; its bytes are valid until the next.
-type recvBuf struct{ b []byte }
+// recvBuf holds the last response; its bytes are valid until release.
+// A client keeps a buffer for the many small responses. One over
+// recvBufKeep, a route configuration or a CDS response, is copied into a
+// buffer lent by largeRecvBufs: kept by every client, they were half of the
+// tool's memory (500 clients of a 20,000-Service mesh would have held 6 GiB
+// of 12 MB buffers), and allocated anew for each, the tool's CPU under
+// config churn rose by a fifth.
+type recvBuf struct {
+	b     []byte
+	small []byte
+	lent  *[]byte
+}
+
+const recvBufKeep = 256 << 10
+
+var largeRecvBufs = mustBufferPool(mem.NewBinaryTieredBufferPool(19, 20, 21, 22, 23, 24, 25))
+
+func mustBufferPool(p mem.BufferPool, err error) mem.BufferPool {
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
 
 func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	rb, ok := v.(*recvBuf)
@@ -84,12 +105,26 @@ func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		return fmt.Errorf("raw codec: cannot unmarshal into %T", v)
 	}
 	n := data.Len()
-	if cap(rb.b) < n {
-		rb.b = make([]byte, n)
+	if n > recvBufKeep {
+		rb.lent = largeRecvBufs.Get(n)
+		rb.b = *rb.lent
+	} else {
+		if cap(rb.small) < n {
+			rb.small = make([]byte, n)
+		}
+		rb.b = rb.small[:n]
 	}
-	rb.b = rb.b[:n]
 	data.CopyTo(rb.b)
 	return nil
+}
+
+// release returns a lent buffer; r, whose resources alias it, lets go too.
+func (rb *recvBuf) release(r *response) {
+	if rb.lent != nil {
+		clear(r.resources)
+		largeRecvBufs.Put(rb.lent)
+		rb.lent, rb.b = nil, nil
+	}
 }
 
 func (rawCodec) Name() string { return "proto" }
@@ -439,21 +474,12 @@ func (c *Client) stream(ctx context.Context) error {
 		c.bytes += int64(len(b))
 		reqs := c.handle(&resp)
 		c.mu.Unlock()
-		if cap(rb.b) > recvBufKeep {
-			clear(resp.resources) // they alias the buffer
-			rb.b = nil
-		}
+		rb.release(&resp)
 		if err := c.send(snd, reqs); err != nil {
 			return err
 		}
 	}
 }
-
-// recvBufKeep is the largest receive buffer a client keeps between
-// responses. Its route configuration (3 MB at 5,000 Services, 12 MB at
-// 20,000) comes once per change, and kept it was half of the tool's memory:
-// 500 clients of a 20,000-Service mesh would have held 6 GiB of buffers.
-const recvBufKeep = 256 << 10
 
 // pending is a request computed under the lock and sent outside it.
 type pending struct {
