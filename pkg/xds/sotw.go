@@ -191,9 +191,9 @@ func (c *sotwStream) push(plan *pushPlan) error {
 // respond generates w and sends it. req is nil when answering a
 // subscription, which is always answered; a push (from plan planID) is
 // skipped when it would neither change what the client holds nor carry
-// resources it waits for (w.warming). warmOnly sends just those, with
-// whatever else changed: EDS and RDS responses need not name every
-// subscribed resource.
+// resources it waits for (w.warming). A push of a type other than LDS and
+// CDS, and warmOnly, send just those and whatever else changed: EDS and
+// RDS responses need not name every subscribed resource.
 func (c *sotwStream) respond(w *watch, req *model.PushRequest, planID uint64, warmOnly bool) error {
 	if !w.subscribed() {
 		return nil
@@ -210,10 +210,21 @@ func (c *sotwStream) respond(w *watch, req *model.PushRequest, planID uint64, wa
 	}
 	items := gen.items
 	partial := !req.Full && w.typeURL == EndpointType
-	if warmOnly {
+	switch {
+	case warmOnly:
 		items, partial = changedOrNamed(w, gen, items, w.warming), true
 		if len(items) == 0 {
 			c.dropUnservable(w)
+			return nil
+		}
+	case !subscription && req.Full && !fullStateType(w.typeURL):
+		// In the state of the world only LDS and CDS responses must be
+		// complete, so a push of any other type carries what changed and
+		// what the client waits for. Sent in full, a service that changed
+		// its ports cost every sidecar its 3 MB route configuration and
+		// all its load assignments, when one small route had changed.
+		items, partial = changedOrNamed(w, gen, items, w.warming), true
+		if len(items) == 0 {
 			return nil
 		}
 	}

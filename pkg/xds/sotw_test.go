@@ -195,6 +195,48 @@ func TestSotWEndpointOnlyChangePushesOnlyEDS(t *testing.T) {
 	}
 }
 
+// TestSotWFullPushSendsOnlyChangedEDS: in the state of the world only LDS
+// and CDS responses are complete, so a full push's EDS response carries
+// only what changed, and none follows the CDS response that removes a
+// cluster. Sent whole, a service churning its ports made every sidecar
+// get all its load assignments and its route configuration again.
+func TestSotWFullPushSendsOnlyChangedEDS(t *testing.T) {
+	h := newHarness(t, harnessConfig{seed: seedAB})
+	c := h.sotw("client")
+	c.ack(c.subscribe(ClusterType))
+	eds := c.subscribe(EndpointType, hostname("a"), hostname("b"))
+	c.ack(eds, hostname("a"), hostname("b"))
+	c.expectQuiet("after the initial subscriptions")
+
+	// The Service write makes the push a full one.
+	addService(h.store, "a", "10.1.0.1", "10.1.0.21")
+	eds = c.expect(EndpointType)
+	if got := names(eds.GetResources(), resourceName); !slices.Equal(got, []string{hostname("a")}) {
+		t.Fatalf("EDS of a full push = %v, want only the changed a", got)
+	}
+	c.ack(eds, hostname("a"), hostname("b"))
+	c.expectQuiet("after the EDS ACK")
+	edsPushes := h.counter(h.server.metrics.pushes, "eds")
+
+	h.store.DeleteService(serviceKey("b"))
+	cds := c.expect(ClusterType)
+	if got, want := names(cds.GetResources(), resourceName), []string{hostname("a")}; !slices.Equal(got, want) {
+		t.Fatalf("CDS after removing b = %v, want %v", got, want)
+	}
+	c.expectQuiet("after the CDS response that removed b")
+	// Envoy drops b's load assignment with the cluster, and its name from
+	// the subscription: nothing is left to send.
+	c.ack(cds)
+	c.ack(eds, hostname("a"))
+	c.expectQuiet("after the EDS subscription lost b")
+	if got := h.counter(h.server.metrics.pushes, "eds"); got != edsPushes {
+		t.Fatalf("EDS responses sent for the removal: %v", got-edsPushes)
+	}
+	if st := h.syncStatus("client", EndpointType); st.Resources != 1 {
+		t.Fatalf("EDS resources held = %d, want 1 (a)", st.Resources)
+	}
+}
+
 func TestStreamsWaitForTheFirstPushContext(t *testing.T) {
 	h := newHarness(t, harnessConfig{seed: seedAB, manualStart: true})
 	if h.server.Ready() {
