@@ -288,7 +288,7 @@ func (c *connection) generate(w *watch, req *model.PushRequest, planID uint64, s
 	if !ok {
 		return c.generateOwn(w, req, st)
 	}
-	r, leader := st.shared.claim(key, w.resource.ResourceNames)
+	r, leader := st.shared.claim(key, w.resource.ResourceNames, w.nameList)
 	switch {
 	case r == nil:
 		return c.generateOwn(w, req, st)

