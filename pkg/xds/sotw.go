@@ -262,6 +262,13 @@ func (c *sotwStream) respond(w *watch, req *model.PushRequest, planID uint64, wa
 		for _, it := range items {
 			w.sent.set(it.name, sentResource{version: it.version, resource: it.resource})
 		}
+		// The client holds every item of a complete generation now (what
+		// it lacked or held in another version was just sent); holding
+		// nothing else, it holds exactly that generation, which becomes
+		// its shared base again instead of a growing list of changes.
+		if req.Full && w.sent.len() == len(gen.items) {
+			w.sent.reset(gen)
+		}
 	} else {
 		w.sent.reset(gen)
 	}

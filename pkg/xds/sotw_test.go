@@ -31,6 +31,22 @@ func (h *harness) syncStatus(proxy, typeURL string) TypeStatus {
 	return TypeStatus{}
 }
 
+// sentWhole reports whether what the server records proxy's stream holds
+// of typeURL is exactly one generation.
+func (h *harness) sentWhole(proxy, typeURL string) bool {
+	h.t.Helper()
+	for _, c := range h.server.connections() {
+		if c.proxy != nil && c.proxy.ID == proxyID(proxy) {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			_, whole := c.watches[typeURL].sent.whole()
+			return whole
+		}
+	}
+	h.t.Fatalf("no connection of %s", proxy)
+	return false
+}
+
 func TestSotWSubscribeAckAndSubscriptionChanges(t *testing.T) {
 	h := newHarness(t, harnessConfig{seed: seedAB})
 	c := h.sotw("client")
@@ -216,6 +232,11 @@ func TestSotWFullPushSendsOnlyChangedEDS(t *testing.T) {
 	}
 	c.ack(eds, hostname("a"), hostname("b"))
 	c.expectQuiet("after the EDS ACK")
+	// Holding all of the push's generation, the stream refers to it
+	// rather than keeping a, changed, on its own.
+	if !h.sentWhole("client", EndpointType) {
+		t.Error("after a full push the EDS sent set is not one generation")
+	}
 	edsPushes := h.counter(h.server.metrics.pushes, "eds")
 
 	h.store.DeleteService(serviceKey("b"))
