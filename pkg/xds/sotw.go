@@ -210,21 +210,17 @@ func (c *sotwStream) respond(w *watch, req *model.PushRequest, planID uint64, wa
 	}
 	items := gen.items
 	partial := !req.Full && w.typeURL == EndpointType
-	switch {
-	case warmOnly:
+	// In the state of the world only LDS and CDS responses must be
+	// complete, so a push of any other type carries what changed and what
+	// the client waits for. Sent in full, a service that changed its ports
+	// cost every sidecar its 3 MB route configuration and all its load
+	// assignments, when one small route had changed.
+	if warmOnly || (!subscription && req.Full && !fullStateType(w.typeURL)) {
 		items, partial = changedOrNamed(w, gen, items, w.warming), true
 		if len(items) == 0 {
-			c.dropUnservable(w)
-			return nil
-		}
-	case !subscription && req.Full && !fullStateType(w.typeURL):
-		// In the state of the world only LDS and CDS responses must be
-		// complete, so a push of any other type carries what changed and
-		// what the client waits for. Sent in full, a service that changed
-		// its ports cost every sidecar its 3 MB route configuration and
-		// all its load assignments, when one small route had changed.
-		items, partial = changedOrNamed(w, gen, items, w.warming), true
-		if len(items) == 0 {
+			if warmOnly {
+				c.dropUnservable(w)
+			}
 			return nil
 		}
 	}
