@@ -68,6 +68,7 @@ with the CA (istio.v1.auth.IstioCertificateService).`,
 	f.StringVar(&opts.HTTPAddr, "http-addr", opts.HTTPAddr, "address of the debug server (/ready, /healthz, /debug/...); empty disables it")
 	f.StringVar(&opts.MonitoringAddr, "monitoring-addr", opts.MonitoringAddr, "address of the Prometheus /metrics server; empty disables it")
 	f.BoolVar(&opts.EnableProfiling, "enable-profiling", opts.EnableProfiling, "serve pprof under /debug/pprof/ on --http-addr")
+	f.BoolVar(&opts.ReleaseStartupPages, "release-startup-pages", opts.ReleaseStartupPages, "once the first push context is built, unmap the parts of the binary only start-up read and let the kernel reclaim them first (about 35 MiB less RSS at rest)")
 	f.StringVar(&opts.DomainSuffix, "domain", opts.DomainSuffix, "DNS domain suffix of the cluster")
 	f.StringVar(&opts.RootNamespace, "root-namespace", opts.RootNamespace, "namespace whose DestinationRules apply mesh-wide")
 	f.DurationVar(&opts.DebounceAfter, "debounce-after", opts.DebounceAfter, "quiet period after a config change before pushing")

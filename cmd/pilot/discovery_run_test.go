@@ -61,6 +61,7 @@ func TestMain(m *testing.M) { os.Exit(pilotbin.Main(m)) }
 type runningPilot struct {
 	httpAddr string
 	stderr   *testlog.Buffer
+	pid      int
 }
 
 // startDiscovery runs pilot discovery on the world with args, on free
@@ -80,6 +81,7 @@ func startDiscovery(t *testing.T, env []string, args ...string) *runningPilot {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	p.pid = cmd.Process.Pid
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(os.Interrupt)
 		_ = cmd.Wait()
@@ -169,6 +171,47 @@ func TestDiscoveryLogging(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDiscoveryReleasesStartupPages: once serving, pilot holds a fraction of
+// the RSS it would with every page start-up touched, and says so; with
+// --release-startup-pages=false it keeps them.
+func TestDiscoveryReleasesStartupPages(t *testing.T) {
+	const released = "released the executable's start-up pages"
+	kept := startDiscovery(t, nil, "--release-startup-pages=false")
+	p := startDiscovery(t, nil)
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(p.stderr.String(), released) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q record:\n%s", released, p.stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	rss, keptRSS := residentKiB(t, p.pid), residentKiB(t, kept.pid)
+	t.Logf("RSS %d KiB released, %d KiB kept", rss, keptRSS)
+	if rss > keptRSS*2/3 {
+		t.Errorf("RSS %d KiB after releasing the start-up pages, %d KiB without: want at most two thirds", rss, keptRSS)
+	}
+	if strings.Contains(kept.stderr.String(), released) {
+		t.Errorf("--release-startup-pages=false released them:\n%s", kept.stderr.String())
+	}
+}
+
+// residentKiB is the Rss of process pid, from /proc/<pid>/smaps_rollup.
+func residentKiB(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		var kib int
+		if _, err := fmt.Sscanf(l, "Rss: %d kB", &kib); err == nil {
+			return kib
+		}
+	}
+	t.Fatalf("no Rss in smaps_rollup:\n%s", b)
+	return 0
 }
 
 func TestDiscoveryIngressWiring(t *testing.T) {

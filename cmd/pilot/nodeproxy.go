@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/meshpilot/meshpilot/internal/exepages"
 	"github.com/meshpilot/meshpilot/internal/version"
 	"github.com/meshpilot/meshpilot/pkg/caclient"
 	"github.com/meshpilot/meshpilot/pkg/capture"
@@ -40,6 +41,7 @@ type nodeProxyFlags struct {
 	cniSocket, kubeconfig, trustDomain string
 	captureBackend                     string
 	drain                              time.Duration
+	releaseStartupPages                bool
 }
 
 func newNodeProxyCommand() *cobra.Command {
@@ -74,6 +76,7 @@ listeners, and annotates the Pod so that peers start using HBONE.`,
 	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig the node agent reads and annotates Pods with (default: $KUBECONFIG, ~/.kube/config, or the pod's service account)")
 	fl.StringVar(&f.captureBackend, "capture-backend", capture.DefaultBackend, "how the node agent redirects a pod's traffic inside its network namespace: nftables (over netlink, no binary needed) or iptables (the node's iptables-restore, for nodes whose rules are iptables rules)")
 	fl.StringVar(&f.trustDomain, "trust-domain", "cluster.local", "the mesh's trust domain, for the identity of a pod captured before WDS tells of it")
+	fl.BoolVar(&f.releaseStartupPages, "release-startup-pages", true, "once the first workload set has arrived, unmap the parts of the binary only start-up read and let the kernel reclaim them first")
 	fl.DurationVar(&f.drain, "drain", 10*time.Second, "how long open tunnels may finish on SIGTERM")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.StringVar(&f.logFormat, "log-format", "text", "text or json")
@@ -170,6 +173,9 @@ func runNodeProxy(f nodeProxyFlags) error {
 			}
 		}()
 		defer srv.Close()
+	}
+	if f.releaseStartupPages {
+		go exepages.ReleaseWhen(ctx, proxy.Synced(), logger)
 	}
 	logger.Info("starting the node proxy", "version", version.String(), "node", f.node, "xds", f.xdsAddress)
 	return proxy.Run(ctx, f.drain)

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/meshpilot/meshpilot/internal/exepages"
 	"github.com/meshpilot/meshpilot/internal/version"
 	"github.com/meshpilot/meshpilot/pkg/controllers"
 	"github.com/meshpilot/meshpilot/pkg/model"
@@ -249,6 +250,9 @@ func (s *Server) Run(ctx context.Context) error {
 		})
 	}
 	wg.Go(func() { s.writeBack.run(ctx) })
+	if s.opts.ReleaseStartupPages {
+		wg.Go(func() { exepages.ReleaseWhen(ctx, s.xds.Started(), s.log) })
+	}
 	if s.opts.meshConfig != nil {
 		wg.Go(func() { s.watchMeshConfig(ctx) })
 	}

@@ -186,6 +186,9 @@ func (s *Server) Register(g *grpc.Server) {
 // Ready reports whether the first push context has been built.
 func (s *Server) Ready() bool { return s.current.Load() != nil }
 
+// Started is closed once the first push context has been built.
+func (s *Server) Started() <-chan struct{} { return s.ready }
+
 // PushContext returns the push context being served, nil before Start.
 func (s *Server) PushContext() *pushcontext.PushContext {
 	if st := s.current.Load(); st != nil {
