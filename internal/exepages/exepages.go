@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"reflect"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -98,11 +99,12 @@ func ReleaseWhen(ctx context.Context, ready <-chan struct{}, log *slog.Logger) {
 	case <-ctx.Done():
 		return
 	}
+	start := time.Now()
 	r, err := Release()
 	if err != nil {
 		log.Warn("could not release the executable's start-up pages", "err", err)
 		return
 	}
 	log.Info("released the executable's start-up pages", "segments", r.Segments,
-		"residentBeforeBytes", r.ResidentBefore, "residentAfterBytes", r.ResidentAfter)
+		"residentBeforeBytes", r.ResidentBefore, "residentAfterBytes", r.ResidentAfter, "took", time.Since(start))
 }
