@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/meshpilot/meshpilot/internal/exepages"
 	"github.com/meshpilot/meshpilot/internal/version"
 	"github.com/meshpilot/meshpilot/pkg/cni/agentapi"
 	"github.com/meshpilot/meshpilot/pkg/cni/install"
@@ -44,6 +45,7 @@ func newCNIInstallCommand() *cobra.Command {
 	var (
 		opt                 install.Options
 		writeKubeconfig     bool
+		releaseStartup      bool
 		logLevel, logFormat string
 	)
 	cmd := &cobra.Command{
@@ -76,6 +78,9 @@ func newCNIInstallCommand() *cobra.Command {
 			// the runtime would fail every pod on a binary that may vanish.
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 			defer stop()
+			if releaseStartup {
+				go exepages.ReleaseWhen(ctx, in.Installed(), log)
+			}
 			log.Info("installing the CNI plugin", "version", version.String(), "confDir", opt.ConfDir, "binDir", opt.BinDir)
 			return in.Run(ctx)
 		},
@@ -88,6 +93,7 @@ func newCNIInstallCommand() *cobra.Command {
 	f.DurationVar(&opt.AgentTimeout, "agent-timeout", 10*time.Second, "how long the plugin waits for the node agent")
 	f.StringSliceVar(&opt.ExcludeNamespaces, "exclude-namespaces", []string{"kube-system"}, "namespaces whose pods the plugin never looks up nor captures")
 	f.BoolVar(&writeKubeconfig, "write-kubeconfig", true, "write a kubeconfig for the plugin from this pod's ServiceAccount (in-cluster only)")
+	f.BoolVar(&releaseStartup, "release-startup-pages", true, "once the plugin is in place, unmap the parts of the binary only start-up read and let the kernel reclaim them first")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
 	return cmd

@@ -47,6 +47,8 @@ const kubeconfigName = "meshpilot-cni-kubeconfig"
 type Installer struct {
 	opt Options
 	log *slog.Logger
+	// installed is closed once Run has copied the plugin and its files.
+	installed chan struct{}
 }
 
 // New checks opt and fills in its defaults.
@@ -67,7 +69,7 @@ func New(opt Options) (*Installer, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Installer{opt: opt, log: log}, nil
+	return &Installer{opt: opt, log: log, installed: make(chan struct{})}, nil
 }
 
 // entry is the plugin's element of the conflist.
@@ -91,6 +93,7 @@ func (in *Installer) Install() error {
 	if err := in.installFiles(); err != nil {
 		return err
 	}
+	close(in.installed)
 	_, err := in.ensureEntry()
 	return err
 }
@@ -212,6 +215,10 @@ func (in *Installer) removeEntry(keep string) error {
 	return errors.Join(errs...)
 }
 
+// Installed is closed once Run has copied the plugin's binary and files
+// into place; its conflist entry may still wait for the primary plugin.
+func (in *Installer) Installed() <-chan struct{} { return in.installed }
+
 // Run installs, then keeps the entry in place until ctx ends, and then
 // uninstalls. A missing primary config is waited for, not an error.
 func (in *Installer) Run(ctx context.Context) error {
@@ -228,6 +235,7 @@ func (in *Installer) Run(ctx context.Context) error {
 	if err := in.installFiles(); err != nil {
 		return err
 	}
+	close(in.installed)
 	// A config we cannot use yet (none, or one the primary plugin is
 	// half-way through writing) is waited for: its next event retries.
 	if _, err := in.ensureEntry(); errors.Is(err, errNoPrimary) {

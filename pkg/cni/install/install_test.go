@@ -207,7 +207,18 @@ func TestRunRepairsAndRemovesOnlyItsOwnEntryOnStop(t *testing.T) {
 	n := newNode(t, nil) // the primary plugin comes after the installer
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- n.installer(t).Run(ctx) }()
+	in := n.installer(t)
+	go func() { done <- in.Run(ctx) }()
+	select {
+	case <-in.Installed():
+	case err := <-done:
+		t.Fatalf("Run ended before installing: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Installed never closed")
+	}
+	if _, err := os.Stat(filepath.Join(n.bin, "meshpilot-cni")); err != nil {
+		t.Errorf("Installed closed before the binary was in place: %v", err)
+	}
 	path := filepath.Join(n.conf, "10-calico.conflist")
 	other := filepath.Join(n.conf, "20-other.conflist")
 
