@@ -1,9 +1,11 @@
 package install
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -121,12 +123,19 @@ func asConflist(data []byte, isConflist bool) (map[string]any, error) {
 // writeAtomic replaces path so that a runtime reading it never sees half a
 // file.
 func writeAtomic(path string, data []byte, mode os.FileMode) error {
+	return writeAtomicFrom(path, bytes.NewReader(data), mode)
+}
+
+// writeAtomicFrom is writeAtomic of what r holds, streamed: from a file,
+// io.Copy has the kernel copy it (copy_file_range), and nothing is held in
+// memory.
+func writeAtomicFrom(path string, r io.Reader, mode os.FileMode) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
 	if err != nil {
 		return err
 	}
 	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
+	if _, err := io.Copy(tmp, r); err != nil {
 		tmp.Close()
 		return err
 	}
