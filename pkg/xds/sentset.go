@@ -22,7 +22,13 @@ type generation struct {
 	index     map[string]int32
 
 	// diffs holds changedSince's answers, by base.
-	diffs sync.Map // weak.Pointer[generation] -> []int32
+	diffs sync.Map // weak.Pointer[generation] -> *diff
+}
+
+// diff is changedSince's answer for one base, computed once.
+type diff struct {
+	once    sync.Once
+	changed []int32
 }
 
 func newGeneration(items []generated) *generation { return &generation{items: items} }
@@ -61,18 +67,21 @@ func (g *generation) indexOf(name string) (int32, bool) {
 // is held weakly: a generation must not keep the chain of its predecessors
 // alive.
 func (g *generation) changedSince(base *generation) []int32 {
-	key := weak.Make(base)
-	if v, ok := g.diffs.Load(key); ok {
-		return v.([]int32)
+	// The streams of one push ask at once, so the first computes and the
+	// others wait for it: asking and then storing, all 50 computed it.
+	v, ok := g.diffs.Load(weak.Make(base))
+	if !ok {
+		v, _ = g.diffs.LoadOrStore(weak.Make(base), new(diff))
 	}
-	var changed []int32
-	for i, it := range g.items {
-		if prev, ok := base.lookup(it.name); !ok || prev.version != it.version {
-			changed = append(changed, int32(i))
+	d := v.(*diff)
+	d.once.Do(func() {
+		for i, it := range g.items {
+			if prev, ok := base.lookup(it.name); !ok || prev.version != it.version {
+				d.changed = append(d.changed, int32(i))
+			}
 		}
-	}
-	v, _ := g.diffs.LoadOrStore(key, changed)
-	return v.([]int32)
+	})
+	return d.changed
 }
 
 // changedOrNamed returns g's items that differ from base, which the client

@@ -6,8 +6,10 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
+	"sync"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // TestSentSetMatchesAMap drives a sentSet and a plain map, the model it
@@ -227,6 +229,43 @@ func TestSharedDiffIsThePerStreamDiff(t *testing.T) {
 			if got, want := unchanged(w, gen, gen.items, false), len(perItem(&w.sent, gen.items, nil)) == 0; got != want {
 				t.Fatalf("case %d: unchanged = %v, want %v", i, got, want)
 			}
+		}
+	}
+}
+
+// TestChangedSinceFromConcurrentStreams: the streams of one push ask for
+// the same diff at once; each gets the one answer, and it is right.
+func TestChangedSinceFromConcurrentStreams(t *testing.T) {
+	var baseItems, genItems []generated
+	for i := range 5000 {
+		name := fmt.Sprintf("c%04d", i)
+		baseItems = append(baseItems, generated{name: name, version: "1"})
+		version := "1"
+		if i%1000 == 7 {
+			version = "2"
+		}
+		genItems = append(genItems, generated{name: name, version: version})
+	}
+	base, gen := newGeneration(baseItems), newGeneration(genItems)
+	const streams = 50
+	got := make([][]int32, streams)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range streams {
+		wg.Go(func() {
+			<-start
+			got[i] = gen.changedSince(base)
+		})
+	}
+	close(start)
+	wg.Wait()
+	want := []int32{7, 1007, 2007, 3007, 4007}
+	for i, g := range got {
+		if !slices.Equal(g, want) {
+			t.Fatalf("stream %d: changedSince = %v, want %v", i, g, want)
+		}
+		if unsafe.SliceData(g) != unsafe.SliceData(got[0]) {
+			t.Errorf("stream %d holds an answer of its own", i)
 		}
 	}
 }
