@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-// segment is one mapping of the executable, as /proc/self/smaps shows it.
+// segment is one mapping, as /proc/self/smaps shows it.
 type segment struct {
 	start, end uintptr
 	rss        int64 // resident bytes
@@ -55,18 +55,21 @@ func parseSmaps(r io.Reader) ([]segment, error) {
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		line := sc.Text()
-		key, value, isField := strings.Cut(line, ":")
-		if isField && !strings.Contains(key, " ") && !strings.Contains(key, "-") {
+		// A field is "Name: value"; a mapping's header has spaces and a
+		// dash before its first colon (in the device).
+		key, value, found := strings.Cut(line, ":")
+		if found && !strings.ContainsAny(key, " -") {
 			if cur == nil {
 				return nil, fmt.Errorf("smaps: field before the first mapping: %q", line)
 			}
+			ok := true
 			switch key {
 			case "Rss":
-				cur.rss, isField = kiloBytes(value)
+				cur.rss, ok = kiloBytes(value)
 			case "Anonymous":
-				cur.anonymous, isField = kiloBytes(value)
+				cur.anonymous, ok = kiloBytes(value)
 			}
-			if !isField {
+			if !ok {
 				return nil, fmt.Errorf("smaps: malformed %q", line)
 			}
 			continue

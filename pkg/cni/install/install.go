@@ -92,7 +92,6 @@ func (in *Installer) Install() error {
 	if err := in.installFiles(); err != nil {
 		return err
 	}
-	close(in.installed)
 	_, err := in.ensureEntry()
 	return err
 }
