@@ -92,8 +92,7 @@ func (tmpl *clusterTemplate) resource(o outboundCluster) model.Resource {
 	name := OutboundClusterName(o.svc.Hostname, o.port.Port, "")
 	var matches []byte
 	if o.peer.auto {
-		ctx := istioMutualContext(o.peer.identities.List(), istioMutualSNI(o.svc.Hostname, o.port.Port, ""), tmpl.h2)
-		matches = marshalClusterPart(&cluster.Cluster{TransportSocketMatches: autoMTLSMatches(ctx)})
+		matches = appendAutoMTLSMatches(nil, o.peer.identities.List(), istioMutualSNI(o.svc.Hostname, o.port.Port, ""), tmpl.h2)
 	}
 	edsLen := len(tmpl.edsConfig) + protowire.SizeTag(edsServiceNameField) + protowire.SizeBytes(len(name))
 	size := protowire.SizeTag(clusterNameField) + protowire.SizeBytes(len(name)) +
@@ -109,14 +108,6 @@ func (tmpl *clusterTemplate) resource(o outboundCluster) model.Resource {
 	b = append(b, tmpl.rest...)
 	b = append(b, matches...)
 	return model.Resource{Name: name, Resource: &anypb.Any{TypeUrl: ClusterType, Value: b}}
-}
-
-func marshalClusterPart(c *cluster.Cluster) []byte {
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(c)
-	if err != nil {
-		panic("envoygen: marshal cluster " + c.GetName() + ": " + err.Error())
-	}
-	return b
 }
 
 // plainCluster reports whether o is built from defaults only, so that its

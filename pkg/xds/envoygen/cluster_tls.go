@@ -293,16 +293,22 @@ func sanMatchers(names []string) []*tlsv3.SubjectAltNameMatcher {
 	}
 	out := make([]*tlsv3.SubjectAltNameMatcher, 0, len(names))
 	for _, n := range names {
-		sanType := tlsv3.SubjectAltNameMatcher_DNS
-		if strings.Contains(n, "://") {
-			sanType = tlsv3.SubjectAltNameMatcher_URI
-		} else if _, err := netip.ParseAddr(n); err == nil {
-			sanType = tlsv3.SubjectAltNameMatcher_IP_ADDRESS
-		}
 		out = append(out, &tlsv3.SubjectAltNameMatcher{
-			SanType: sanType,
+			SanType: sanType(n),
 			Matcher: &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: n}},
 		})
 	}
 	return out
+}
+
+// sanType is the kind of subject alternative name n is: a SPIFFE ID (URI),
+// an IP address, or else a DNS name.
+func sanType(n string) tlsv3.SubjectAltNameMatcher_SanType {
+	if strings.Contains(n, "://") {
+		return tlsv3.SubjectAltNameMatcher_URI
+	}
+	if _, err := netip.ParseAddr(n); err == nil {
+		return tlsv3.SubjectAltNameMatcher_IP_ADDRESS
+	}
+	return tlsv3.SubjectAltNameMatcher_DNS
 }
