@@ -63,11 +63,21 @@ func TestRunInProcess(t *testing.T) {
 	l.Close()
 	scn := Scenario{Services: 12, Endpoints: 2, Namespaces: 3, DestinationRules: true, Domain: "cluster.local"}
 	cp := &inProcess{t: t, dir: t.TempDir(), addr: addr}
+	// The scenario is in place before the control plane starts, so that
+	// its first push context holds all of it. Written while it served,
+	// with no time to settle, the files came in over several pushes that
+	// could still be arriving when the endpoint phase began, and about
+	// one run in 40 counted a change with a watcher less: a client that
+	// did not hold the churned cluster at that moment.
+	inputs := &DirInputs{Scenario: scn, Dir: cp.dir}
+	if err := inputs.Create(context.Background(), func(int, int) {}); err != nil {
+		t.Fatal(err)
+	}
 	cp.start()
 	t.Cleanup(cp.stop)
 
 	clients := map[Kind]int{KindSidecar: 2, KindSidecarDelta: 1, KindRouter: 1, KindGRPC: 2}
-	cfg := Config{Scenario: scn, Inputs: &DirInputs{Scenario: scn, Dir: cp.dir}, Source: "dir", XDSAddr: addr,
+	cfg := Config{Scenario: scn, Inputs: inputs, InputsExist: true, Source: "dir", XDSAddr: addr,
 		Clients: clients, GRPCTargets: 2, ControlPlane: cp, Usage: SelfSource{}, SampleInterval: 20 * time.Millisecond,
 		EndpointChanges: 3, ConfigChanges: 2, ChurnRate: 100, Timeout: time.Minute, Settle: 0}
 	r, err := Run(context.Background(), cfg)
