@@ -245,13 +245,22 @@ func (b *clusterBuilder) build() *cluster.Cluster {
 // packAny wraps m in an Any with deterministic bytes, so equal clusters
 // marshal to equal bytes.
 func packAny(m proto.Message) *anypb.Any {
+	return &anypb.Any{TypeUrl: typeURL(m), Value: marshalDeterministic(m)}
+}
+
+// typeURL is the Any type URL of m's message.
+func typeURL(m proto.Message) string {
+	return "type.googleapis.com/" + string(m.ProtoReflect().Descriptor().FullName())
+}
+
+func marshalDeterministic(m proto.Message) []byte {
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
 	if err != nil {
 		// Only an invalid UTF-8 string can fail here; the inputs are
 		// validated Kubernetes and Istio objects.
 		panic("envoygen: marshal " + string(m.ProtoReflect().Descriptor().FullName()) + ": " + err.Error())
 	}
-	return &anypb.Any{TypeUrl: "type.googleapis.com/" + string(m.ProtoReflect().Descriptor().FullName()), Value: b}
+	return b
 }
 
 // defaultThresholds are Istio's circuit breaker defaults: effectively no

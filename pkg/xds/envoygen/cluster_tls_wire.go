@@ -41,7 +41,7 @@ var (
 	fSANType          = fieldOf(&tlsv3.SubjectAltNameMatcher{}, "san_type")
 	fSANMatcher       = fieldOf(&tlsv3.SubjectAltNameMatcher{}, "matcher")
 	fStringExact      = fieldOf(&matcher.StringMatcher{}, "exact")
-	upstreamTLSURL    = "type.googleapis.com/" + string((&tlsv3.UpstreamTlsContext{}).ProtoReflect().Descriptor().FullName())
+	upstreamTLSURL    = typeURL(&tlsv3.UpstreamTlsContext{})
 	autoMTLSConstants = newAutoMTLSParts()
 )
 
@@ -78,14 +78,6 @@ func newAutoMTLSParts() autoMTLSParts {
 	return p
 }
 
-func marshalDeterministic(m proto.Message) []byte {
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
-	if err != nil {
-		panic("envoygen: marshal " + string(m.ProtoReflect().Descriptor().FullName()) + ": " + err.Error())
-	}
-	return b
-}
-
 // appendAutoMTLSMatches appends what proto.Marshal writes for a Cluster
 // holding only autoMTLSMatches(istioMutualContext(sans, sni, h2)).
 func appendAutoMTLSMatches(b []byte, sans []string, sni string, h2 bool) []byte {
@@ -97,7 +89,7 @@ func appendAutoMTLSMatches(b []byte, sans []string, sni string, h2 bool) []byte 
 	// Sizes, from the innermost message out.
 	sanList := 0
 	for _, n := range sans {
-		sanList += sizeBytesField(fValidationSANs, sanMatcherSize(n))
+		sanList += sizeBytesField(fValidationSANs, sanMatcherSize(n, sanType(n)))
 	}
 	combined := sizeBytesField(fCombinedDefault, sanList) + len(p.rootSDS)
 	common := len(head) + sizeBytesField(fCommonCombined, combined)
@@ -118,8 +110,9 @@ func appendAutoMTLSMatches(b []byte, sans []string, sni string, h2 bool) []byte 
 	b = appendFieldHeader(b, fCommonCombined, combined)
 	b = appendFieldHeader(b, fCombinedDefault, sanList)
 	for _, n := range sans {
-		b = appendFieldHeader(b, fValidationSANs, sanMatcherSize(n))
-		if t := sanType(n); t != 0 {
+		t := sanType(n)
+		b = appendFieldHeader(b, fValidationSANs, sanMatcherSize(n, t))
+		if t != 0 {
 			b = protowire.AppendTag(b, fSANType, protowire.VarintType)
 			b = protowire.AppendVarint(b, uint64(t))
 		}
@@ -131,10 +124,11 @@ func appendAutoMTLSMatches(b []byte, sans []string, sni string, h2 bool) []byte 
 	return append(b, p.plaintext...)
 }
 
-// sanMatcherSize is the marshalled size of SubjectAltNameMatcher n.
-func sanMatcherSize(n string) int {
+// sanMatcherSize is the marshalled size of SubjectAltNameMatcher n, of
+// type t.
+func sanMatcherSize(n string, t tlsv3.SubjectAltNameMatcher_SanType) int {
 	size := sizeBytesField(fSANMatcher, sizeString(fStringExact, n))
-	if t := sanType(n); t != 0 {
+	if t != 0 {
 		size += protowire.SizeTag(fSANType) + protowire.SizeVarint(uint64(t))
 	}
 	return size
