@@ -51,6 +51,10 @@ type responseBody struct {
 	// copied is how many of the body's bytes it holds itself; the rest are
 	// values it refers to.
 	copied int
+	// values is the size of the resources' values, the figure the
+	// response-size metrics report. Summed once here, not by each of the
+	// thousands of streams that send the body.
+	values int
 }
 
 // referencedValueSize is the size from which a resource's value becomes a
@@ -77,11 +81,13 @@ var (
 // left out, as proto3 leaves them out.
 func encodeBody(version, typeURL string, items []generated) *responseBody {
 	copied := sizeString(respVersionField, version) + sizeString(respTypeURLField, typeURL)
-	referenced := 0
+	referenced, values := 0, 0
 	for _, it := range items {
 		n := anySize(it.resource)
 		copied += protowire.SizeTag(respResourcesField) + protowire.SizeBytes(n)
-		if v := it.resource.GetValue(); len(v) >= referencedValueSize {
+		v := it.resource.GetValue()
+		values += len(v)
+		if len(v) >= referencedValueSize {
 			copied -= len(v)
 			referenced++
 		}
@@ -110,7 +116,7 @@ func encodeBody(version, typeURL string, items []generated) *responseBody {
 	}
 	b = appendString(b, respTypeURLField, typeURL)
 	chunks = append(chunks, b[start:])
-	return &responseBody{chunks: chunks, copied: len(b)}
+	return &responseBody{chunks: chunks, copied: len(b), values: values}
 }
 
 func anySize(a *anypb.Any) int {

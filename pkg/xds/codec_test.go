@@ -97,6 +97,9 @@ func TestLargeValuesAreReferenced(t *testing.T) {
 	if want := total - len(large); body.copied != want {
 		t.Errorf("body counts %d copied bytes, want %d", body.copied, want)
 	}
+	if want := len(small) + len(large); body.values != want {
+		t.Errorf("body counts %d bytes of values, want %d", body.values, want)
+	}
 }
 
 // TestResponseBodiesShareAndLetGo asserts that streams sending the same

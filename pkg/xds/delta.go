@@ -232,7 +232,7 @@ func (c *deltaStream) respond(w *watch, req *model.PushRequest, planID uint64, a
 	w.warming = nil
 	c.mu.Unlock()
 
-	c.recordPush(w, req, start, now, subscription, changed, resp.Nonce, st.version)
+	c.recordPush(w, req, start, now, subscription, len(changed), valuesSize(changed), resp.Nonce, st.version)
 	return nil
 }
 
@@ -267,4 +267,14 @@ func removedNames(w *watch, items []generated, added []string) []string {
 	}
 	slices.Sort(removed)
 	return removed
+}
+
+// valuesSize is the size of the values of items, as the response-size
+// metrics report it.
+func valuesSize(items []generated) int {
+	n := 0
+	for _, it := range items {
+		n += len(it.resource.GetValue())
+	}
+	return n
 }

@@ -272,7 +272,7 @@ func (c *sotwStream) respond(w *watch, req *model.PushRequest, planID uint64, wa
 	w.warming = nil
 	c.mu.Unlock()
 
-	c.recordPush(w, req, start, now, subscription, items, resp.nonce, st.version)
+	c.recordPush(w, req, start, now, subscription, len(items), resp.body.values, resp.nonce, st.version)
 	return nil
 }
 
@@ -303,13 +303,11 @@ func unchanged(w *watch, gen *generation, items []generated, partial bool) bool 
 	return true
 }
 
+// recordPush counts a response of resources, size bytes of values, in the
+// metrics and the debug log.
 func (c *connection) recordPush(w *watch, req *model.PushRequest, start, now time.Time, subscription bool,
-	items []generated, nonce, version string,
+	resources, size int, nonce, version string,
 ) {
-	size := 0
-	for _, it := range items {
-		size += len(it.resource.GetValue())
-	}
 	w.metrics.pushed(now.Sub(start), size)
 	if !subscription {
 		c.pushed = true
@@ -317,7 +315,7 @@ func (c *connection) recordPush(w *watch, req *model.PushRequest, start, now tim
 			c.s.metrics.convergence.Observe(now.Sub(req.Start).Seconds())
 		}
 	}
-	c.log.Debug("sent", "type", shortType(w.typeURL), "nonce", nonce, "version", version, "resources", len(items),
+	c.log.Debug("sent", "type", shortType(w.typeURL), "nonce", nonce, "version", version, "resources", resources,
 		"bytes", size, "subscription", subscription)
 }
 
