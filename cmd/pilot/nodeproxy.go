@@ -34,7 +34,8 @@ import (
 // nodeProxyFlags are `pilot nodeproxy`'s settings, named after ztunnel's
 // environment where it has one.
 type nodeProxyFlags struct {
-	xdsAddress, caRoot, tokenFile      string
+	xdsAddress, xdsServerName          string
+	caRoot, tokenFile                  string
 	node, podName, podNamespace, podIP string
 	netnsTemplate, httpAddr, domain    string
 	logLevel, logFormat                string
@@ -63,6 +64,7 @@ listeners, and annotates the Pod so that peers start using HBONE.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.xdsAddress, "xds-address", envOr("XDS_ADDRESS", "istiod.istio-system.svc:15012"), "the control plane's TLS xDS and CA address; its host is the name checked in the serving certificate")
+	fl.StringVar(&f.xdsServerName, "xds-server-name", os.Getenv("ISTIOD_SAN"), "the name checked in the control plane's serving certificate when it is not --xds-address's host, as when that is an IP (Istio's ISTIOD_SAN)")
 	fl.StringVar(&f.caRoot, "ca-root-cert", "/var/run/secrets/istio/root-cert.pem", "the mesh root (the istio-ca-root-cert ConfigMap's root-cert.pem), which the control plane's certificate must chain to")
 	fl.StringVar(&f.tokenFile, "token-file", "/var/run/secrets/tokens/istio-token", "the node proxy's projected ServiceAccount token, audience istio-ca, bound to its Pod")
 	fl.StringVar(&f.node, "node-name", os.Getenv("NODE_NAME"), "the node's name; the proxy serves the ambient Pods whose spec.nodeName it is")
@@ -118,12 +120,15 @@ func runNodeProxy(f nodeProxyFlags) error {
 	if !roots.AppendCertsFromPEM(rootPEM) {
 		return fmt.Errorf("--ca-root-cert: %s holds no PEM certificate", f.caRoot)
 	}
-	host, _, err := net.SplitHostPort(f.xdsAddress)
+	serverName, _, err := net.SplitHostPort(f.xdsAddress)
 	if err != nil {
 		return fmt.Errorf("--xds-address: %w", err)
 	}
+	if f.xdsServerName != "" {
+		serverName = f.xdsServerName
+	}
 	conn, err := grpc.NewClient(f.xdsAddress,
-		grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: roots, ServerName: host, MinVersion: tls.VersionTLS12})),
+		grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: roots, ServerName: serverName, MinVersion: tls.VersionTLS12})),
 		grpc.WithPerRPCCredentials(caclient.BearerToken(caclient.TokenFile(f.tokenFile))))
 	if err != nil {
 		return err
