@@ -187,7 +187,7 @@ func TestDiscoveryReleasesStartupPages(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	rss, keptRSS := residentKiB(t, p.pid), residentKiB(t, kept.pid)
+	rss, keptRSS := pilotbin.ResidentKiB(t, p.pid), pilotbin.ResidentKiB(t, kept.pid)
 	t.Logf("RSS %d KiB released, %d KiB kept", rss, keptRSS)
 	if rss > keptRSS*2/3 {
 		t.Errorf("RSS %d KiB after releasing the start-up pages, %d KiB without: want at most two thirds", rss, keptRSS)
@@ -195,23 +195,6 @@ func TestDiscoveryReleasesStartupPages(t *testing.T) {
 	if strings.Contains(kept.stderr.String(), released) {
 		t.Errorf("--release-startup-pages=false released them:\n%s", kept.stderr.String())
 	}
-}
-
-// residentKiB is the Rss of process pid, from /proc/<pid>/smaps_rollup.
-func residentKiB(t *testing.T, pid int) int {
-	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		var kib int
-		if _, err := fmt.Sscanf(l, "Rss: %d kB", &kib); err == nil {
-			return kib
-		}
-	}
-	t.Fatalf("no Rss in smaps_rollup:\n%s", b)
-	return 0
 }
 
 func TestDiscoveryIngressWiring(t *testing.T) {

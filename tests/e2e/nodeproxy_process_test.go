@@ -74,7 +74,7 @@ func TestNodeProxyProcessReleasesStartupPages(t *testing.T) {
 		}
 		return nil
 	})
-	rss, keptRSS := residentKiB(t, pid), residentKiB(t, keptPID)
+	rss, keptRSS := pilotbin.ResidentKiB(t, pid), pilotbin.ResidentKiB(t, keptPID)
 	t.Logf("node proxy RSS %d KiB released, %d KiB kept", rss, keptRSS)
 	if rss > keptRSS*2/3 {
 		t.Errorf("RSS %d KiB after releasing the start-up pages, %d KiB without: want at most two thirds", rss, keptRSS)
@@ -99,21 +99,4 @@ spec:
 `, n, n))
 	}
 	return strings.Join(docs, "---\n")
-}
-
-// residentKiB is the Rss of process pid, from /proc/<pid>/smaps_rollup.
-func residentKiB(t *testing.T, pid int) int {
-	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		var kib int
-		if _, err := fmt.Sscanf(l, "Rss: %d kB", &kib); err == nil {
-			return kib
-		}
-	}
-	t.Fatalf("no Rss in smaps_rollup:\n%s", b)
-	return 0
 }
