@@ -160,8 +160,8 @@ const transportSocketMatchKey = "envoy.transport_socket_match"
 
 // TransportSocket names how the proxy connects to one endpoint (ip:port) of
 // an EDS cluster: the name of the transport socket match that applies
-// (under auto mTLS, tlsMode-istio or tlsMode-disabled), else the name of
-// the cluster's transport socket, else "plaintext".
+// (under auto mTLS, tlsMode-istio), else the name of the cluster's
+// transport socket, else "plaintext".
 func (s *Simulation) TransportSocket(clusterName, address string) (string, error) {
 	c := s.clusters[clusterName]
 	if c == nil {

@@ -90,7 +90,11 @@ func TestSimulationTransportSocketMatch(t *testing.T) {
 	single, singleCLA := staticCluster("single", group(0, 0, host("10.0.1.1", core.HealthStatus_HEALTHY)))
 	single.TransportSocket = &core.TransportSocket{Name: "envoy.transport_sockets.tls"}
 	plain, plainCLA := staticCluster("plain", group(0, 0, host("10.0.2.1", core.HealthStatus_HEALTHY)))
-	sim, err := NewSimulation(c, cla, single, singleCLA, plain, plainCLA)
+	// meshpilot's auto mTLS: the one match, and no catch-all after it.
+	unlabelled := host("10.0.3.2", core.HealthStatus_HEALTHY)
+	istioOnly, istioOnlyCLA := staticCluster("istio-only", group(0, 0, labelled, unlabelled))
+	istioOnly.TransportSocketMatches = c.TransportSocketMatches[:1]
+	sim, err := NewSimulation(c, cla, single, singleCLA, plain, plainCLA, istioOnly, istioOnlyCLA)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,6 +104,8 @@ func TestSimulationTransportSocketMatch(t *testing.T) {
 		{"auto", "10.0.0.3:80", "tlsMode-disabled"},
 		{"single", "10.0.1.1:80", "envoy.transport_sockets.tls"},
 		{"plain", "10.0.2.1:80", "plaintext"},
+		{"istio-only", "10.0.0.1:80", "tlsMode-istio"},
+		{"istio-only", "10.0.3.2:80", "plaintext"},
 	} {
 		got, err := sim.TransportSocket(tc.cluster, tc.address)
 		if err != nil || got != tc.want {

@@ -314,7 +314,7 @@ spec:
 		},
 		sidecar: func(s xdstest.Snapshot) error {
 			if err := clusterHas(s, echoCluster, func(c *clusterv3.Cluster) error {
-				return expect("transport socket matches", len(c.GetTransportSocketMatches()), 2)
+				return expect("transport socket matches", len(c.GetTransportSocketMatches()), 1)
 			}); err != nil {
 				return err
 			}

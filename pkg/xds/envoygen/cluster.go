@@ -127,7 +127,11 @@ func buildOutboundCluster(o outboundCluster, drop problemReporter) *cluster.Clus
 	})
 	b.applyProxyProtocol(policy.GetProxyProtocol())
 	if b.c.GetType() == cluster.Cluster_EDS {
-		b.c.EdsClusterConfig = &cluster.Cluster_EdsClusterConfig{EdsConfig: adsConfigSource(), ServiceName: name}
+		// No service_name: Envoy then asks EDS for the cluster's own name
+		// (Cluster.EdsClusterConfig.service_name, cluster.proto), which is
+		// the name a service_name would repeat, 45 bytes in each of a
+		// sidecar's thousands of clusters.
+		b.c.EdsClusterConfig = &cluster.Cluster_EdsClusterConfig{EdsConfig: adsConfigSource()}
 	}
 	return b.build()
 }

@@ -2,6 +2,7 @@ package envoygen
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"slices"
 	"testing"
@@ -66,7 +67,8 @@ func runClusterGolden(t *testing.T, f fixture) []byte {
 	)
 }
 
-// edsClusterNames lists the EDS clusters of a CDS response, sorted.
+// edsClusterNames lists the load assignments the EDS clusters of a CDS
+// response fetch, sorted: each one's service_name, else its own name.
 func edsClusterNames(t *testing.T, clusters model.Resources) []string {
 	t.Helper()
 	names := []string{}
@@ -76,7 +78,7 @@ func edsClusterNames(t *testing.T, clusters model.Resources) []string {
 			t.Fatal(err)
 		}
 		if c.GetType() == cluster.Cluster_EDS {
-			names = append(names, c.GetEdsClusterConfig().GetServiceName())
+			names = append(names, cmp.Or(c.GetEdsClusterConfig().GetServiceName(), c.GetName()))
 		}
 	}
 	slices.Sort(names)

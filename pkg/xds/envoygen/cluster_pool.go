@@ -217,15 +217,14 @@ func (b *clusterBuilder) applyProxyProtocol(pp *networking.TrafficPolicy_ProxyPr
 			})},
 		}
 	}
-	// Under auto mTLS every endpoint's socket, TLS or not, gets the header.
-	// The entries may be shared (cluster_tls.go), so they are replaced,
-	// never modified.
+	// Under auto mTLS every endpoint's socket gets the header: the mutual
+	// TLS match's, and the cluster's own, which the endpoints that match
+	// nothing use. Parts of the entries are shared (cluster_tls.go), so the
+	// entries are replaced, never modified.
 	for i, m := range b.c.TransportSocketMatches {
 		b.c.TransportSocketMatches[i] = &cluster.Cluster_TransportSocketMatch{
 			Name: m.GetName(), Match: m.GetMatch(), TransportSocket: wrap(m.GetTransportSocket()),
 		}
 	}
-	if len(b.c.TransportSocketMatches) == 0 {
-		b.c.TransportSocket = wrap(b.c.TransportSocket)
-	}
+	b.c.TransportSocket = wrap(b.c.TransportSocket)
 }

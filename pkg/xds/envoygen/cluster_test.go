@@ -2,6 +2,7 @@ package envoygen
 
 import (
 	"bytes"
+	proxyprotocolv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/proxy_protocol/v3"
 	"strings"
 	"testing"
 	"time"
@@ -265,7 +266,7 @@ func TestClusterTemplateMatchesBuilder(t *testing.T) {
 					peer:      peer,
 				}
 				want := buildOutboundCluster(o, problemReporter{})
-				if peer.auto != (len(want.TransportSocketMatches) == 2) {
+				if peer.auto != (len(want.TransportSocketMatches) == 1) {
 					t.Errorf("%s %s %s: %d transport socket matches", proxyType, protocol, peerName, len(want.TransportSocketMatches))
 				}
 				res := templates.get(protocol, proxyType).resource(o)
@@ -321,8 +322,9 @@ func TestClusterConcurrentGeneration(t *testing.T) {
 	}
 }
 
-// A rule's proxyProtocol wraps the transport socket of every auto mTLS
-// match, and doing so must leave the matches other clusters share as they
+// A rule's proxyProtocol wraps the transport socket of the auto mTLS match
+// and the cluster's own, which the plaintext endpoints use; and doing so
+// must leave other clusters' matches, which share parts with it, as they
 // were.
 func TestProxyProtocolWrapsAutoMTLSMatches(t *testing.T) {
 	rule := &pushcontext.DestinationRule{Spec: &networking.DestinationRule{
@@ -334,17 +336,27 @@ func TestProxyProtocolWrapsAutoMTLSMatches(t *testing.T) {
 		port: &model.Port{Port: 8080, Protocol: model.ProtocolHTTP}, proxyType: model.SidecarProxy,
 		rule: rule, peer: peerTLS{auto: true},
 	}
+	const wrapper = "envoy.transport_sockets.upstream_proxy_protocol"
 	c := buildOutboundCluster(o, problemReporter{})
-	if len(c.TransportSocketMatches) != 2 {
-		t.Fatalf("%d transport socket matches, want 2", len(c.TransportSocketMatches))
+	if len(c.TransportSocketMatches) != 1 {
+		t.Fatalf("%d transport socket matches, want 1", len(c.TransportSocketMatches))
 	}
-	for _, m := range c.TransportSocketMatches {
-		if got := m.GetTransportSocket().GetName(); got != "envoy.transport_sockets.upstream_proxy_protocol" {
-			t.Errorf("match %s: transport socket %s, want the proxy protocol wrapper", m.GetName(), got)
-		}
+	if got := c.TransportSocketMatches[0].GetTransportSocket().GetName(); got != wrapper {
+		t.Errorf("mutual TLS match: transport socket %s, want the proxy protocol wrapper", got)
+	}
+	var around proxyprotocolv3.ProxyProtocolUpstreamTransport
+	if got := c.GetTransportSocket().GetName(); got != wrapper {
+		t.Errorf("the cluster's transport socket, which plaintext endpoints use, is %q, want the proxy protocol wrapper", got)
+	} else if err := c.GetTransportSocket().GetTypedConfig().UnmarshalTo(&around); err != nil {
+		t.Fatal(err)
+	} else if got := around.GetTransportSocket().GetName(); got != transportSocketRaw {
+		t.Errorf("the wrapper around the plaintext endpoints' socket holds %q, want %s", got, transportSocketRaw)
 	}
 	plain := buildOutboundCluster(outboundCluster{svc: o.svc, port: o.port, proxyType: o.proxyType, peer: o.peer}, problemReporter{})
-	if got := plain.TransportSocketMatches[1].GetTransportSocket().GetName(); got != transportSocketRaw {
-		t.Errorf("another cluster's plaintext match now uses %s: the shared entry was modified", got)
+	if got := plain.TransportSocketMatches[0].GetTransportSocket().GetName(); got != transportSocketTLS {
+		t.Errorf("another cluster's mutual TLS match now uses %s: the shared entry was modified", got)
+	}
+	if plain.TransportSocket != nil {
+		t.Errorf("another cluster got a transport socket of its own: %v", plain.TransportSocket)
 	}
 }

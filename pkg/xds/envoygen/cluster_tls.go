@@ -112,16 +112,11 @@ func (b *clusterBuilder) istioMutualTLS(sans []string, sni string) *tlsv3.Upstre
 // every cluster of a full push has one, and messages are only read once
 // built, so sharing them is safe.
 var (
-	istioALPN           = []string{"istio"}
-	istioH2ALPN         = []string{"istio", "h2"}
-	workloadCertSDS     = []*tlsv3.SdsSecretConfig{agentSecret(workloadCertSecret)}
-	workloadRootSDS     = agentSecret(workloadRootSecret)
-	upstreamTLSParams   = defaultUpstreamCommonTLS().TlsParams
-	plaintextMatchEntry = &cluster.Cluster_TransportSocketMatch{
-		Name:            tlsModeDisabledMatch,
-		Match:           &structpb.Struct{},
-		TransportSocket: rawBufferSocket(),
-	}
+	istioALPN         = []string{"istio"}
+	istioH2ALPN       = []string{"istio", "h2"}
+	workloadCertSDS   = []*tlsv3.SdsSecretConfig{agentSecret(workloadCertSecret)}
+	workloadRootSDS   = agentSecret(workloadRootSecret)
+	upstreamTLSParams = defaultUpstreamCommonTLS().TlsParams
 )
 
 func istioMutualContext(sans []string, sni string, h2 bool) *tlsv3.UpstreamTlsContext {
@@ -147,11 +142,14 @@ func istioMutualContext(sans []string, sni string, h2 bool) *tlsv3.UpstreamTlsCo
 // this metadata) get mutual TLS, every other endpoint plaintext. See
 // Envoy's Cluster.transport_socket_matches: the first match whose fields
 // all appear in the endpoint's envoy.transport_socket_match metadata wins,
-// and an empty match takes the rest.
+// and an endpoint that matches none uses the cluster's transport_socket,
+// plaintext when it has none (Cluster.transport_socket, cluster.proto).
+// So the one match is enough. Istio adds a second, empty one
+// ("tlsMode-disabled", a raw buffer socket) that says the same: 140 bytes
+// in every cluster, and one more socket factory per cluster in Envoy.
 const (
-	tlsModeIstioMatch    = "tlsMode-" + model.TLSModeIstio
-	tlsModeDisabledMatch = "tlsMode-disabled"
-	transportSocketRaw   = "envoy.transport_sockets.raw_buffer"
+	tlsModeIstioMatch  = "tlsMode-" + model.TLSModeIstio
+	transportSocketRaw = "envoy.transport_sockets.raw_buffer"
 )
 
 var (
@@ -166,17 +164,14 @@ func (b *clusterBuilder) applyAutoMTLS(ctx *tlsv3.UpstreamTlsContext) {
 }
 
 func autoMTLSMatches(ctx *tlsv3.UpstreamTlsContext) []*cluster.Cluster_TransportSocketMatch {
-	return []*cluster.Cluster_TransportSocketMatch{
-		{
-			Name:  tlsModeIstioMatch,
-			Match: tlsModeIstioFields,
-			TransportSocket: &core.TransportSocket{
-				Name:       transportSocketTLS,
-				ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: packAny(ctx)},
-			},
+	return []*cluster.Cluster_TransportSocketMatch{{
+		Name:  tlsModeIstioMatch,
+		Match: tlsModeIstioFields,
+		TransportSocket: &core.TransportSocket{
+			Name:       transportSocketTLS,
+			ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: packAny(ctx)},
 		},
-		plaintextMatchEntry,
-	}
+	}}
 }
 
 func rawBufferSocket() *core.TransportSocket {

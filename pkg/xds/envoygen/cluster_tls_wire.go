@@ -59,8 +59,6 @@ type autoMTLSParts struct {
 	// matchHead is the mutual-TLS match's fields before its transport
 	// socket (name and match).
 	matchHead []byte
-	// plaintext is the second match, whole, as a Cluster field.
-	plaintext []byte
 }
 
 func newAutoMTLSParts() autoMTLSParts {
@@ -74,7 +72,6 @@ func newAutoMTLSParts() autoMTLSParts {
 		ValidationContextSdsSecretConfig: workloadRootSDS,
 	})
 	p.matchHead = marshalDeterministic(&cluster.Cluster_TransportSocketMatch{Name: tlsModeIstioMatch, Match: tlsModeIstioFields})
-	p.plaintext = marshalDeterministic(&cluster.Cluster{TransportSocketMatches: []*cluster.Cluster_TransportSocketMatch{plaintextMatchEntry}})
 	return p
 }
 
@@ -120,8 +117,7 @@ func appendAutoMTLSMatches(b []byte, sans []string, sni string, h2 bool) []byte 
 		b = appendString(b, fStringExact, n)
 	}
 	b = append(b, p.rootSDS...)
-	b = appendString(b, fUpstreamSNI, sni)
-	return append(b, p.plaintext...)
+	return appendString(b, fUpstreamSNI, sni)
 }
 
 // sanMatcherSize is the marshalled size of SubjectAltNameMatcher n, of

@@ -20,7 +20,7 @@ func TestSimulationMutualTLS(t *testing.T) {
 			name, cluster, endpoint, want string
 		}{
 			{"a workload with a sidecar gets mutual TLS", "outbound|80||web.shop.svc.cluster.local", "10.2.0.1:8080", tlsModeIstioMatch},
-			{"one without a sidecar gets plaintext", "outbound|80||web.shop.svc.cluster.local", "10.2.0.5:8080", tlsModeDisabledMatch},
+			{"one without a sidecar gets plaintext", "outbound|80||web.shop.svc.cluster.local", "10.2.0.5:8080", "plaintext"},
 			{"TCP ports too", "outbound|3306||web.shop.svc.cluster.local", "10.2.0.1:3306", tlsModeIstioMatch},
 			{"a STRICT namespace's workloads", "outbound|80||db.vault.svc.cluster.local", "10.2.0.2:8080", tlsModeIstioMatch},
 			{"a namespace that disables mTLS gets plaintext, sidecar or not", "outbound|80||old.legacy.svc.cluster.local", "10.2.0.3:8080", "plaintext"},
