@@ -18,9 +18,9 @@ const clusterNameField = 1
 // DestinationRule by splicing: such clusters differ only in their name and,
 // under auto mTLS, in their transport socket matches (which name the
 // service's SNI and identities). The rest is marshalled once per port
-// protocol and proxy kind; the name is prepended and the matches appended. Protobuf merges concatenated
-// fields, so the bytes decode to exactly the cluster buildOutboundCluster
-// makes.
+// protocol and proxy kind; the name is prepended and the matches appended.
+// Protobuf merges concatenated fields, so the bytes decode to exactly the
+// cluster buildOutboundCluster makes.
 type clusterTemplates struct {
 	mu     sync.RWMutex
 	byKind map[templateKey]*clusterTemplate
