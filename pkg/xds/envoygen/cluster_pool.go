@@ -6,6 +6,7 @@ import (
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	proxyprotocolv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/proxy_protocol/v3"
+	rawbufferv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/raw_buffer/v3"
 	xdstype "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -227,4 +228,18 @@ func (b *clusterBuilder) applyProxyProtocol(pp *networking.TrafficPolicy_ProxyPr
 		}
 	}
 	b.c.TransportSocket = wrap(b.c.TransportSocket)
+}
+
+// The plaintext socket the proxy protocol wraps when there is no other:
+// the endpoints of an auto mTLS cluster that match no transport socket
+// match, or a cluster without TLS.
+const transportSocketRaw = "envoy.transport_sockets.raw_buffer"
+
+var rawBufferConfig = packAny(&rawbufferv3.RawBuffer{})
+
+func rawBufferSocket() *core.TransportSocket {
+	return &core.TransportSocket{
+		Name:       transportSocketRaw,
+		ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: rawBufferConfig},
+	}
 }

@@ -6,7 +6,6 @@ import (
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	rawbufferv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/raw_buffer/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -147,17 +146,11 @@ func istioMutualContext(sans []string, sni string, h2 bool) *tlsv3.UpstreamTlsCo
 // So the one match is enough. Istio adds a second, empty one
 // ("tlsMode-disabled", a raw buffer socket) that says the same: 140 bytes
 // in every cluster, and one more socket factory per cluster in Envoy.
-const (
-	tlsModeIstioMatch  = "tlsMode-" + model.TLSModeIstio
-	transportSocketRaw = "envoy.transport_sockets.raw_buffer"
-)
+const tlsModeIstioMatch = "tlsMode-" + model.TLSModeIstio
 
-var (
-	tlsModeIstioFields = &structpb.Struct{Fields: map[string]*structpb.Value{
-		"tlsMode": structpb.NewStringValue(model.TLSModeIstio),
-	}}
-	rawBufferConfig = packAny(&rawbufferv3.RawBuffer{})
-)
+var tlsModeIstioFields = &structpb.Struct{Fields: map[string]*structpb.Value{
+	"tlsMode": structpb.NewStringValue(model.TLSModeIstio),
+}}
 
 func (b *clusterBuilder) applyAutoMTLS(ctx *tlsv3.UpstreamTlsContext) {
 	b.c.TransportSocketMatches = autoMTLSMatches(ctx)
@@ -172,13 +165,6 @@ func autoMTLSMatches(ctx *tlsv3.UpstreamTlsContext) []*cluster.Cluster_Transport
 			ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: packAny(ctx)},
 		},
 	}}
-}
-
-func rawBufferSocket() *core.TransportSocket {
-	return &core.TransportSocket{
-		Name:       transportSocketRaw,
-		ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: rawBufferConfig},
-	}
 }
 
 // originateTLS is SIMPLE (server verified only) or MUTUAL (client
