@@ -2,9 +2,9 @@ package xdstest
 
 import (
 	"fmt"
-	"net"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -35,9 +35,16 @@ func (s *Simulation) routeHTTP(res Result, m *hcm.HttpConnectionManager, req Req
 	if m.GetStripAnyHostPort() {
 		host = stripPort(host)
 	}
-	vh := selectVirtualHost(rc.GetVirtualHosts(), host)
+	// ignore_port_in_host_matching (RouteConfiguration, route.proto): the
+	// port of :authority takes no part in choosing the virtual host; unlike
+	// strip_any_host_port, the header itself keeps it.
+	vhostHost := host
+	if rc.GetIgnorePortInHostMatching() {
+		vhostHost = stripPort(host)
+	}
+	vh := selectVirtualHost(rc.GetVirtualHosts(), vhostHost)
 	if vh == nil {
-		return stop(res, OutcomeNoRoute, fmt.Sprintf("route configuration %s has no virtual host for %q", rc.GetName(), host))
+		return stop(res, OutcomeNoRoute, fmt.Sprintf("route configuration %s has no virtual host for %q", rc.GetName(), vhostHost))
 	}
 	res.VirtualHost = vh.GetName()
 	headers := requestHeaders(req)
@@ -54,13 +61,19 @@ func (s *Simulation) routeHTTP(res Result, m *hcm.HttpConnectionManager, req Req
 	return stop(res, OutcomeNoRoute, fmt.Sprintf("virtual host %s has no route for %s", vh.GetName(), req.Path))
 }
 
-// stripPort is strip_any_host_port: the port is dropped from the Host
-// header before virtual host matching.
+// stripPort drops the port from a Host header as Envoy does for both
+// strip_any_host_port and ignore_port_in_host_matching: after the last
+// ':' when that follows any ']' (an IPv6 address keeps its brackets) and
+// the rest is a number.
 func stripPort(host string) string {
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		return h
+	i := strings.LastIndexByte(host, ':')
+	if i < 0 || strings.LastIndexByte(host, ']') > i {
+		return host
 	}
-	return host
+	if _, err := strconv.ParseUint(host[i+1:], 10, 32); err != nil {
+		return host
+	}
+	return host[:i]
 }
 
 // selectVirtualHost uses Envoy's domain search order (VirtualHost.domains):
