@@ -89,8 +89,11 @@ func runEnvoySidecar(t *testing.T, m mesh, ns string) {
 	if err := xdstest.ValidateDeep(rc); err != nil {
 		t.Errorf("route 8080: %v", err)
 	}
-	if !hasDomain(rc, web) || !hasDomain(rc, "web:8080") {
+	if !hasDomain(rc, web) || !hasDomain(rc, "web") {
 		t.Errorf("route 8080 lacks web's FQDN or same-namespace short name: %v", rc.GetVirtualHosts())
+	}
+	if !rc.GetIgnorePortInHostMatching() {
+		t.Error("route 8080 matches the Host header's port; its domains list none")
 	}
 
 	clas := loadAssignmentsOf(t, fetchAs(t, cp, node, endpointType, "outbound|8080||"+web, "outbound|8080|v1|"+web))

@@ -19,6 +19,10 @@ import (
 // RouteGenerator serves RDS to Envoy sidecars: for each outbound HTTP port,
 // a route configuration named after the port with one virtual host per
 // visible service on that port ("host:port") and the allow_any catch-all.
+// As in Istio since 1.15, the configuration ignores the port of the Host
+// header (ignore_port_in_host_matching) and its domains carry none: the
+// listener has already chosen the port, and listing every name a second
+// time with ":port" doubled the domains Envoy holds and matches.
 // A route configuration depends on the proxy's namespace (and labels, when
 // workload-selected DestinationRules exist there) and is built once per
 // push context version for all proxies that share them. The ingress
@@ -120,7 +124,7 @@ func routePort(name string) (uint32, bool) {
 }
 
 func (g *RouteGenerator) build(gen *lrGeneration, push *pushcontext.PushContext, proxy *model.Proxy, name string) (model.Resource, error) {
-	out, err := lrMarshal.Marshal(&route.RouteConfiguration{Name: name, ValidateClusters: wrapperspb.Bool(false)})
+	out, err := lrMarshal.Marshal(&route.RouteConfiguration{Name: name, ValidateClusters: wrapperspb.Bool(false), IgnorePortInHostMatching: true})
 	if err != nil {
 		return model.Resource{}, err
 	}
@@ -249,7 +253,7 @@ func (b *routeBuild) appendVirtualHosts(out []byte, services []*model.Service, p
 			}
 		}
 		if vs != nil {
-			vb, err := b.virtualServiceHost(vs, svc, port, portStr, kept)
+			vb, err := b.virtualServiceHost(vs, svc, port, kept)
 			if err != nil {
 				return nil, err
 			}
@@ -288,7 +292,7 @@ func (b *routeBuild) appendVirtualHosts(out []byte, services []*model.Service, p
 // VirtualService routes; nil when none of its routes applies to the port,
 // and the default virtual host serves it. Such hosts are few, so they are
 // built as messages rather than encoded by hand.
-func (b *routeBuild) virtualServiceHost(vs *pushcontext.VirtualService, svc *model.Service, port uint32, portStr string, hosts []string) ([]byte, error) {
+func (b *routeBuild) virtualServiceHost(vs *pushcontext.VirtualService, svc *model.Service, port uint32, hosts []string) ([]byte, error) {
 	routes := httproute.Routes(httproute.Input{
 		Flavor: httproute.Envoy, Proxy: b.proxy, Push: b.push, VS: vs, Host: svc.Hostname, Port: port,
 		DefaultRetry: b.g.parts.defaultRetry,
@@ -300,10 +304,7 @@ func (b *routeBuild) virtualServiceHost(vs *pushcontext.VirtualService, svc *mod
 	if routes == nil {
 		return nil, nil
 	}
-	vh := &route.VirtualHost{Name: hostPort(svc.Hostname, port), Routes: routes, IncludeRequestAttemptCount: true}
-	for _, h := range hosts {
-		vh.Domains = append(vh.Domains, h, h+":"+portStr)
-	}
+	vh := &route.VirtualHost{Name: hostPort(svc.Hostname, port), Domains: hosts, Routes: routes, IncludeRequestAttemptCount: true}
 	vb, err := lrMarshal.Marshal(vh)
 	if err != nil {
 		return nil, err

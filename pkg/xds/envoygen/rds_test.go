@@ -31,21 +31,21 @@ func TestVirtualHostDomains(t *testing.T) {
 		want    string
 	}{
 		{"same namespace: every short name", svc("a", "ns", "a.ns.svc.cluster.local", "10.0.0.1"), "ns",
-			"a.ns.svc.cluster.local a.ns.svc.cluster.local:80 a a:80 a.ns.svc a.ns.svc:80 a.ns a.ns:80 10.0.0.1 10.0.0.1:80"},
+			"a.ns.svc.cluster.local a a.ns.svc a.ns 10.0.0.1"},
 		{"other namespace: no bare name", svc("a", "ns", "a.ns.svc.cluster.local", "10.0.0.1"), "x",
-			"a.ns.svc.cluster.local a.ns.svc.cluster.local:80 a.ns a.ns:80 a.ns.svc a.ns.svc:80 10.0.0.1 10.0.0.1:80"},
+			"a.ns.svc.cluster.local a.ns a.ns.svc 10.0.0.1"},
 		{"custom cluster domain", svc("a", "ns", "a.ns.svc.corp.example", "10.0.0.1"), "ns",
-			"a.ns.svc.corp.example a.ns.svc.corp.example:80 a a:80 a.ns.svc a.ns.svc:80 a.ns a.ns:80 10.0.0.1 10.0.0.1:80"},
+			"a.ns.svc.corp.example a a.ns.svc a.ns 10.0.0.1"},
 		{"headless: names only", svc("a", "ns", "a.ns.svc.cluster.local"), "x",
-			"a.ns.svc.cluster.local a.ns.svc.cluster.local:80 a.ns a.ns:80 a.ns.svc a.ns.svc:80"},
+			"a.ns.svc.cluster.local a.ns a.ns.svc"},
 		{"dual stack: IPv6 bracketed", svc("a", "ns", "a.ns.svc.cluster.local", "10.0.0.1", "fd00::1"), "x",
-			"a.ns.svc.cluster.local a.ns.svc.cluster.local:80 a.ns a.ns:80 a.ns.svc a.ns.svc:80 10.0.0.1 10.0.0.1:80 [fd00::1] [fd00::1]:80"},
+			"a.ns.svc.cluster.local a.ns a.ns.svc 10.0.0.1 [fd00::1]"},
 		{"not a Kubernetes hostname: no short names", svc("a", "ns", "api.example.com", "10.0.0.1"), "ns",
-			"api.example.com api.example.com:80 10.0.0.1 10.0.0.1:80"},
+			"api.example.com 10.0.0.1"},
 		{"name is a prefix of another label", svc("a", "ns", "ab.ns.svc.cluster.local"), "ns",
-			"ab.ns.svc.cluster.local ab.ns.svc.cluster.local:80"},
+			"ab.ns.svc.cluster.local"},
 		{"proxy without namespace: no short names", svc("a", "ns", "a.ns.svc.cluster.local"), "",
-			"a.ns.svc.cluster.local a.ns.svc.cluster.local:80"},
+			"a.ns.svc.cluster.local"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.desc, func(t *testing.T) {
@@ -164,17 +164,13 @@ func encodeVhostBytes(t *testing.T, host string, port uint32, hosts []string, ha
 // encoder's own parts.
 func referenceVirtualHost(host string, port uint32, hosts []string, hash []*route.RouteAction_HashPolicy) *route.VirtualHost {
 	hp := fmt.Sprintf("%s:%d", host, port)
-	var domains []string
-	for _, h := range hosts {
-		domains = append(domains, h, fmt.Sprintf("%s:%d", h, port))
-	}
 	previousHosts, err := anypb.New(&previoushosts.PreviousHostsPredicate{})
 	if err != nil {
 		panic(err)
 	}
 	return &route.VirtualHost{
 		Name:    hp,
-		Domains: domains,
+		Domains: hosts,
 		Routes: []*route.Route{{
 			Name:  "default",
 			Match: &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},

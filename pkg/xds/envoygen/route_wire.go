@@ -20,7 +20,7 @@ import (
 // The virtual host is:
 //
 //	name: "host:port"
-//	domains: each name, then "name:port"
+//	domains: each name, without a port
 //	routes:
 //	- match: {prefix: /}
 //	  route:
@@ -114,7 +114,7 @@ func (e *vhostEncoder) size(host, port string, hosts []string, hash []byte) int 
 	rt := len(e.routeMatch) + sizeBytesField(e.routeAction, action) + sizeBytesField(e.routeDecorator, decorator) + len(e.routeName)
 	n := sizeBytesField(e.vhName, nameLen) + sizeBytesField(e.vhRoutes, rt) + len(e.attemptCount)
 	for _, h := range hosts {
-		n += sizeBytesField(e.vhDomains, len(h)) + sizeBytesField(e.vhDomains, len(h)+1+len(port))
+		n += sizeBytesField(e.vhDomains, len(h))
 	}
 	return n
 }
@@ -132,7 +132,6 @@ func (e *vhostEncoder) append(b []byte, host, port string, hosts []string, hash 
 	for _, h := range hosts {
 		b = protowire.AppendTag(b, e.vhDomains, protowire.BytesType)
 		b = protowire.AppendString(b, h)
-		b = appendHostPort(b, e.vhDomains, h, port)
 	}
 	// The protobuf library writes fields in number order with oneof
 	// members (the route action, and its cluster) last; so does this.
