@@ -178,9 +178,8 @@ func referenceVirtualHost(host string, port uint32, hosts []string, hash []*rout
 				ClusterSpecifier: &route.RouteAction_Cluster{Cluster: fmt.Sprintf("outbound|%d||%s", port, host)},
 				Timeout:          durationpb.New(0),
 				RetryPolicy: &route.RetryPolicy{
-					RetryOn:              "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes",
-					NumRetries:           wrapperspb.UInt32(2),
-					RetriableStatusCodes: []uint32{503},
+					RetryOn:    "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes",
+					NumRetries: wrapperspb.UInt32(2),
 					RetryHostPredicate: []*route.RetryPolicy_RetryHostPredicate{{
 						Name:       "envoy.retry_host_predicates.previous_hosts",
 						ConfigType: &route.RetryPolicy_RetryHostPredicate_TypedConfig{TypedConfig: previousHosts},

@@ -37,11 +37,13 @@ func newRouteParts() *routeParts {
 		// A grpc-timeout header is honoured as sent; nothing else limits
 		// stream duration (Istio's default of no timeout).
 		outboundStreamMax: &route.RouteAction_MaxStreamDuration{GrpcTimeoutHeaderMax: zero},
-		// Istio's mesh-wide default retry policy for outbound HTTP.
+		// Istio's mesh-wide default retry policy for outbound HTTP. Like
+		// Istio since 1.24 it lists no retriable status code: a 503 may
+		// come from an application that acted on the request, and
+		// repeating a request that is not idempotent is not safe.
 		defaultRetry: &route.RetryPolicy{
-			RetryOn:              "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes",
-			NumRetries:           wrapperspb.UInt32(2),
-			RetriableStatusCodes: []uint32{503},
+			RetryOn:    "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes",
+			NumRetries: wrapperspb.UInt32(2),
 			RetryHostPredicate: []*route.RetryPolicy_RetryHostPredicate{{
 				Name:       previousHostsRetryPredicate,
 				ConfigType: &route.RetryPolicy_RetryHostPredicate_TypedConfig{TypedConfig: mustPackLR(&previoushosts.PreviousHostsPredicate{})},

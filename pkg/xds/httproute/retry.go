@@ -67,7 +67,7 @@ func (t *translation) retry(r *networking.HTTPRetry, field string) *route.RetryP
 // retriable-status-codes condition.
 func retryOn(spec string) (string, []uint32) {
 	if spec == "" {
-		return defaultRetryOn, []uint32{503}
+		return defaultRetryOn, nil
 	}
 	var conds []string
 	var codes []uint32

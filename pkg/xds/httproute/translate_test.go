@@ -229,6 +229,27 @@ func TestRoutes(t *testing.T) {
 			}},
 		},
 		{
+			name:   "attempts without retryOn: Istio's conditions, no status code",
+			flavor: Envoy,
+			vs: &networking.VirtualService{Hosts: []string{"web"}, Http: []*networking.HTTPRoute{{
+				Route:   []*networking.HTTPRouteDestination{dest("web", "", 0)},
+				Retries: &networking.HTTPRetry{Attempts: 3},
+			}}},
+			want: []*route.Route{{
+				Match: prefixAll(),
+				Action: &route.Route_Route{Route: &route.RouteAction{
+					ClusterSpecifier:  &route.RouteAction_Cluster{Cluster: "outbound|80||" + webHost},
+					Timeout:           durationpb.New(0),
+					MaxStreamDuration: &route.RouteAction_MaxStreamDuration{GrpcTimeoutHeaderMax: durationpb.New(0)},
+					RetryPolicy: &route.RetryPolicy{
+						RetryOn:    "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes",
+						NumRetries: wrapperspb.UInt32(3),
+					},
+				}},
+				Decorator: &route.Decorator{Operation: webHost + ":80/*"},
+			}},
+		},
+		{
 			name:   "timeout and retries for gRPC keep what gRPC understands",
 			flavor: GRPC,
 			vs: &networking.VirtualService{Hosts: []string{"web"}, Http: []*networking.HTTPRoute{{
