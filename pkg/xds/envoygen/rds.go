@@ -196,8 +196,13 @@ func relation(proxyNamespace, serviceNamespace string) namespaceRelation {
 	return otherNamespace
 }
 
-// vhostSizeGuess is about what one service's virtual host takes marshalled.
-const vhostSizeGuess = 640
+// vhostSizeGuess is about what one service's virtual host takes marshalled
+// (Istio's default retry policy is 210 bytes of it), with some room: the
+// whole buffer is cleared when it is allocated, and kept as long as the
+// route configuration, so a guess far over the mark costs as much as one
+// regrowth. Kubernetes names of usual length come to 450–550 bytes (from
+// 400 for one-letter names to 625 for a 40-character name.namespace).
+const vhostSizeGuess = 520
 
 // appendVirtualHosts appends the virtual hosts of services (sorted by
 // hostname, so by virtual host name) to a marshalled route configuration.
