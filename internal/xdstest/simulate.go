@@ -100,6 +100,11 @@ type Result struct {
 	RouteConfig                       string
 	VirtualHost                       string
 	Route                             string
+	// Authority is the :authority the upstream receives: the request's
+	// Host, without its port under strip_any_host_port, or the route's
+	// host_rewrite_literal. The other host rewrites are not modelled and
+	// leave it empty.
+	Authority string
 	// HashPolicy describes the route's hash policies ("header:x-user",
 	// "cookie:session", "query_parameter:q", "source_ip").
 	HashPolicy []string

@@ -31,10 +31,11 @@ func (s *Simulation) routeHTTP(res Result, m *hcm.HttpConnectionManager, req Req
 	} else {
 		res.RouteConfig = rc.GetName()
 	}
-	host := strings.ToLower(req.Host)
+	res.Authority = req.Host
 	if m.GetStripAnyHostPort() {
-		host = stripPort(host)
+		res.Authority = stripPort(res.Authority)
 	}
+	host := strings.ToLower(res.Authority)
 	// ignore_port_in_host_matching (RouteConfiguration, route.proto): the
 	// port of :authority takes no part in choosing the virtual host; unlike
 	// strip_any_host_port, the header itself keeps it.
@@ -268,6 +269,11 @@ func (s *Simulation) runRouteAction(res Result, r *route.Route, headers map[stri
 		return stop(res, OutcomeUnsupported, fmt.Sprintf("route %q is not a forwarding route (%T)", r.GetName(), r.GetAction()))
 	}
 	res.HashPolicy = describeHashPolicies(action.GetHashPolicy())
+	if literal := action.GetHostRewriteLiteral(); literal != "" {
+		res.Authority = literal
+	} else if action.GetHostRewriteSpecifier() != nil {
+		res.Authority = ""
+	}
 	switch c := action.GetClusterSpecifier().(type) {
 	case *route.RouteAction_Cluster:
 		return s.toCluster(res, c.Cluster, req)

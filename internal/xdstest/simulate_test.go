@@ -218,6 +218,66 @@ func TestSimulationListenersAndRoutes(t *testing.T) {
 	}
 }
 
+// TestSimulationAuthority: the :authority the upstream receives. Neither
+// ignore_port_in_host_matching nor the route's choice changes it;
+// strip_any_host_port and host_rewrite_literal do.
+func TestSimulationAuthority(t *testing.T) {
+	const healthy = core.HealthStatus_HEALTHY
+	prefix := func(p string) *route.RouteMatch {
+		return &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: p}}
+	}
+	rewritten := routeTo("rewrite", "a", prefix("/rewrite"))
+	rewritten.GetRoute().HostRewriteSpecifier = &route.RouteAction_HostRewriteLiteral{HostRewriteLiteral: "backend.internal"}
+	auto := routeTo("auto", "a", prefix("/auto"))
+	auto.GetRoute().HostRewriteSpecifier = &route.RouteAction_AutoHostRewrite{AutoHostRewrite: wrapperspb.Bool(true)}
+	stripping := &listener.FilterChain{Filters: []*listener.Filter{{
+		Name: "envoy.filters.network.http_connection_manager",
+		ConfigType: &listener.Filter_TypedConfig{TypedConfig: packed(t, &hcm.HttpConnectionManager{
+			StatPrefix:     "strip",
+			RouteSpecifier: &hcm.HttpConnectionManager_Rds{Rds: &hcm.Rds{RouteConfigName: "shared"}},
+			StripPortMode:  &hcm.HttpConnectionManager_StripAnyHostPort{StripAnyHostPort: true},
+		})},
+	}}}
+	c, cla := staticCluster("a", group(0, 0, host("10.9.0.1", healthy)))
+	sim, err := NewSimulation(
+		&listener.Listener{Name: "virtual", Address: addr("0.0.0.0", 15001), UseOriginalDst: wrapperspb.Bool(true)},
+		&listener.Listener{Name: "keep", Address: addr("0.0.0.0", 80), BindToPort: wrapperspb.Bool(false),
+			FilterChains: []*listener.FilterChain{rdsChain(t, "shared", nil)}},
+		&listener.Listener{Name: "strip", Address: addr("0.0.0.0", 81), BindToPort: wrapperspb.Bool(false),
+			FilterChains: []*listener.FilterChain{stripping}},
+		&route.RouteConfiguration{Name: "shared", IgnorePortInHostMatching: true, VirtualHosts: []*route.VirtualHost{{
+			Name: "foo", Domains: []string{"www.foo.com", "[fd00::1]"},
+			Routes: []*route.Route{rewritten, auto, routeTo("default", "a", prefix("/"))},
+		}}},
+		c, cla,
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name      string
+		req       Request
+		authority string
+	}{
+		{"the port only ignored for the match: kept", Request{DestinationIP: "10.0.0.4", Port: 80, Host: "WWW.foo.com:8080", Path: "/"}, "WWW.foo.com:8080"},
+		{"strip_any_host_port drops it", Request{DestinationIP: "10.0.0.4", Port: 81, Host: "www.foo.com:8080", Path: "/"}, "www.foo.com"},
+		{"strip_any_host_port keeps an IPv6 address's brackets", Request{DestinationIP: "10.0.0.4", Port: 81, Host: "[fd00::1]:8080", Path: "/"}, "[fd00::1]"},
+		{"host_rewrite_literal replaces it", Request{DestinationIP: "10.0.0.4", Port: 80, Host: "www.foo.com:8080", Path: "/rewrite"}, "backend.internal"},
+		{"other host rewrites are not modelled", Request{DestinationIP: "10.0.0.4", Port: 80, Host: "www.foo.com", Path: "/auto"}, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := sim.Route(tc.req)
+			if r.Outcome != OutcomeRouted || r.VirtualHost != "foo" {
+				t.Fatalf("outcome %v at virtual host %q: %s", r.Outcome, r.VirtualHost, r.Detail)
+			}
+			if r.Authority != tc.authority {
+				t.Errorf("authority %q, want %q", r.Authority, tc.authority)
+			}
+		})
+	}
+}
+
 // TestSimulationPriorities: Envoy's priority levels and panic threshold
 // (arch_overview/upstream/load_balancing/priority, panic_threshold) and
 // locality weights (locality_weight), default overprovisioning factor 1.4.
