@@ -92,9 +92,11 @@ func gatewayListenerSignature(gw *pushcontext.IngressGateway, chains []gatewayCh
 
 // gatewayConnectionManager is the HCM of a gateway listener or chain. A
 // gateway is the edge: unlike a sidecar it trusts the address it sees the
-// client at. Virtual hosts name hosts without ports and the port of the
-// Host header is ignored, since clients reach the gateway through its
-// Service (and load balancers, node ports) on ports it cannot know.
+// client at. Its route configurations ignore the port of the Host header
+// (gateway_routes.go), since clients reach the gateway through its Service
+// (and load balancers, node ports) on ports it cannot know; the header
+// itself goes to the backend as the client sent it, as from Istio's
+// gateways, so that a backend that writes absolute URLs keeps the port.
 func (g *ListenerGenerator) gatewayConnectionManager(statPrefix, routeName string) (*anypb.Any, error) {
 	m := &hcm.HttpConnectionManager{
 		CodecType:  hcm.HttpConnectionManager_AUTO,
@@ -103,8 +105,7 @@ func (g *ListenerGenerator) gatewayConnectionManager(statPrefix, routeName strin
 			ConfigSource:    adsRouteSource(),
 			RouteConfigName: routeName,
 		}},
-		HttpFilters:   g.httpFilters,
-		StripPortMode: &hcm.HttpConnectionManager_StripAnyHostPort{StripAnyHostPort: true},
+		HttpFilters: g.httpFilters,
 	}
 	applyMeshHTTPDefaults(m)
 	m.UseRemoteAddress = wrapperspb.Bool(true)

@@ -7,8 +7,8 @@ import (
 )
 
 // TestSimulationIngress: requests at the ingress gateway, which listens on
-// its Service's target ports (8080 for HTTP, 8443 for HTTPS) and strips
-// the port from the Host header.
+// its Service's target ports (8080 for HTTP, 8443 for HTTPS) and ignores
+// the Host header's port when it picks a virtual host.
 //
 // Kubernetes path semantics: Prefix matches whole path elements and
 // ignores a trailing slash; the longest matching path wins, and Exact wins
@@ -71,7 +71,7 @@ func TestSimulationIngress(t *testing.T) {
 		{"Exact: only the path; Prefix takes below it", "gateway", http(shop, "/exact/sub"), httpTo(shop, cart)},
 		{"merged host: the newer Ingress's path", "gateway", http(shop, "/catalog/x"), httpTo(shop, catalog)},
 		{"merged host: the older Ingress wins a shared path", "gateway", http(shop, "/shared"), httpTo(shop, cart)},
-		{"Host port is stripped", "gateway", http(shop+":8080", "/cart"), httpTo(shop, cart)},
+		{"the Host's port takes no part in the match", "gateway", http(shop+":8080", "/cart"), httpTo(shop, cart)},
 		{"Host is case-insensitive", "gateway", http("SHOP.example.com", "/cart"), httpTo(shop, cart)},
 		{"ImplementationSpecific /*: the prefix itself", "gateway", http(impl, "/static"), httpTo(impl, files)},
 		{"ImplementationSpecific /*: below it", "gateway", http(impl, "/static/app.js"), httpTo(impl, files)},
@@ -89,4 +89,21 @@ func TestSimulationIngress(t *testing.T) {
 		{"TLS: an SNI no entry serves is closed", "gateway", https("other.example.com", "other.example.com", "/"), closed},
 		{"TLS: no SNI is closed", "gateway", https("", shop, "/cart"), closed},
 	})
+}
+
+// TestSimulationIngressKeepsTheHostPort: the gateway ignores the Host
+// header's port to pick the virtual host, and hands the header to the
+// backend as the client sent it, as Istio's gateways do; a backend that
+// writes absolute URLs (redirects, links) keeps the port its clients used.
+func TestSimulationIngressKeepsTheHostPort(t *testing.T) {
+	sim := simulations(t, "ingress")["gateway"]
+	for _, host := range []string{"shop.example.com:8080", "shop.example.com"} {
+		r := sim.Route(xdstest.Request{DestinationIP: "10.1.0.50", Port: 8080, Host: host, Path: "/cart"})
+		if r.Outcome != xdstest.OutcomeRouted || r.VirtualHost != "shop.example.com" {
+			t.Fatalf("Host %s: outcome %v at virtual host %q: %s", host, r.Outcome, r.VirtualHost, r.Detail)
+		}
+		if r.Authority != host {
+			t.Errorf("Host %s reached the backend as %q", host, r.Authority)
+		}
+	}
 }
