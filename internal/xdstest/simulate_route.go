@@ -39,16 +39,17 @@ func (s *Simulation) routeHTTP(res Result, m *hcm.HttpConnectionManager, req Req
 	// ignore_port_in_host_matching (RouteConfiguration, route.proto): the
 	// port of :authority takes no part in choosing the virtual host; unlike
 	// strip_any_host_port, the header itself keeps it.
-	vhostHost := host
 	if rc.GetIgnorePortInHostMatching() {
-		vhostHost = stripPort(host)
+		host = stripPort(host)
 	}
-	vh := selectVirtualHost(rc.GetVirtualHosts(), vhostHost)
+	vh := selectVirtualHost(rc.GetVirtualHosts(), host)
 	if vh == nil {
-		return stop(res, OutcomeNoRoute, fmt.Sprintf("route configuration %s has no virtual host for %q", rc.GetName(), vhostHost))
+		return stop(res, OutcomeNoRoute, fmt.Sprintf("route configuration %s has no virtual host for %q", rc.GetName(), host))
 	}
 	res.VirtualHost = vh.GetName()
 	headers := requestHeaders(req)
+	// Route matching sees the header as the connection manager left it.
+	headers[":authority"] = res.Authority
 	for _, r := range vh.GetRoutes() {
 		ok, why := routeMatches(r.GetMatch(), headers)
 		if why != "" {

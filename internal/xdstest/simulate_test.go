@@ -218,9 +218,9 @@ func TestSimulationListenersAndRoutes(t *testing.T) {
 	}
 }
 
-// TestSimulationAuthority: the :authority the upstream receives. Neither
-// ignore_port_in_host_matching nor the route's choice changes it;
-// strip_any_host_port and host_rewrite_literal do.
+// TestSimulationAuthority: the :authority that route matching sees and the
+// upstream receives. ignore_port_in_host_matching leaves it as sent;
+// strip_any_host_port and host_rewrite_literal change it.
 func TestSimulationAuthority(t *testing.T) {
 	const healthy = core.HealthStatus_HEALTHY
 	prefix := func(p string) *route.RouteMatch {
@@ -228,6 +228,9 @@ func TestSimulationAuthority(t *testing.T) {
 	}
 	rewritten := routeTo("rewrite", "a", prefix("/rewrite"))
 	rewritten.GetRoute().HostRewriteSpecifier = &route.RouteAction_HostRewriteLiteral{HostRewriteLiteral: "backend.internal"}
+	byAuthority := routeTo("by-authority", "a", prefix("/"))
+	byAuthority.Match.Headers = []*route.HeaderMatcher{{Name: ":authority", HeaderMatchSpecifier: &route.HeaderMatcher_StringMatch{
+		StringMatch: &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: "www.foo.com"}}}}}
 	auto := routeTo("auto", "a", prefix("/auto"))
 	auto.GetRoute().HostRewriteSpecifier = &route.RouteAction_AutoHostRewrite{AutoHostRewrite: wrapperspb.Bool(true)}
 	stripping := &listener.FilterChain{Filters: []*listener.Filter{{
@@ -247,7 +250,7 @@ func TestSimulationAuthority(t *testing.T) {
 			FilterChains: []*listener.FilterChain{stripping}},
 		&route.RouteConfiguration{Name: "shared", IgnorePortInHostMatching: true, VirtualHosts: []*route.VirtualHost{{
 			Name: "foo", Domains: []string{"www.foo.com", "[fd00::1]"},
-			Routes: []*route.Route{rewritten, auto, routeTo("default", "a", prefix("/"))},
+			Routes: []*route.Route{rewritten, auto, byAuthority, routeTo("default", "a", prefix("/"))},
 		}}},
 		c, cla,
 	)
@@ -255,21 +258,21 @@ func TestSimulationAuthority(t *testing.T) {
 		t.Fatal(err)
 	}
 	cases := []struct {
-		name      string
-		req       Request
-		authority string
+		name             string
+		req              Request
+		route, authority string
 	}{
-		{"the port only ignored for the match: kept", Request{DestinationIP: "10.0.0.4", Port: 80, Host: "WWW.foo.com:8080", Path: "/"}, "WWW.foo.com:8080"},
-		{"strip_any_host_port drops it", Request{DestinationIP: "10.0.0.4", Port: 81, Host: "www.foo.com:8080", Path: "/"}, "www.foo.com"},
-		{"strip_any_host_port keeps an IPv6 address's brackets", Request{DestinationIP: "10.0.0.4", Port: 81, Host: "[fd00::1]:8080", Path: "/"}, "[fd00::1]"},
-		{"host_rewrite_literal replaces it", Request{DestinationIP: "10.0.0.4", Port: 80, Host: "www.foo.com:8080", Path: "/rewrite"}, "backend.internal"},
-		{"other host rewrites are not modelled", Request{DestinationIP: "10.0.0.4", Port: 80, Host: "www.foo.com", Path: "/auto"}, ""},
+		{"the port only ignored for the match: kept", Request{DestinationIP: "10.0.0.4", Port: 80, Host: "WWW.foo.com:8080", Path: "/"}, "default", "WWW.foo.com:8080"},
+		{"strip_any_host_port drops it, before route matching", Request{DestinationIP: "10.0.0.4", Port: 81, Host: "www.foo.com:8080", Path: "/"}, "by-authority", "www.foo.com"},
+		{"strip_any_host_port keeps an IPv6 address's brackets", Request{DestinationIP: "10.0.0.4", Port: 81, Host: "[fd00::1]:8080", Path: "/"}, "default", "[fd00::1]"},
+		{"host_rewrite_literal replaces it", Request{DestinationIP: "10.0.0.4", Port: 80, Host: "www.foo.com:8080", Path: "/rewrite"}, "rewrite", "backend.internal"},
+		{"other host rewrites are not modelled", Request{DestinationIP: "10.0.0.4", Port: 80, Host: "www.foo.com", Path: "/auto"}, "auto", ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			r := sim.Route(tc.req)
-			if r.Outcome != OutcomeRouted || r.VirtualHost != "foo" {
-				t.Fatalf("outcome %v at virtual host %q: %s", r.Outcome, r.VirtualHost, r.Detail)
+			if r.Outcome != OutcomeRouted || r.VirtualHost != "foo" || r.Route != tc.route {
+				t.Fatalf("outcome %v at virtual host %q, route %q, want route %q: %s", r.Outcome, r.VirtualHost, r.Route, tc.route, r.Detail)
 			}
 			if r.Authority != tc.authority {
 				t.Errorf("authority %q, want %q", r.Authority, tc.authority)
