@@ -72,15 +72,25 @@ func (t *clusterTemplates) get(protocol model.Protocol, proxyType model.NodeType
 // resource returns the marshalled cluster of o, a plain cluster.
 func (tmpl *clusterTemplate) resource(o outboundCluster) model.Resource {
 	name := OutboundClusterName(o.svc.Hostname, o.port.Port, "")
-	var matches []byte
+	size := sizeString(clusterNameField, name) + len(tmpl.rest)
+	// The matches are written in place: the cluster is allocated once, at
+	// its final size.
+	var (
+		sans   []string
+		sni    string
+		layout autoMTLSLayout
+	)
 	if o.peer.auto {
-		matches = appendAutoMTLSMatches(nil, o.peer.identities.List(), istioMutualSNI(o.svc.Hostname, o.port.Port, ""), tmpl.h2)
+		sans, sni = o.peer.identities.List(), istioMutualSNI(o.svc.Hostname, o.port.Port, "")
+		layout = layoutAutoMTLSMatches(sans, sni, tmpl.h2)
+		size += layout.size()
 	}
-	size := sizeString(clusterNameField, name) + len(tmpl.rest) + len(matches)
 	b := make([]byte, 0, size)
 	b = appendString(b, clusterNameField, name)
 	b = append(b, tmpl.rest...)
-	b = append(b, matches...)
+	if o.peer.auto {
+		b = appendAutoMTLSMatches(b, &layout, sans, sni)
+	}
 	return model.Resource{Name: name, Resource: &anypb.Any{TypeUrl: ClusterType, Value: b}}
 }
 

@@ -75,37 +75,52 @@ func newAutoMTLSParts() autoMTLSParts {
 	return p
 }
 
-// appendAutoMTLSMatches appends what proto.Marshal writes for a Cluster
-// holding only autoMTLSMatches(istioMutualContext(sans, sni, h2)).
-func appendAutoMTLSMatches(b []byte, sans []string, sni string, h2 bool) []byte {
-	p := &autoMTLSConstants
-	head := p.commonHead[0]
-	if h2 {
-		head = p.commonHead[1]
-	}
-	// Sizes, from the innermost message out.
-	sanList := 0
-	for _, n := range sans {
-		sanList += sizeBytesField(fValidationSANs, sanMatcherSize(n, sanType(n)))
-	}
-	combined := sizeBytesField(fCombinedDefault, sanList) + len(p.rootSDS)
-	common := len(head) + sizeBytesField(fCommonCombined, combined)
-	tlsContext := sizeBytesField(fUpstreamCommon, common) + sizeString(fUpstreamSNI, sni)
-	typedConfig := sizeString(fAnyTypeURL, upstreamTLSURL) + sizeBytesField(fAnyValue, tlsContext)
-	socket := sizeString(fSocketName, transportSocketTLS) + sizeBytesField(fSocketConfig, typedConfig)
-	match := len(p.matchHead) + sizeBytesField(fMatchSocket, socket)
+// autoMTLSLayout is the size of each message of the auto mTLS match of a
+// cluster, from the innermost out, which both the caller (to size the
+// cluster) and appendAutoMTLSMatches (for the length prefixes) need.
+type autoMTLSLayout struct {
+	head                                                       []byte
+	sanList, combined, common, tlsContext, typedConfig, socket int
+	match                                                      int
+}
 
-	b = appendFieldHeader(b, fClusterMatches, match)
+func layoutAutoMTLSMatches(sans []string, sni string, h2 bool) autoMTLSLayout {
+	p := &autoMTLSConstants
+	l := autoMTLSLayout{head: p.commonHead[0]}
+	if h2 {
+		l.head = p.commonHead[1]
+	}
+	for _, n := range sans {
+		l.sanList += sizeBytesField(fValidationSANs, sanMatcherSize(n, sanType(n)))
+	}
+	l.combined = sizeBytesField(fCombinedDefault, l.sanList) + len(p.rootSDS)
+	l.common = len(l.head) + sizeBytesField(fCommonCombined, l.combined)
+	l.tlsContext = sizeBytesField(fUpstreamCommon, l.common) + sizeString(fUpstreamSNI, sni)
+	l.typedConfig = sizeString(fAnyTypeURL, upstreamTLSURL) + sizeBytesField(fAnyValue, l.tlsContext)
+	l.socket = sizeString(fSocketName, transportSocketTLS) + sizeBytesField(fSocketConfig, l.typedConfig)
+	l.match = len(p.matchHead) + sizeBytesField(fMatchSocket, l.socket)
+	return l
+}
+
+// size is how many bytes appendAutoMTLSMatches appends.
+func (l *autoMTLSLayout) size() int { return sizeBytesField(fClusterMatches, l.match) }
+
+// appendAutoMTLSMatches appends what proto.Marshal writes for a Cluster
+// holding only autoMTLSMatches(istioMutualContext(sans, sni, h2)); l is
+// layoutAutoMTLSMatches(sans, sni, h2).
+func appendAutoMTLSMatches(b []byte, l *autoMTLSLayout, sans []string, sni string) []byte {
+	p := &autoMTLSConstants
+	b = appendFieldHeader(b, fClusterMatches, l.match)
 	b = append(b, p.matchHead...)
-	b = appendFieldHeader(b, fMatchSocket, socket)
+	b = appendFieldHeader(b, fMatchSocket, l.socket)
 	b = appendString(b, fSocketName, transportSocketTLS)
-	b = appendFieldHeader(b, fSocketConfig, typedConfig)
+	b = appendFieldHeader(b, fSocketConfig, l.typedConfig)
 	b = appendString(b, fAnyTypeURL, upstreamTLSURL)
-	b = appendFieldHeader(b, fAnyValue, tlsContext)
-	b = appendFieldHeader(b, fUpstreamCommon, common)
-	b = append(b, head...)
-	b = appendFieldHeader(b, fCommonCombined, combined)
-	b = appendFieldHeader(b, fCombinedDefault, sanList)
+	b = appendFieldHeader(b, fAnyValue, l.tlsContext)
+	b = appendFieldHeader(b, fUpstreamCommon, l.common)
+	b = append(b, l.head...)
+	b = appendFieldHeader(b, fCommonCombined, l.combined)
+	b = appendFieldHeader(b, fCombinedDefault, l.sanList)
 	for _, n := range sans {
 		t := sanType(n)
 		b = appendFieldHeader(b, fValidationSANs, sanMatcherSize(n, t))

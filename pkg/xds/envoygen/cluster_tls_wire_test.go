@@ -32,12 +32,24 @@ func TestAutoMTLSMatchesWire(t *testing.T) {
 	} {
 		for _, h2 := range []bool{false, true} {
 			want := marshalDeterministic(&cluster.Cluster{TransportSocketMatches: autoMTLSMatches(istioMutualContext(tc.sans, tc.sni, h2))})
-			got := appendAutoMTLSMatches([]byte("prefix"), tc.sans, tc.sni, h2)
+			got := encodeAutoMTLSMatches(t, []byte("prefix"), tc.sans, tc.sni, h2)
 			if !bytes.HasPrefix(got, []byte("prefix")) || !bytes.Equal(got[len("prefix"):], want) {
 				t.Errorf("%s, h2 %v: %d bytes written, proto.Marshal writes %d:\n got %x\nwant %x", tc.name, h2, len(got)-len("prefix"), len(want), got[len("prefix"):], want)
 			}
 		}
 	}
+}
+
+// encodeAutoMTLSMatches appends the matches to prefix, and checks that they
+// took the size their layout promised, which the cluster is allocated by.
+func encodeAutoMTLSMatches(t *testing.T, prefix []byte, sans []string, sni string, h2 bool) []byte {
+	t.Helper()
+	l := layoutAutoMTLSMatches(sans, sni, h2)
+	got := appendAutoMTLSMatches(prefix, &l, sans, sni)
+	if n := len(got) - len(prefix); n != l.size() {
+		t.Errorf("sni %q sans %q h2 %v: %d bytes written, %d laid out", sni, sans, h2, n, l.size())
+	}
+	return got
 }
 
 // FuzzAutoMTLSMatchesWire: the same for any SNI and identities (UTF-8, as
@@ -54,7 +66,7 @@ func FuzzAutoMTLSMatchesWire(f *testing.F) {
 			}
 		}
 		want := marshalDeterministic(&cluster.Cluster{TransportSocketMatches: autoMTLSMatches(istioMutualContext(sans, sni, h2))})
-		if got := appendAutoMTLSMatches(nil, sans, sni, h2); !bytes.Equal(got, want) {
+		if got := encodeAutoMTLSMatches(t, nil, sans, sni, h2); !bytes.Equal(got, want) {
 			t.Errorf("sni %q sans %q h2 %v:\n got %x\nwant %x", sni, sans, h2, got, want)
 		}
 	})
