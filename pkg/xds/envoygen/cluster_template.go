@@ -75,21 +75,16 @@ func (tmpl *clusterTemplate) resource(o outboundCluster) model.Resource {
 	size := sizeString(clusterNameField, name) + len(tmpl.rest)
 	// The matches are written in place: the cluster is allocated once, at
 	// its final size.
-	var (
-		sans   []string
-		sni    string
-		layout autoMTLSLayout
-	)
+	var matches autoMTLSLayout
 	if o.peer.auto {
-		sans, sni = o.peer.identities.List(), istioMutualSNI(o.svc.Hostname, o.port.Port, "")
-		layout = layoutAutoMTLSMatches(sans, sni, tmpl.h2)
-		size += layout.size()
+		matches = layoutAutoMTLSMatches(o.peer.identities.List(), istioMutualSNI(o.svc.Hostname, o.port.Port, ""), tmpl.h2)
+		size += matches.size()
 	}
 	b := make([]byte, 0, size)
 	b = appendString(b, clusterNameField, name)
 	b = append(b, tmpl.rest...)
 	if o.peer.auto {
-		b = appendAutoMTLSMatches(b, &layout, sans, sni)
+		b = appendAutoMTLSMatches(b, &matches)
 	}
 	return model.Resource{Name: name, Resource: &anypb.Any{TypeUrl: ClusterType, Value: b}}
 }

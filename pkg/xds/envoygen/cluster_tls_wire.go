@@ -75,10 +75,13 @@ func newAutoMTLSParts() autoMTLSParts {
 	return p
 }
 
-// autoMTLSLayout is the size of each message of the auto mTLS match of a
-// cluster, from the innermost out, which both the caller (to size the
-// cluster) and appendAutoMTLSMatches (for the length prefixes) need.
+// autoMTLSLayout is a cluster's auto mTLS match laid out for writing: its
+// contents and the size of each of its messages, from the innermost out,
+// which both the caller (to size the cluster) and appendAutoMTLSMatches
+// (for the length prefixes) need.
 type autoMTLSLayout struct {
+	sans                                                       []string
+	sni                                                        string
 	head                                                       []byte
 	sanList, combined, common, tlsContext, typedConfig, socket int
 	match                                                      int
@@ -86,7 +89,7 @@ type autoMTLSLayout struct {
 
 func layoutAutoMTLSMatches(sans []string, sni string, h2 bool) autoMTLSLayout {
 	p := &autoMTLSConstants
-	l := autoMTLSLayout{head: p.commonHead[0]}
+	l := autoMTLSLayout{sans: sans, sni: sni, head: p.commonHead[0]}
 	if h2 {
 		l.head = p.commonHead[1]
 	}
@@ -106,9 +109,9 @@ func layoutAutoMTLSMatches(sans []string, sni string, h2 bool) autoMTLSLayout {
 func (l *autoMTLSLayout) size() int { return sizeBytesField(fClusterMatches, l.match) }
 
 // appendAutoMTLSMatches appends what proto.Marshal writes for a Cluster
-// holding only autoMTLSMatches(istioMutualContext(sans, sni, h2)); l is
-// layoutAutoMTLSMatches(sans, sni, h2).
-func appendAutoMTLSMatches(b []byte, l *autoMTLSLayout, sans []string, sni string) []byte {
+// holding only autoMTLSMatches(istioMutualContext(sans, sni, h2)), where
+// l is layoutAutoMTLSMatches(sans, sni, h2).
+func appendAutoMTLSMatches(b []byte, l *autoMTLSLayout) []byte {
 	p := &autoMTLSConstants
 	b = appendFieldHeader(b, fClusterMatches, l.match)
 	b = append(b, p.matchHead...)
@@ -121,7 +124,7 @@ func appendAutoMTLSMatches(b []byte, l *autoMTLSLayout, sans []string, sni strin
 	b = append(b, l.head...)
 	b = appendFieldHeader(b, fCommonCombined, l.combined)
 	b = appendFieldHeader(b, fCombinedDefault, l.sanList)
-	for _, n := range sans {
+	for _, n := range l.sans {
 		t := sanType(n)
 		b = appendFieldHeader(b, fValidationSANs, sanMatcherSize(n, t))
 		if t != 0 {
@@ -132,7 +135,7 @@ func appendAutoMTLSMatches(b []byte, l *autoMTLSLayout, sans []string, sni strin
 		b = appendString(b, fStringExact, n)
 	}
 	b = append(b, p.rootSDS...)
-	return appendString(b, fUpstreamSNI, sni)
+	return appendString(b, fUpstreamSNI, l.sni)
 }
 
 // sanMatcherSize is the marshalled size of SubjectAltNameMatcher n, of

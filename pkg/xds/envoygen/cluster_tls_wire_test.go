@@ -45,7 +45,7 @@ func TestAutoMTLSMatchesWire(t *testing.T) {
 func encodeAutoMTLSMatches(t *testing.T, prefix []byte, sans []string, sni string, h2 bool) []byte {
 	t.Helper()
 	l := layoutAutoMTLSMatches(sans, sni, h2)
-	got := appendAutoMTLSMatches(prefix, &l, sans, sni)
+	got := appendAutoMTLSMatches(prefix, &l)
 	if n := len(got) - len(prefix); n != l.size() {
 		t.Errorf("sni %q sans %q h2 %v: %d bytes written, %d laid out", sni, sans, h2, n, l.size())
 	}
