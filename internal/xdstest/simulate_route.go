@@ -47,9 +47,7 @@ func (s *Simulation) routeHTTP(res Result, m *hcm.HttpConnectionManager, req Req
 		return stop(res, OutcomeNoRoute, fmt.Sprintf("route configuration %s has no virtual host for %q", rc.GetName(), host))
 	}
 	res.VirtualHost = vh.GetName()
-	headers := requestHeaders(req)
-	// Route matching sees the header as the connection manager left it.
-	headers[":authority"] = res.Authority
+	headers := requestHeaders(req, res.Authority)
 	for _, r := range vh.GetRoutes() {
 		ok, why := routeMatches(r.GetMatch(), headers)
 		if why != "" {
@@ -117,9 +115,10 @@ func selectVirtualHost(vhosts []*route.VirtualHost, host string) *route.VirtualH
 }
 
 // requestHeaders are the request's headers by lower-cased name, with the
-// pseudo-headers route matching sees.
-func requestHeaders(req Request) map[string]string {
-	h := map[string]string{":authority": req.Host, ":path": req.Path, ":method": req.Method}
+// pseudo-headers route matching sees: :authority as the connection
+// manager left it.
+func requestHeaders(req Request, authority string) map[string]string {
+	h := map[string]string{":authority": authority, ":path": req.Path, ":method": req.Method}
 	if req.Method == "" {
 		h[":method"] = "GET"
 	}
