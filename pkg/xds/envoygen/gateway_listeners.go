@@ -93,7 +93,7 @@ func gatewayListenerSignature(gw *pushcontext.IngressGateway, chains []gatewayCh
 // gatewayConnectionManager is the HCM of a gateway listener or chain. A
 // gateway is the edge: unlike a sidecar it trusts the address it sees the
 // client at. Its route configurations ignore the port of the Host header
-// (gateway_routes.go), since clients reach the gateway through its Service
+// (routeConfigurationHead), since clients reach the gateway through its Service
 // (and load balancers, node ports) on ports it cannot know; the header
 // itself goes to the backend as the client sent it, as from Istio's
 // gateways, so that a backend that writes absolute URLs keeps the port.

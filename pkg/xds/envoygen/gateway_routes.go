@@ -81,9 +81,7 @@ func (b *gatewayRouteBuild) build(gw *pushcontext.IngressGateway) (*gatewayRoute
 	// HTTPS chains that serve its host share the bytes.
 	vhosts := b.g.gatewayVhosts.encodeAll(gw.HTTP, b.virtualHost)
 	add := func(name string, include []int) error {
-		// Virtual hosts list hosts without ports, and the Host header's
-		// port takes no part in choosing one (see gatewayConnectionManager).
-		head, err := lrMarshal.Marshal(&route.RouteConfiguration{Name: name, ValidateClusters: wrapperspb.Bool(false), IgnorePortInHostMatching: true})
+		head, err := routeConfigurationHead(name)
 		if err != nil {
 			return err
 		}

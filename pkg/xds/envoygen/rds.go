@@ -124,7 +124,7 @@ func routePort(name string) (uint32, bool) {
 }
 
 func (g *RouteGenerator) build(gen *lrGeneration, push *pushcontext.PushContext, proxy *model.Proxy, name string) (model.Resource, error) {
-	out, err := lrMarshal.Marshal(&route.RouteConfiguration{Name: name, ValidateClusters: wrapperspb.Bool(false), IgnorePortInHostMatching: true})
+	out, err := routeConfigurationHead(name)
 	if err != nil {
 		return model.Resource{}, err
 	}
@@ -136,6 +136,14 @@ func (g *RouteGenerator) build(gen *lrGeneration, push *pushcontext.PushContext,
 		out = appendVirtualHost(out, g.allowAny)
 	}
 	return model.Resource{Name: name, Resource: &anypb.Any{TypeUrl: RouteType, Value: out}}, nil
+}
+
+// routeConfigurationHead marshals the fields of a sidecar's or the
+// gateway's route configuration that precede its virtual hosts. Virtual
+// hosts list hosts without ports, and the port of the Host header takes no
+// part in choosing one (ignore_port_in_host_matching), as in Istio.
+func routeConfigurationHead(name string) ([]byte, error) {
+	return lrMarshal.Marshal(&route.RouteConfiguration{Name: name, ValidateClusters: wrapperspb.Bool(false), IgnorePortInHostMatching: true})
 }
 
 // lrMarshal is how listeners and routes are marshalled: deterministically,
