@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -74,7 +75,10 @@ type Phase struct {
 	DurationSeconds     float64 `json:"durationSeconds"`
 	ControlPlaneCPU     float64 `json:"controlPlaneCpuSeconds"`
 	ControlPlanePeakRSS int64   `json:"controlPlanePeakRssBytes"`
-	ToolCPU             float64 `json:"toolCpuSeconds"`
+	// ControlPlaneSwitches counts the control plane's context switches in
+	// the phase, when it is sampled from /proc and did not restart.
+	ControlPlaneSwitches *int64  `json:"controlPlaneContextSwitches,omitempty"`
+	ToolCPU              float64 `json:"toolCpuSeconds"`
 }
 
 // Report is the result of a run; its JSON form is what runs are compared by.
@@ -142,15 +146,19 @@ func (r *Report) WriteTable(w io.Writer) error {
 		r.Source, strings.Join(kinds, ", "))
 	fmt.Fprintf(w, "inputs written in %.1fs; control plane idle %.1fs later\n\n", r.InputSeconds, r.SettleSeconds)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "phase\tn\tmin ms\tp50 ms\tp90 ms\tp99 ms\tmax ms\tmissed\tcp CPU s\tcp peak MiB\ttool CPU s\t")
+	fmt.Fprintln(tw, "phase\tn\tmin ms\tp50 ms\tp90 ms\tp99 ms\tmax ms\tmissed\tcp CPU s\tcp switches\tcp peak MiB\ttool CPU s\t")
 	for _, p := range r.Phases {
 		if p.Skipped != "" {
-			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t\n", p.Name)
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t\n", p.Name)
 			continue
 		}
 		l := p.Latency
-		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%d\t%.2f\t%s\t%.2f\t\n", p.Name, l.Count,
-			l.Min, l.P50, l.P90, l.P99, l.Max, p.Missed, p.ControlPlaneCPU, mib(p.ControlPlanePeakRSS), p.ToolCPU)
+		switches := "-"
+		if p.ControlPlaneSwitches != nil {
+			switches = strconv.FormatInt(*p.ControlPlaneSwitches, 10)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%d\t%.2f\t%s\t%s\t%.2f\t\n", p.Name, l.Count,
+			l.Min, l.P50, l.P90, l.P99, l.Max, p.Missed, p.ControlPlaneCPU, switches, mib(p.ControlPlanePeakRSS), p.ToolCPU)
 		kinds := make([]string, 0, len(p.ByKind))
 		for k := range p.ByKind {
 			kinds = append(kinds, string(k))
@@ -158,7 +166,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		sort.Strings(kinds)
 		for _, k := range kinds {
 			d := p.ByKind[Kind(k)]
-			fmt.Fprintf(tw, "  %s\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t\t\t\t\t\n", k, d.Count, d.Min, d.P50, d.P90, d.P99, d.Max)
+			fmt.Fprintf(tw, "  %s\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t\t\t\t\t\t\n", k, d.Count, d.Min, d.P50, d.P90, d.P99, d.Max)
 		}
 	}
 	if err := tw.Flush(); err != nil {

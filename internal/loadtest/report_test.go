@@ -29,11 +29,13 @@ func TestNewDist(t *testing.T) {
 func TestReportJSONRoundTrip(t *testing.T) {
 	pushes := 12.0
 	first := 3.5
+	switches := int64(6452)
 	r := &Report{Version: ReportVersion, Started: time.Date(2026, 12, 3, 4, 0, 0, 0, time.UTC), Scenario: StandardScenario(),
 		Source: "kube", Clients: map[Kind]int{KindSidecar: 2, KindGRPC: 1},
 		Phases: []Phase{
 			{Name: PhaseConnect, Latency: NewDist([]time.Duration{time.Millisecond, 2 * time.Millisecond}),
-				ByKind: map[Kind]Dist{KindSidecar: NewDist([]time.Duration{time.Millisecond})}, ControlPlaneCPU: 0.25},
+				ByKind: map[Kind]Dist{KindSidecar: NewDist([]time.Duration{time.Millisecond})}, ControlPlaneCPU: 0.25,
+				ControlPlaneSwitches: &switches},
 			{Name: PhaseEndpoints, Changes: 3, Watchers: 3, PushesPerChange: map[string]float64{"ClusterLoadAssignment": 1},
 				ServerPushes: &pushes, Writes: &Dist{Count: 3, P50: 2}},
 			{Name: PhaseReconnect, FirstFullMs: &first},
@@ -59,6 +61,9 @@ func TestReportJSONRoundTrip(t *testing.T) {
 		if !strings.Contains(table.String(), p.Name) {
 			t.Errorf("table does not name phase %q:\n%s", p.Name, table.String())
 		}
+	}
+	if !strings.Contains(table.String(), " 6452 ") {
+		t.Errorf("table does not show the connect phase's 6452 context switches:\n%s", table.String())
 	}
 }
 

@@ -275,6 +275,9 @@ func (r *runner) measure(ctx context.Context, name string, fn func(context.Conte
 		if r.cp != nil {
 			p.ControlPlaneCPU = cpuSince(cp0, cp1)
 			p.ControlPlanePeakRSS = r.cp.Peak(t0, t1)
+			if n, ok := switchesSince(cp0, cp1); ok {
+				p.ControlPlaneSwitches = &n
+			}
 		}
 		p.ToolCPU = cpuSince(self0, self1)
 		if pushes1, ok := r.serverPushes(); ok && hasPushes && name != PhaseReconnect {

@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"strconv"
@@ -23,6 +25,9 @@ type Usage struct {
 	Instance   string  `json:"-"`
 	CPUSeconds float64 `json:"cpuSeconds"`
 	RSSBytes   int64   `json:"rssBytes"`
+	// ContextSwitches sums the voluntary and involuntary context switches
+	// of the process's threads; -1 where the source cannot tell.
+	ContextSwitches int64 `json:"contextSwitches"`
 }
 
 // cpuSince is the CPU time spent between two readings.
@@ -31,6 +36,15 @@ func cpuSince(before, after Usage) float64 {
 		return after.CPUSeconds
 	}
 	return after.CPUSeconds - before.CPUSeconds
+}
+
+// switchesSince is the number of context switches between two readings of
+// one process, if the source counts them.
+func switchesSince(before, after Usage) (int64, bool) {
+	if before.Instance != after.Instance || before.ContextSwitches < 0 || after.ContextSwitches < 0 {
+		return 0, false
+	}
+	return after.ContextSwitches - before.ContextSwitches, true
 }
 
 // Source reads a process's current usage.
@@ -53,16 +67,17 @@ func (p ProcSource) Read() (Usage, error) {
 	if pid <= 0 {
 		return Usage{}, fmt.Errorf("no process to sample")
 	}
-	return procUsage(strconv.Itoa(pid))
+	return procUsage(strconv.Itoa(pid), true)
 }
 
 // SelfSource reads the tool's own usage.
 type SelfSource struct{}
 
-// Read implements Source.
-func (SelfSource) Read() (Usage, error) { return procUsage(strconv.Itoa(os.Getpid())) }
+// Read implements Source. The tool does not count its own context
+// switches: that would read a status file per thread on every sample.
+func (SelfSource) Read() (Usage, error) { return procUsage(strconv.Itoa(os.Getpid()), false) }
 
-func procUsage(pid string) (Usage, error) {
+func procUsage(pid string, switches bool) (Usage, error) {
 	now := time.Now()
 	stat, err := os.ReadFile("/proc/" + pid + "/stat")
 	if err != nil {
@@ -84,22 +99,73 @@ func procUsage(pid string) (Usage, error) {
 	if err1 != nil || err2 != nil {
 		return Usage{}, fmt.Errorf("/proc/%s/stat: bad CPU times", pid)
 	}
-	u := Usage{At: now, Instance: pid, CPUSeconds: float64(ut+st) / clockTicks}
+	u := Usage{At: now, Instance: pid, CPUSeconds: float64(ut+st) / clockTicks, ContextSwitches: -1}
 	status, err := os.ReadFile("/proc/" + pid + "/status")
 	if err != nil {
 		return Usage{}, err
 	}
-	sc := bufio.NewScanner(bytes.NewReader(status))
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			if err != nil {
-				return Usage{}, fmt.Errorf("/proc/%s/status: VmRSS: %w", pid, err)
-			}
-			u.RSSBytes = kb * 1024
+	kb, ok := statusValue(status, "VmRSS")
+	if !ok {
+		return Usage{}, fmt.Errorf("/proc/%s/status: no VmRSS", pid)
+	}
+	u.RSSBytes = kb * 1024
+	if switches {
+		if u.ContextSwitches, err = threadSwitches(pid); err != nil {
+			return Usage{}, err
 		}
 	}
 	return u, nil
+}
+
+// threadSwitches sums the context switches of pid's threads. The process's
+// own status file counts its main thread's alone; a thread that has exited
+// takes its count with it (Go's runtime rarely ends one).
+//
+// Switches are worth counting on their own: where a context switch is
+// expensive (ten microseconds or more in some virtual machines), the Go
+// scheduler parking and waking threads can be a large share of the CPU time
+// a phase costs, and the CPU profile files it under the runtime.
+func threadSwitches(pid string) (int64, error) {
+	dir := "/proc/" + pid + "/task/"
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, t := range tasks {
+		status, err := os.ReadFile(dir + t.Name() + "/status")
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // the thread exited since the listing
+		}
+		if err != nil {
+			return 0, err
+		}
+		v, ok1 := statusValue(status, "voluntary_ctxt_switches")
+		nv, ok2 := statusValue(status, "nonvoluntary_ctxt_switches")
+		if !ok1 || !ok2 {
+			return 0, fmt.Errorf("%s%s/status: no context switch counts", dir, t.Name())
+		}
+		n += v + nv
+	}
+	return n, nil
+}
+
+// statusValue is the leading number of the line "key:" in a
+// /proc/.../status file (a size's " kB" unit is left off).
+func statusValue(status []byte, key string) (int64, bool) {
+	for line := range bytes.Lines(status) {
+		rest, ok := bytes.CutPrefix(line, []byte(key+":"))
+		if !ok {
+			continue
+		}
+		f := bytes.Fields(rest)
+		if len(f) == 0 {
+			return 0, false
+		}
+		v, err := strconv.ParseInt(string(f[0]), 10, 64)
+		return v, err == nil
+	}
+	return 0, false
 }
 
 // MetricsSource reads the process collector's metrics from a Prometheus
@@ -135,7 +201,7 @@ func (m MetricsSource) Read() (Usage, error) {
 		return Usage{}, fmt.Errorf("%s has no process_cpu_seconds_total or process_resident_memory_bytes", m.URL)
 	}
 	return Usage{At: now, Instance: strconv.FormatFloat(vals["process_start_time_seconds"], 'f', -1, 64),
-		CPUSeconds: cpu, RSSBytes: int64(rss)}, nil
+		CPUSeconds: cpu, RSSBytes: int64(rss), ContextSwitches: -1}, nil
 }
 
 // scrape sums the samples of the named metrics in Prometheus text format.

@@ -3,7 +3,10 @@ package loadtest
 import (
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -18,6 +21,76 @@ func TestSelfSource(t *testing.T) {
 	}
 	if _, err := (ProcSource{PID: func() int { return 0 }}).Read(); err == nil {
 		t.Error("ProcSource with no PID: no error")
+	}
+}
+
+func TestProcSourceCountsThreadSwitches(t *testing.T) {
+	src := ProcSource{PID: os.Getpid}
+	before, err := src.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each sleep in a system call takes this thread off its CPU once: a
+	// voluntary context switch, and not on the main thread, whose status
+	// file alone would not see it.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		ts := syscall.Timespec{Nsec: int64(20 * time.Microsecond)}
+		for range 200 {
+			_ = syscall.Nanosleep(&ts, nil)
+		}
+	}()
+	<-done
+	after, err := src.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, ok := switchesSince(before, after); !ok || n < 200 {
+		t.Errorf("200 sleeps on a thread of their own: %d context switches counted (known %t), want at least 200", n, ok)
+	}
+	if self, err := (SelfSource{}).Read(); err != nil || self.ContextSwitches != -1 {
+		t.Errorf("SelfSource.Read() = %+v, %v; want context switches left uncounted (-1)", self, err)
+	}
+}
+
+func TestStatusValue(t *testing.T) {
+	status := []byte("Name:\tpilot\nVmRSS:\t  81920 kB\nvoluntary_ctxt_switches:\t12\nnonvoluntary_ctxt_switches:\t3\nBad:\tx\n")
+	for _, tc := range []struct {
+		key  string
+		want int64
+		ok   bool
+	}{
+		{"VmRSS", 81920, true},
+		{"voluntary_ctxt_switches", 12, true}, // not the nonvoluntary line it ends
+		{"nonvoluntary_ctxt_switches", 3, true},
+		{"VmHWM", 0, false},
+		{"Bad", 0, false},
+	} {
+		got, ok := statusValue(status, tc.key)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("statusValue(%q) = %d, %t; want %d, %t", tc.key, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestSwitchesSince(t *testing.T) {
+	a := Usage{Instance: "1", ContextSwitches: 100}
+	for _, tc := range []struct {
+		name   string
+		after  Usage
+		want   int64
+		wantOK bool
+	}{
+		{"same process", Usage{Instance: "1", ContextSwitches: 130}, 30, true},
+		{"restarted", Usage{Instance: "2", ContextSwitches: 5}, 0, false},
+		{"not counted", Usage{Instance: "1", ContextSwitches: -1}, 0, false},
+	} {
+		if got, ok := switchesSince(a, tc.after); got != tc.want || ok != tc.wantOK {
+			t.Errorf("%s: switchesSince = %d, %t; want %d, %t", tc.name, got, ok, tc.want, tc.wantOK)
+		}
 	}
 }
 
@@ -36,7 +109,7 @@ meshpilot_xds_pushes_total{type="eds"} 4
 	if err != nil {
 		t.Fatal(err)
 	}
-	if u.CPUSeconds != 1.25 || u.RSSBytes != 42e6 {
+	if u.CPUSeconds != 1.25 || u.RSSBytes != 42e6 || u.ContextSwitches != -1 {
 		t.Errorf("MetricsSource.Read() = %+v", u)
 	}
 	v, err := scrape(strings.NewReader(body), "meshpilot_xds_pushes_total")
