@@ -72,7 +72,7 @@ type change struct {
 func (r *runner) churn(ctx context.Context, p *Phase, name string, n int, next func(gen int) change) error {
 	interval := time.Duration(float64(time.Second) / r.cfg.ChurnRate)
 	var lat []sample
-	var writes []time.Duration
+	var writes, fanOut []time.Duration
 	pushes := map[string]int{}
 	samples := 0
 	nextAt := time.Now()
@@ -107,11 +107,17 @@ func (r *runner) churn(ctx context.Context, p *Phase, name string, n int, next f
 		nextAt = t0.Add(interval)
 		timeout := time.NewTimer(r.cfg.Timeout)
 		seen := 0
+		var first, last time.Duration
 	wait:
 		for seen < len(ch.watchers) {
 			select {
 			case s := <-got:
-				lat = append(lat, sample{s.kind, s.at.Sub(t0)})
+				d := s.at.Sub(t0)
+				lat = append(lat, sample{s.kind, d})
+				if seen == 0 || d < first {
+					first = d
+				}
+				last = max(last, d)
 				seen++
 			case <-timeout.C:
 				break wait
@@ -121,6 +127,9 @@ func (r *runner) churn(ctx context.Context, p *Phase, name string, n int, next f
 			}
 		}
 		timeout.Stop()
+		if seen > 1 {
+			fanOut = append(fanOut, last-first)
+		}
 		p.Missed += len(ch.watchers) - seen
 		p.Changes++
 		for _, c := range ch.watchers {
@@ -137,6 +146,10 @@ func (r *runner) churn(ctx context.Context, p *Phase, name string, n int, next f
 	p.setLatency(lat)
 	w := NewDist(writes)
 	p.Writes = &w
+	if len(fanOut) > 0 {
+		f := NewDist(fanOut)
+		p.FanOut = &f
+	}
 	p.PushesPerChange = map[string]float64{}
 	for k, v := range pushes {
 		p.PushesPerChange[k] = float64(v) / float64(max(samples, 1))

@@ -66,6 +66,10 @@ type Phase struct {
 	// Writes is the API write latency of the churn (the part of Latency
 	// spent before the control plane can know of the change).
 	Writes *Dist `json:"writes,omitempty"`
+	// FanOut is, for churn phases, each change's spread from the first
+	// watcher holding it to the last: how long the update took to go round
+	// the watchers once it reached one.
+	FanOut *Dist `json:"fanOut,omitempty"`
 	// FirstFull is, for the reconnect phase, the time from the new process
 	// start to the first client with a full config.
 	FirstFullMs *float64 `json:"firstFullMs,omitempty"`
@@ -190,6 +194,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 			}
 			if p.Writes != nil {
 				fmt.Fprintf(w, "; API write p50 %.1f ms", p.Writes.P50)
+			}
+			if p.FanOut != nil {
+				fmt.Fprintf(w, "; first to last watcher p50 %.1f ms", p.FanOut.P50)
 			}
 			if p.FirstFullMs != nil {
 				fmt.Fprintf(w, "; first client full %.1f ms after the new process started", *p.FirstFullMs)

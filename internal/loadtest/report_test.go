@@ -37,7 +37,7 @@ func TestReportJSONRoundTrip(t *testing.T) {
 				ByKind: map[Kind]Dist{KindSidecar: NewDist([]time.Duration{time.Millisecond})}, ControlPlaneCPU: 0.25,
 				ControlPlaneSwitches: &switches},
 			{Name: PhaseEndpoints, Changes: 3, Watchers: 3, PushesPerChange: map[string]float64{"ClusterLoadAssignment": 1},
-				ServerPushes: &pushes, Writes: &Dist{Count: 3, P50: 2}},
+				ServerPushes: &pushes, Writes: &Dist{Count: 3, P50: 2}, FanOut: &Dist{Count: 3, P50: 4.25}},
 			{Name: PhaseReconnect, FirstFullMs: &first},
 			{Name: "skipped one", Skipped: "why"},
 		},
@@ -61,6 +61,9 @@ func TestReportJSONRoundTrip(t *testing.T) {
 		if !strings.Contains(table.String(), p.Name) {
 			t.Errorf("table does not name phase %q:\n%s", p.Name, table.String())
 		}
+	}
+	if !strings.Contains(table.String(), "first to last watcher p50 4.2 ms") {
+		t.Errorf("table does not show the endpoint phase's fan-out:\n%s", table.String())
 	}
 	if !strings.Contains(table.String(), " 6452 ") {
 		t.Errorf("table does not show the connect phase's 6452 context switches:\n%s", table.String())

@@ -92,5 +92,13 @@ func TestRunInProcess(t *testing.T) {
 		if p.Skipped != "" || p.Latency.Count != want[p.Name] || p.Missed != 0 || p.Latency.Max < p.Latency.Min {
 			t.Errorf("phase %s: %+v, want %d samples, none missed", p.Name, p, want[p.Name])
 		}
+		if p.Changes == 0 {
+			continue
+		}
+		// Every change has several watchers, and no change can spread wider
+		// than the phase's slowest sample from its fastest.
+		if f := p.FanOut; f == nil || f.Count != p.Changes || f.Min < 0 || f.Max > p.Latency.Max-p.Latency.Min+0.01 {
+			t.Errorf("phase %s: fan-out %+v, want one per change (%d), within [0, %.2f] ms", p.Name, f, p.Changes, p.Latency.Max-p.Latency.Min)
+		}
 	}
 }
