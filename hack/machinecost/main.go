@@ -21,30 +21,40 @@ import (
 	"time"
 )
 
+// measurement is one kind of operation, timed ops at a time.
+type measurement struct {
+	name string
+	ops  int
+	run  func(ops int)
+}
+
+var measurements = []measurement{
+	{"system call (getpid)", 200_000, syscalls},
+	{"20 µs sleep (nanosleep)", 2_000, sleeps},
+	{"thread ping-pong round (2 switches, 4 system calls)", 10_000, pingPong},
+	{"first touch of a 4 KiB page", 16_384, firstTouch},
+}
+
 func main() {
 	runs := flag.Int("runs", 5, "runs of each measurement; the median is printed")
 	flag.Parse()
 	// One thread does the work; the ping-pong adds a second of its own.
 	runtime.LockOSThread()
-	for _, m := range []struct {
-		name string
-		ops  int
-		run  func(ops int)
-	}{
-		{"system call (getpid)", 200_000, syscalls},
-		{"20 µs sleep (nanosleep)", 2_000, sleeps},
-		{"thread ping-pong round (2 switches, 4 system calls)", 10_000, pingPong},
-		{"first touch of a 4 KiB page", 16_384, firstTouch},
-	} {
-		per := make([]time.Duration, *runs)
-		for i := range per {
-			before := cpuTime()
-			m.run(m.ops)
-			per[i] = (cpuTime() - before) / time.Duration(m.ops)
-		}
-		slices.Sort(per)
-		fmt.Printf("%-52s %8.2f µs of CPU\n", m.name, float64(per[len(per)/2].Nanoseconds())/1e3)
+	for _, m := range measurements {
+		fmt.Printf("%-52s %8.2f µs of CPU\n", m.name, float64(medianCPU(m.run, m.ops, *runs).Nanoseconds())/1e3)
 	}
+}
+
+// medianCPU is the median over runs of the CPU time run(ops) takes per op.
+func medianCPU(run func(ops int), ops, runs int) time.Duration {
+	per := make([]time.Duration, runs)
+	for i := range per {
+		before := cpuTime()
+		run(ops)
+		per[i] = (cpuTime() - before) / time.Duration(ops)
+	}
+	slices.Sort(per)
+	return per[len(per)/2]
 }
 
 func cpuTime() time.Duration {
