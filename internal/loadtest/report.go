@@ -80,7 +80,8 @@ type Phase struct {
 	ControlPlaneCPU     float64 `json:"controlPlaneCpuSeconds"`
 	ControlPlanePeakRSS int64   `json:"controlPlanePeakRssBytes"`
 	// ControlPlaneSwitches counts the control plane's context switches in
-	// the phase, when it is sampled from /proc and did not restart.
+	// the phase, when it is sampled from /proc; across a restart, as
+	// ControlPlaneCPU, the new process's since it started.
 	ControlPlaneSwitches *int64  `json:"controlPlaneContextSwitches,omitempty"`
 	ToolCPU              float64 `json:"toolCpuSeconds"`
 }

@@ -38,10 +38,16 @@ func cpuSince(before, after Usage) float64 {
 	return after.CPUSeconds - before.CPUSeconds
 }
 
-// switchesSince is the number of context switches between two readings of
-// one process, if the source counts them.
+// switchesSince is the number of context switches between two readings, if
+// the source counts them; across a restart, as cpuSince, the new process's
+// since it started.
 func switchesSince(before, after Usage) (int64, bool) {
-	if before.Instance != after.Instance || before.ContextSwitches < 0 || after.ContextSwitches < 0 {
+	switch {
+	case after.ContextSwitches < 0:
+		return 0, false
+	case before.Instance != after.Instance:
+		return after.ContextSwitches, true
+	case before.ContextSwitches < 0:
 		return 0, false
 	}
 	return after.ContextSwitches - before.ContextSwitches, true

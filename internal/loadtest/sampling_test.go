@@ -85,8 +85,9 @@ func TestSwitchesSince(t *testing.T) {
 		wantOK bool
 	}{
 		{"same process", Usage{Instance: "1", ContextSwitches: 130}, 30, true},
-		{"restarted", Usage{Instance: "2", ContextSwitches: 5}, 0, false},
+		{"restarted: the new process's own", Usage{Instance: "2", ContextSwitches: 5}, 5, true},
 		{"not counted", Usage{Instance: "1", ContextSwitches: -1}, 0, false},
+		{"restarted, not counted", Usage{Instance: "2", ContextSwitches: -1}, 0, false},
 	} {
 		if got, ok := switchesSince(a, tc.after); got != tc.want || ok != tc.wantOK {
 			t.Errorf("%s: switchesSince = %d, %t; want %d, %t", tc.name, got, ok, tc.want, tc.wantOK)
