@@ -30,20 +30,7 @@ func TestProcSourceCountsThreadSwitches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Each sleep in a system call takes this thread off its CPU once: a
-	// voluntary context switch, and not on the main thread, whose status
-	// file alone would not see it.
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		ts := syscall.Timespec{Nsec: int64(20 * time.Microsecond)}
-		for range 200 {
-			_ = syscall.Nanosleep(&ts, nil)
-		}
-	}()
-	<-done
+	sleepOffMain(200)
 	after, err := src.Read()
 	if err != nil {
 		t.Fatal(err)
@@ -54,6 +41,27 @@ func TestProcSourceCountsThreadSwitches(t *testing.T) {
 	if self, err := (SelfSource{}).Read(); err != nil || self.ContextSwitches != -1 {
 		t.Errorf("SelfSource.Read() = %+v, %v; want context switches left uncounted (-1)", self, err)
 	}
+}
+
+// sleepOffMain sleeps n times in a system call on a thread other than the
+// process's main one: each sleep is a voluntary context switch that the
+// main thread's status file, which /proc/<pid>/status is, does not count.
+func sleepOffMain(n int) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if syscall.Gettid() == syscall.Getpid() {
+			sleepOffMain(n) // holding the main thread meanwhile
+			return
+		}
+		ts := syscall.Timespec{Nsec: int64(20 * time.Microsecond)}
+		for range n {
+			_ = syscall.Nanosleep(&ts, nil)
+		}
+	}()
+	<-done
 }
 
 func TestStatusValue(t *testing.T) {
