@@ -138,18 +138,6 @@ func podLocality(labels map[string]string) model.Locality {
 	}
 }
 
-func mapsEqual(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if bv, ok := b[k]; !ok || bv != v {
-			return false
-		}
-	}
-	return true
-}
-
 // ConvertNamespace turns a Namespace into the model's view of it.
 func ConvertNamespace(ns *corev1.Namespace) *model.Namespace {
 	return &model.Namespace{Name: ns.Name, Labels: ns.Labels}

@@ -37,8 +37,6 @@ type heldConns struct {
 	cs []net.Conn
 }
 
-func (h *heldConns) len() int { h.mu.Lock(); defer h.mu.Unlock(); return len(h.cs) }
-
 func newTopology(b *testing.B) *topology {
 	b.Helper()
 	na, nb := netnstest.Pair(b)

@@ -130,9 +130,9 @@ func (s *Server) serveH2(nc *batchedTLS, ci connInfo) {
 	c.mu.Unlock()
 	defer c.idle.Stop()
 
-	err := c.readLoop()
+	err := c.readLoop() // never nil: the loop ends only on an error
 	c.teardown()
-	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+	if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 		s.log.Debug("hbone connection ended", "src", ci.remote, "err", err)
 	}
 }

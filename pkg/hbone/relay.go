@@ -1,9 +1,6 @@
 package hbone
 
-import (
-	"io"
-	"sync"
-)
+import "sync"
 
 // A tunnel's copy buffer starts small and grows only when reads keep filling
 // it, as ztunnel's does: an idle stream holds 1 KiB per direction, a bulk
@@ -54,34 +51,5 @@ func (g *growBuf) release() {
 	if g.b != nil {
 		bufPools[g.level].Put(g.b)
 		g.b = nil
-	}
-}
-
-// copyGrowing copies src to dst until src ends or either fails, flushing
-// after each write when flush is non-nil. It returns the bytes written and
-// the error that stopped it (nil at src's EOF).
-func copyGrowing(dst io.Writer, src io.Reader, flush func()) (int64, error) {
-	g := newGrowBuf()
-	defer g.release()
-	var total int64
-	for {
-		n, rerr := src.Read(*g.b)
-		if n > 0 {
-			w, werr := dst.Write((*g.b)[:n])
-			total += int64(w)
-			if werr != nil {
-				return total, werr
-			}
-			if flush != nil {
-				flush()
-			}
-			g.observe(n)
-		}
-		if rerr == io.EOF {
-			return total, nil
-		}
-		if rerr != nil {
-			return total, rerr
-		}
 	}
 }

@@ -281,20 +281,6 @@ func (p *Proxy) shutdown(drain time.Duration) {
 	wg.Wait()
 }
 
-// localFor returns the served workload that owns ip.
-func (p *Proxy) localFor(ip netip.Addr) *localWorkload {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, lw := range p.local {
-		for _, a := range workloadIPs(lw.w()) {
-			if a == ip {
-				return lw
-			}
-		}
-	}
-	return nil
-}
-
 // hboneMetrics is what the HBONE library counts into.
 func (p *Proxy) hboneMetrics() hbone.Metrics { return p.m }
 

@@ -129,7 +129,7 @@ func (b *entryBuilder) split(ports int, eps []*model.Endpoint, labels []labelPai
 		return nil
 	}
 	var countsBuf [8]int
-	counts := countsBuf[:0]
+	var counts []int
 	if ports <= len(countsBuf) {
 		counts = countsBuf[:ports]
 	} else {

@@ -11,15 +11,9 @@ import (
 	"testing"
 )
 
-// A quick-start block of README.md: the commands of one step, or what the
-// client prints after it. The README marks each with an HTML comment, which
-// renders as nothing, right before its fenced block.
-type quickstartBlock struct {
-	step   int
-	output bool
-	lines  []string
-}
-
+// A quick-start block of README.md holds the commands of one step, or what
+// the client prints after it. The README marks each with an HTML comment,
+// which renders as nothing, right before its fenced block.
 var quickstartMarker = regexp.MustCompile("(?s)<!-- quickstart:(step|output) (\\d+) -->\\s*```[a-z]*\\n(.*?)```")
 
 // readQuickstart returns the steps and the outputs of the README's quick
