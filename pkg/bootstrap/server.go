@@ -391,15 +391,14 @@ func newXDSGRPCServer(maxAge, grace time.Duration, opts ...grpc.ServerOption) *g
 	return grpc.NewServer(append(append([]grpc.ServerOption{
 		grpc.MaxConcurrentStreams(100_000),
 		grpc.MaxRecvMsgSize(4 << 20),
-		// Most of the many connections are idle most of the time; each
-		// gives its write buffer back once it has flushed.
-		grpc.SharedWriteBuffer(true),
 		// A state-of-the-world CDS response is megabytes, sent again in
 		// full to every sidecar after any cluster changes. Written 32 KiB
 		// (gRPC's default) at a time, write(2) was a quarter of the
 		// control plane's CPU under config churn; 256 KiB writes took a
 		// fifth off that CPU in paired runs, and 1 MiB saved no more while
-		// holding more memory in a connect storm.
+		// holding more memory in a connect storm. By gRPC's default a
+		// connection holds the buffer only while it writes, so idle
+		// proxies hold none.
 		grpc.WriteBufferSize(256 << 10),
 		grpc.KeepaliveParams(params),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 15 * time.Second, PermitWithoutStream: true}),
