@@ -11,7 +11,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
-	testpb "google.golang.org/grpc/interop/grpc_testing"
 	_ "google.golang.org/grpc/xds" // the xds:/// resolver
 )
 
@@ -30,7 +29,7 @@ func runClient(ctx context.Context, out io.Writer, target string, count int, int
 	failed := 0
 	for i := 0; (count == 0 || i < count) && ctx.Err() == nil; i++ {
 		callCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		resp, err := client.UnaryCall(callCtx, &testpb.SimpleRequest{}, grpc.WaitForReady(true))
+		resp, err := client.UnaryCall(callCtx, &testgrpc.SimpleRequest{}, grpc.WaitForReady(true))
 		cancel()
 		switch {
 		case ctx.Err() != nil:

@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
-	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/xds"
 )
 
@@ -19,8 +18,8 @@ type echoServer struct {
 	id string
 }
 
-func (s *echoServer) UnaryCall(context.Context, *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
-	return &testpb.SimpleResponse{ServerId: s.id}, nil
+func (s *echoServer) UnaryCall(context.Context, *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+	return &testgrpc.SimpleResponse{ServerId: s.id}, nil
 }
 
 // runServer serves until ctx ends. An xDS server accepts calls only once

@@ -180,7 +180,7 @@ func checkIngested(t *testing.T, in *Ingester, store model.Store, obj runtime.Ob
 		if (stored != nil) != (err == nil) {
 			t.Fatalf("%s %s/%s: ingester error %v, stored %v", kind, meta.Namespace, meta.Name, err, stored != nil)
 		}
-		if stored != nil && !proto.Equal(stored.Spec.(proto.Message), spec.(proto.Message)) {
+		if stored != nil && !proto.Equal(stored.Spec, spec.(proto.Message)) {
 			t.Fatalf("%s %s/%s stored with another spec", kind, meta.Namespace, meta.Name)
 		}
 		return

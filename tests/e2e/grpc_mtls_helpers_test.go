@@ -20,7 +20,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	xdscreds "google.golang.org/grpc/credentials/xds"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
-	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/xds"
@@ -112,8 +111,8 @@ type peerEchoServer struct {
 	id string
 }
 
-func (s *peerEchoServer) UnaryCall(ctx context.Context, _ *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
-	return &testpb.SimpleResponse{ServerId: s.id, Username: peerSPIFFEID(ctx)}, nil
+func (s *peerEchoServer) UnaryCall(ctx context.Context, _ *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+	return &testgrpc.SimpleResponse{ServerId: s.id, Username: peerSPIFFEID(ctx)}, nil
 }
 
 func peerSPIFFEID(ctx context.Context) string {

@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
-	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
@@ -129,7 +128,7 @@ func peersCall(c testgrpc.TestServiceClient) (serverSaw, clientSaw string, err e
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var p peer.Peer
-	resp, err := c.UnaryCall(ctx, &testpb.SimpleRequest{}, grpc.Peer(&p))
+	resp, err := c.UnaryCall(ctx, &testgrpc.SimpleRequest{}, grpc.Peer(&p))
 	if err != nil {
 		return "", "", err
 	}

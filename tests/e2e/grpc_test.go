@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
-	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/xds"
 )
 
@@ -49,8 +48,8 @@ type echoServer struct {
 	id string
 }
 
-func (s *echoServer) UnaryCall(context.Context, *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
-	return &testpb.SimpleResponse{ServerId: s.id}, nil
+func (s *echoServer) UnaryCall(context.Context, *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+	return &testgrpc.SimpleResponse{ServerId: s.id}, nil
 }
 
 func startBackend(t *testing.T, cp *controlPlane, ip, namespace, id string, labels map[string]string) *backend {
@@ -96,7 +95,7 @@ func newClient(t *testing.T, cp *controlPlane, ip, namespace, target string) *cl
 func (c *client) call() (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	resp, err := c.rpc.UnaryCall(ctx, &testpb.SimpleRequest{}, grpc.WaitForReady(true))
+	resp, err := c.rpc.UnaryCall(ctx, &testgrpc.SimpleRequest{}, grpc.WaitForReady(true))
 	if err != nil {
 		return "", err
 	}
