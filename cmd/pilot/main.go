@@ -39,6 +39,7 @@ func newRootCommand() *cobra.Command {
 	// cobra points at --help for an unknown command but not for an unknown
 	// flag, and SilenceUsage hides the flag list; say where to look.
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		//lint:ignore ST1005 the second line is a sentence for the user, as cobra's own hint is
 		return fmt.Errorf("%w\nRun '%s --help' for usage.", err, cmd.CommandPath())
 	})
 	root.AddCommand(newDiscoveryCommand(), newNodeProxyCommand(), newCNICommand(), newVersionCommand(), newTagCommand(), newLoadCommand())

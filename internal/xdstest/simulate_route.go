@@ -1,3 +1,5 @@
+//lint:file-ignore SA1019 Envoy still accepts the deprecated header matchers, so the simulation must understand them.
+
 package xdstest
 
 import (

@@ -1,3 +1,5 @@
+//lint:file-ignore SA1019 x/net's HTTP/2 client runs over a connection dialled and verified here (from the source's address, with its certificate, checking the destination's identity); net/http's replacement dials for itself.
+
 package hbone
 
 import (

@@ -1,3 +1,5 @@
+//lint:file-ignore SA1019 the test's HTTP/2 client is x/net's, as the dialer's is (see dialer.go).
+
 package hbone
 
 import (

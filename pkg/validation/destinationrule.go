@@ -241,6 +241,7 @@ func (p *problems) outlierDetection(path string, od *v1alpha3.OutlierDetection) 
 	if od == nil {
 		return
 	}
+	//lint:ignore SA1019 users may still set the deprecated field; it is validated like the rest
 	p.checkNonNegative(path+".consecutiveErrors", od.GetConsecutiveErrors())
 	p.checkDuration(path+".interval", od.GetInterval())
 	p.checkDuration(path+".baseEjectionTime", od.GetBaseEjectionTime())

@@ -216,6 +216,7 @@ func (p *problems) httpRoute(path string, r *networking.HTTPRoute, onlyGateways 
 	if r.GetMirror() != nil {
 		p.destination(path+".mirror", r.GetMirror())
 	}
+	//lint:ignore SA1019 users may still set the deprecated field; it is validated like the rest
 	if mp := r.GetMirrorPercent(); mp != nil && mp.GetValue() > 100 {
 		p.add(path+".mirrorPercent", "must be at most 100, got %d", mp.GetValue())
 	}
@@ -596,6 +597,7 @@ func (p *problems) fault(path string, f *networking.HTTPFaultInjection) {
 		if d.GetPercentage() != nil {
 			p.checkPercent(path+".delay.percentage.value", d.GetPercentage().GetValue())
 		}
+		//lint:ignore SA1019 users may still set the deprecated field; it is validated like the rest
 		p.checkPercent(path+".delay.percent", float64(d.GetPercent()))
 		switch t := d.GetHttpDelayType().(type) {
 		case nil:

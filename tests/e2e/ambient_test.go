@@ -1,3 +1,5 @@
+//lint:file-ignore SA1019 the test's HTTP/2 client is x/net's, as the HBONE dialer's is (see pkg/hbone/dialer.go).
+
 package e2e
 
 import (

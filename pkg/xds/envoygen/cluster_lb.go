@@ -127,7 +127,8 @@ func (b *clusterBuilder) applyConsistentHash(ch *networking.LoadBalancerSettings
 		}
 	default:
 		b.c.LbPolicy = cluster.Cluster_RING_HASH
-		size := ch.GetMinimumRingSize() // deprecated top-level field
+		//lint:ignore SA1019 without a hash algorithm, Istio still applies the deprecated top-level size
+		size := ch.GetMinimumRingSize()
 		if size == 0 {
 			size = defaultRingHashSize
 		}

@@ -158,6 +158,7 @@ func (b *clusterBuilder) applyOutlierDetection(od *networking.OutlierDetection) 
 		out.FailurePercentageThreshold = wrapperspb.UInt32(f.GetValue())
 		out.EnforcingFailurePercentage = wrapperspb.UInt32(100)
 	}
+	//lint:ignore SA1019 read only to report that the deprecated field is ignored
 	if od.GetConsecutiveErrors() != 0 {
 		b.drop.field("outlierDetection.consecutiveErrors", "deprecated and ignored by Istio; use consecutive5xxErrors or consecutiveGatewayErrors")
 	}

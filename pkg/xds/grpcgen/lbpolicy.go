@@ -37,7 +37,8 @@ func applyLoadBalancer(c *cluster.Cluster, lb *networking.LoadBalancerSettings, 
 }
 
 func applyConsistentHash(c *cluster.Cluster, ch *networking.LoadBalancerSettings_ConsistentHashLB, drop dropReporter) {
-	minRing := ch.GetMinimumRingSize() // deprecated top-level field
+	//lint:ignore SA1019 Istio still applies the deprecated top-level size unless ringHash sets one
+	minRing := ch.GetMinimumRingSize()
 	switch algo := ch.GetHashAlgorithm().(type) {
 	case nil:
 	case *networking.LoadBalancerSettings_ConsistentHashLB_RingHash_:

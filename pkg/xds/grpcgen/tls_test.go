@@ -87,6 +87,7 @@ func clientSANs(t *testing.T, c *cluster.Cluster) []string {
 		t.Fatal(err)
 	}
 	var out []string
+	//lint:ignore SA1019 the field grpc-go reads (see commonTLSContext)
 	for _, m := range ctx.GetCommonTlsContext().GetValidationContext().GetMatchSubjectAltNames() {
 		out = append(out, m.GetExact())
 	}
