@@ -131,8 +131,11 @@ func appendAutoMTLSMatches(b []byte, l *autoMTLSLayout) []byte {
 			b = protowire.AppendTag(b, fSANType, protowire.VarintType)
 			b = protowire.AppendVarint(b, uint64(t))
 		}
-		b = appendFieldHeader(b, fSANMatcher, sizeString(fStringExact, n))
-		b = appendString(b, fStringExact, n)
+		// exact is a member of a oneof: set, it is written even when
+		// empty, as proto.Marshal writes it.
+		b = appendFieldHeader(b, fSANMatcher, sizeBytesField(fStringExact, len(n)))
+		b = appendFieldHeader(b, fStringExact, len(n))
+		b = append(b, n...)
 	}
 	b = append(b, p.rootSDS...)
 	return appendString(b, fUpstreamSNI, l.sni)
@@ -141,7 +144,7 @@ func appendAutoMTLSMatches(b []byte, l *autoMTLSLayout) []byte {
 // sanMatcherSize is the marshalled size of SubjectAltNameMatcher n, of
 // type t.
 func sanMatcherSize(n string, t tlsv3.SubjectAltNameMatcher_SanType) int {
-	size := sizeBytesField(fSANMatcher, sizeString(fStringExact, n))
+	size := sizeBytesField(fSANMatcher, sizeBytesField(fStringExact, len(n)))
 	if t != 0 {
 		size += protowire.SizeTag(fSANType) + protowire.SizeVarint(uint64(t))
 	}

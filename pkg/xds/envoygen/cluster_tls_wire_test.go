@@ -55,16 +55,12 @@ func encodeAutoMTLSMatches(t *testing.T, prefix []byte, sans []string, sni strin
 // FuzzAutoMTLSMatchesWire: the same for any SNI and identities (UTF-8, as
 // every name the generators pass is; see utf8Only).
 func FuzzAutoMTLSMatchesWire(f *testing.F) {
-	f.Add("outbound_.80_._.web.default.svc.cluster.local", "spiffe://cluster.local/ns/default/sa/web", "10.1.2.3", true)
-	f.Add("", "", "", false)
-	f.Fuzz(func(t *testing.T, sni, san1, san2 string, h2 bool) {
+	f.Add("outbound_.80_._.web.default.svc.cluster.local", "spiffe://cluster.local/ns/default/sa/web", "10.1.2.3", uint8(2), true)
+	f.Add("", "", "", uint8(0), false)
+	f.Add("", "", "x", uint8(2), false) // an empty SAN is still a set oneof
+	f.Fuzz(func(t *testing.T, sni, san1, san2 string, count uint8, h2 bool) {
 		sni = utf8Only(sni)
-		var sans []string
-		for _, s := range []string{san1, san2} {
-			if s != "" {
-				sans = append(sans, utf8Only(s))
-			}
-		}
+		sans := []string{utf8Only(san1), utf8Only(san2)}[:count%3]
 		want := marshalDeterministic(&cluster.Cluster{TransportSocketMatches: autoMTLSMatches(istioMutualContext(sans, sni, h2))})
 		if got := encodeAutoMTLSMatches(t, nil, sans, sni, h2); !bytes.Equal(got, want) {
 			t.Errorf("sni %q sans %q h2 %v:\n got %x\nwant %x", sni, sans, h2, got, want)
