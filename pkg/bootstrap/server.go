@@ -397,10 +397,10 @@ func newXDSGRPCServer(maxAge, grace time.Duration, opts ...grpc.ServerOption) *g
 		// gives it back when it has flushed, so idle proxies hold none).
 		// 64 KiB is the memory side of a trade: against 256 KiB, twelve
 		// paired runs of the standard scenario peaked 13 MiB lower under
-		// config churn and spent a tenth less CPU in the connect storm
-		// (fewer fresh pages), at a sixth more CPU per config change with
-		// 50 sidecars, which shrank to a few percent with 200. gRPC's
-		// 32 KiB made write(2) a quarter of the CPU under config churn.
+		// config churn, at a sixth more CPU per config change with 50
+		// sidecars, which shrank to a few percent with 200; the connect
+		// storm's CPU did not move beyond the noise. gRPC's 32 KiB made
+		// write(2) a quarter of the CPU under config churn.
 		grpc.WriteBufferSize(64 << 10),
 		grpc.KeepaliveParams(params),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 15 * time.Second, PermitWithoutStream: true}),
