@@ -190,6 +190,10 @@ type KubeInputs struct {
 	Istio    istioclient.Interface
 	// Workers is how many writes are in flight while creating; 0 means 32.
 	Workers int
+
+	// sliceVersions holds the resourceVersion (string) of each
+	// EndpointSlice (key namespace/name) as the tool last wrote it.
+	sliceVersions sync.Map
 }
 
 // Create creates the namespaces, then every service's objects with
@@ -257,20 +261,38 @@ func (k *KubeInputs) createPod(ctx context.Context, pod *corev1.Pod) error {
 	return nil
 }
 
-// SetEndpoints implements Inputs.
+// SetEndpoints implements Inputs. It writes as the EndpointSlice
+// controller does: one update, from the copy it holds (the resourceVersion
+// of the tool's own last write), not a read and then a write. So the
+// endpoint phase's latency starts at the one request that changes the
+// slice. The API server refuses a stale version (someone else wrote the
+// slice); then it is read and written again.
 func (k *KubeInputs) SetEndpoints(ctx context.Context, i, gen int) error {
 	want := k.Scenario.slice(i, gen)
 	slices := k.Kube.DiscoveryV1().EndpointSlices(want.Namespace)
+	key := want.Namespace + "/" + want.Name
+	written := func(sl *discoveryv1.EndpointSlice, err error) error {
+		if err == nil {
+			k.sliceVersions.Store(key, sl.ResourceVersion)
+		}
+		return err
+	}
 	return upsert(ctx, "EndpointSlice", want.Namespace, want.Name,
-		func() error { _, err := slices.Create(ctx, want, metav1.CreateOptions{}); return err },
+		func() error { return written(slices.Create(ctx, want, metav1.CreateOptions{})) },
 		func() error {
+			if rv, ok := k.sliceVersions.Load(key); ok {
+				want.ResourceVersion = rv.(string)
+				err := written(slices.Update(ctx, want, metav1.UpdateOptions{}))
+				if !apierrors.IsConflict(err) {
+					return err
+				}
+			}
 			cur, err := slices.Get(ctx, want.Name, metav1.GetOptions{})
 			if err != nil {
 				return err
 			}
 			want.ResourceVersion = cur.ResourceVersion
-			_, err = slices.Update(ctx, want, metav1.UpdateOptions{})
-			return err
+			return written(slices.Update(ctx, want, metav1.UpdateOptions{}))
 		}, gen > 0)
 }
 
