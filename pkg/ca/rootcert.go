@@ -227,6 +227,11 @@ func (p *RootCertPublisher) sync(ctx context.Context, namespace string) error {
 			// event that follows re-queues it if it is wrong.
 			return nil
 		}
+		if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+			// The namespace informer has not seen the deletion yet; the
+			// namespace is going, and a retry would be refused again.
+			return nil
+		}
 		if err == nil {
 			p.log.Info("root certificate published", "namespace", namespace)
 		}

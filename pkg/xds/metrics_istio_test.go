@@ -80,8 +80,9 @@ func versionedNode(name, version string) *structpb.Struct {
 
 func TestIstioMetricsFollowTheServer(t *testing.T) {
 	// A quiet period long enough that a Service and its endpoints, stored
-	// one after the other, always make one push.
-	h := newHarness(t, harnessConfig{seed: seedAB, debounceAfter: 100 * time.Millisecond})
+	// one after the other, always make one push, even when a loaded machine
+	// holds the test up between the two writes.
+	h := newHarness(t, harnessConfig{seed: seedAB, debounceAfter: time.Second})
 	reg := h.reg
 	node := nodeFor("client")
 	node.Metadata = versionedNode("client", "1.24.2")

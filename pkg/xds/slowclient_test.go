@@ -14,9 +14,11 @@ import (
 // The fast client's pushes must each arrive within fastWithin, and all of
 // them well before the slow stream's send can time out: a push loop that
 // waited for the slow client would deliver them only after sendTimeout.
+// A push takes milliseconds; the bounds leave room for a loaded machine
+// running the race detector, and the send timeout fits in waitLimit.
 const (
-	fastWithin      = 1500 * time.Millisecond
-	slowSendTimeout = 6 * time.Second
+	fastWithin      = 2 * time.Second
+	slowSendTimeout = 8 * time.Second
 )
 
 func TestSlowClientDoesNotBlockOthers(t *testing.T) {
@@ -75,7 +77,8 @@ func connected(h *harness, name string) bool {
 // A client that stops reading costs the server one response in flight and
 // one merged push plan, however many pushes happen meanwhile: responses are
 // generated only when the previous one has been sent, so the heap does not
-// grow with the pushes the client misses. Then the client is dropped.
+// grow with the pushes the client misses. (That the send times out and the
+// stream is dropped is TestSlowClientDoesNotBlockOthers's to check.)
 func TestSlowClientCostIsBounded(t *testing.T) {
 	// Each push would make the slow client one more megabyte-sized response;
 	// a server that queued them would hold pushes MiB. The bound leaves room
@@ -84,7 +87,9 @@ func TestSlowClientCostIsBounded(t *testing.T) {
 		pushes    = 60
 		maxGrowth = 24 << 20
 	)
-	h := newHarness(t, harnessConfig{seed: seedAB, sendTimeout: slowSendTimeout})
+	// The pushes take a second or two; a send timeout far beyond them keeps
+	// the slow client connected through all of them on a loaded machine.
+	h := newHarness(t, harnessConfig{seed: seedAB, sendTimeout: time.Minute})
 	slowConn := h.dial(grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
 	defer slowConn.Close()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -126,10 +131,9 @@ func TestSlowClientCostIsBounded(t *testing.T) {
 		t.Errorf("heap grew by %d MiB over %d pushes to a client that reads nothing, want at most %d MiB",
 			growth>>20, pushes, maxGrowth>>20)
 	}
-	h.eventually("the slow stream's send to time out", func() bool {
-		return h.counter(h.server.metrics.streamErrors, reasonSendTimeout) >= 1
-	})
-	h.eventually("the slow stream to be dropped", func() bool { return !connected(h, "slow") })
+	// The stuck send ends with its stream, when the client goes.
+	cancel()
+	h.eventually("the slow stream to be gone", func() bool { return !connected(h, "slow") })
 }
 
 // heapInUse is the live heap after a collection.
