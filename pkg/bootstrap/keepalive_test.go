@@ -31,7 +31,9 @@ func TestMaxConnectionAgeMovesClients(t *testing.T) {
 	opts := DefaultOptions()
 	opts.ConfigDir = dir
 	opts.XDSAddr, opts.HTTPAddr, opts.MonitoringAddr, opts.Webhook.Addr = "127.0.0.1:0", "", "", ""
-	opts.MaxConnectionAge, opts.MaxConnectionAgeGrace = time.Second, 500*time.Millisecond
+	// The first answer must come within the age and its grace, on a loaded
+	// machine too: the client dials once the server is ready.
+	opts.MaxConnectionAge, opts.MaxConnectionAgeGrace = 2*time.Second, time.Second
 	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	srv, err := New(opts)
 	if err != nil {
@@ -41,6 +43,11 @@ func TestMaxConnectionAgeMovesClients(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
+	for deadline := time.Now().Add(30 * time.Second); srv.notReadyReason() != ""; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready: %s", srv.notReadyReason())
+		}
+	}
 
 	conn, err := grpc.NewClient(srv.XDSAddr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

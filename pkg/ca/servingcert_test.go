@@ -60,7 +60,10 @@ func TestRotatingServingCertRenewsWithoutRestart(t *testing.T) {
 	metrics := NewMetrics(nil)
 	names := []string{"istiod-canary", "istiod-canary.mesh-system", "istiod-canary.mesh-system.svc", "istiod-canary.mesh-system.svc.cluster.local", "127.0.0.1"}
 	r, err := NewRotatingServingCert(ServingCertOptions{
-		Authority: authority, Names: names, TTL: 3 * time.Second, Listener: "webhook", Metrics: metrics, Logger: discard(),
+		// Renewal comes at 80% of the lifetime, so a lifetime of 6 s leaves
+		// over a second between the renewal and the expiry for the
+		// handshakes below to see the new certificate on a loaded machine.
+		Authority: authority, Names: names, TTL: 6 * time.Second, Listener: "webhook", Metrics: metrics, Logger: discard(),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -99,7 +102,7 @@ func TestRotatingServingCertRenewsWithoutRestart(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go r.Run(ctx)
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(15 * time.Second)
 	for {
 		got := handshake(t, l, authority.RootPool(), "127.0.0.1")[0]
 		if !got.Equal(first.Leaf) {

@@ -28,6 +28,15 @@ func (l *changeLog) add(k model.ConfigKey) {
 	l.keys = append(l.keys, k)
 }
 
+// has reports whether k has been announced since the last take. The store
+// announces a change just after it is visible to readers, so a test waits
+// for both before it takes the log.
+func (l *changeLog) has(k model.ConfigKey) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Contains(l.keys, k)
+}
+
 func (l *changeLog) take() []model.ConfigKey {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -96,6 +105,7 @@ func TestKubeSourcePushesOnlyEffectiveChanges(t *testing.T) {
 	}
 	serviceChange := model.ConfigKey{Kind: model.KindService, Namespace: ns, Name: "reviews"}
 	podChange := model.ConfigKey{Kind: model.KindWorkload, Namespace: ns, Name: "reviews-1"}
+	endpointsChange := model.ConfigKey{Kind: model.KindEndpoints, Namespace: ns, Name: "reviews"}
 
 	t.Run("service annotation meshpilot does not read", func(t *testing.T) {
 		log.take()
@@ -111,7 +121,9 @@ func TestKubeSourcePushesOnlyEffectiveChanges(t *testing.T) {
 		// The marker: Service labels are part of the model.
 		svc.Labels = map[string]string{"marker": "1"}
 		must(kube.CoreV1().Services(ns).Update(ctx, svc, metav1.UpdateOptions{}))
-		eventually(t, "marker", func() bool { return store.Service(svcKey).Labels["marker"] == "1" })
+		eventually(t, "marker", func() bool {
+			return store.Service(svcKey).Labels["marker"] == "1" && log.has(serviceChange)
+		})
 		if got := log.take(); !slices.Equal(got, []model.ConfigKey{serviceChange}) {
 			t.Errorf("changes %v, want only the marker's %v", got, serviceChange)
 		}
@@ -125,7 +137,7 @@ func TestKubeSourcePushesOnlyEffectiveChanges(t *testing.T) {
 				Containers: []corev1.Container{{Name: "app", Image: "example.com/app"}}},
 		}, metav1.CreateOptions{}))
 		// The store writes the workload before it re-converts the endpoints.
-		eventually(t, "endpoint labels", func() bool { return endpointLabel("version") == "v1" })
+		eventually(t, "endpoint labels", func() bool { return endpointLabel("version") == "v1" && log.has(endpointsChange) })
 		got := log.take()
 		if len(got) == 0 || len(full(got)) > 0 {
 			t.Errorf("changes %v: want endpoint changes only", got)
@@ -141,7 +153,7 @@ func TestKubeSourcePushesOnlyEffectiveChanges(t *testing.T) {
 		must(kube.CoreV1().Pods(ns).UpdateStatus(ctx, pod, metav1.UpdateOptions{}))
 		eventually(t, "workload IP", func() bool {
 			ws := store.Workloads()
-			return len(ws) == 1 && slices.Equal(ws[0].IPs, []string{"10.244.1.5"})
+			return len(ws) == 1 && slices.Equal(ws[0].IPs, []string{"10.244.1.5"}) && log.has(podChange)
 		})
 		// A proxy may now run in it: that is a full push.
 		if got := full(log.take()); !slices.Equal(got, []model.ConfigKey{podChange}) {
@@ -163,8 +175,7 @@ func TestKubeSourcePushesOnlyEffectiveChanges(t *testing.T) {
 		// The marker: a relabel, which re-converts the endpoints.
 		pod.Labels["version"] = "v2"
 		must(kube.CoreV1().Pods(ns).Update(ctx, pod, metav1.UpdateOptions{}))
-		eventually(t, "marker", func() bool { return endpointLabel("version") == "v2" })
-		endpointsChange := model.ConfigKey{Kind: model.KindEndpoints, Namespace: ns, Name: "reviews"}
+		eventually(t, "marker", func() bool { return endpointLabel("version") == "v2" && log.has(endpointsChange) })
 		if got := log.take(); !slices.Equal(got, []model.ConfigKey{podChange, endpointsChange}) {
 			t.Errorf("changes %v, want only the marker's %v", got, []model.ConfigKey{podChange, endpointsChange})
 		}

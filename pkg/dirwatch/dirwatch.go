@@ -10,8 +10,9 @@ import (
 
 // settle gathers the burst of events of one ConfigMap update (the kubelet
 // writes a new timestamped directory, then swaps the ..data symlink) into
-// one reload.
-const settle = 100 * time.Millisecond
+// one reload. A variable for tests, which run on machines loaded enough to
+// stall a burst for longer.
+var settle = 100 * time.Millisecond
 
 // Watch calls reload once the watch is in place (so a change made before
 // it is not missed), then after every burst of changes in dir, until ctx is

@@ -15,6 +15,10 @@ import (
 // A ConfigMap mount is updated by swapping a symlink; every update must be
 // seen, not just the first, and a burst must come as one reload.
 func TestWatchFollowsConfigMapUpdates(t *testing.T) {
+	// Long enough that a stalled update is still one burst: the test
+	// asserts every reload, and an extra one would read the old version.
+	defer func(d time.Duration) { settle = d }(settle)
+	settle = time.Second
 	cm := configmapdir.New(t, map[string][]byte{"mesh": []byte("v1")})
 	var (
 		mu   sync.Mutex
