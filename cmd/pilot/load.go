@@ -111,6 +111,9 @@ and the tool starts it, samples it and can restart it for the reconnect phase.`,
 			}
 			switch {
 			case len(cpArgs) > 0:
+				if err := cfg.Inputs.Install(ctx); err != nil {
+					return err
+				}
 				out, closeLog, err := openLog(cpLog, cmd.ErrOrStderr())
 				if err != nil {
 					return err

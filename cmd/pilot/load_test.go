@@ -124,6 +124,17 @@ func TestLoad(t *testing.T) {
 			if r.PeakRSS <= 0 || r.LoadedRSS <= 0 || r.ToolCPU <= 0 {
 				t.Errorf("resources not measured: peak RSS %d, loaded RSS %d, tool CPU %v", r.PeakRSS, r.LoadedRSS, r.ToolCPU)
 			}
+			// The tool installs what a mesh has before its control plane
+			// starts, so nothing in the run is an error to the control plane.
+			logs, err := os.ReadFile(cpLog)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for line := range strings.Lines(string(logs)) {
+				if strings.Contains(line, "level=ERROR") {
+					t.Errorf("the control plane logged an error: %s", line)
+				}
+			}
 		})
 	}
 }

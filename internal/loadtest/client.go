@@ -322,7 +322,7 @@ func clientNode(o ClientOptions) (*corev3.Node, error) {
 			}
 		}
 	case KindRouter:
-		ns = "istio-system"
+		ns = meshNamespace
 		id = fmt.Sprintf("router~%s~gateway-%d.%s~%s.svc.cluster.local", ip, o.Index, ns, ns)
 		meta["LABELS"] = map[string]any{"istio": "ingressgateway"}
 	default:

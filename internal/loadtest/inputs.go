@@ -172,6 +172,11 @@ func (s Scenario) destinationRule(i int, maxRequests int32) *networkingv1.Destin
 // directory the control plane reads with --config-dir. The Set methods are
 // the churn: each is one write, and returns once it is committed.
 type Inputs interface {
+	// Install writes what installing the mesh puts in place before its
+	// control plane starts (for an API server, the istio-system namespace,
+	// where the control plane keeps its leases), so that a control plane
+	// started on an empty source starts as it would in a cluster.
+	Install(ctx context.Context) error
 	// Create writes the whole scenario, reporting progress (never
 	// concurrently) as services are written.
 	Create(ctx context.Context, progress func(done, total int)) error
@@ -203,23 +208,38 @@ func (k *KubeInputs) Create(ctx context.Context, progress func(done, total int))
 	if err := k.Scenario.Validate(); err != nil {
 		return err
 	}
-	// istio-system is there in every mesh; the control plane keeps its
-	// leases and the routers live there.
-	names := []string{"istio-system"}
+	// istio-system is there in every mesh; the routers live there.
+	names := []string{meshNamespace}
 	for n := range k.Scenario.Namespaces {
 		names = append(names, k.Scenario.Namespace(n))
 	}
-	for _, name := range names {
-		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
-		if _, err := k.Kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("create namespace %s: %w", ns.Name, err)
-		}
+	if err := k.createNamespaces(ctx, names); err != nil {
+		return err
 	}
 	workers := k.Workers
 	if workers <= 0 {
 		workers = 32
 	}
 	return forEach(ctx, k.Scenario.Services, workers, progress, k.createService)
+}
+
+// meshNamespace is the control plane's namespace.
+const meshNamespace = "istio-system"
+
+// Install implements Inputs.
+func (k *KubeInputs) Install(ctx context.Context) error {
+	return k.createNamespaces(ctx, []string{meshNamespace})
+}
+
+// createNamespaces creates the namespaces that do not exist yet.
+func (k *KubeInputs) createNamespaces(ctx context.Context, names []string) error {
+	for _, name := range names {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if _, err := k.Kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create namespace %s: %w", ns.Name, err)
+		}
+	}
+	return nil
 }
 
 func (k *KubeInputs) createService(ctx context.Context, i int) error {
@@ -405,6 +425,10 @@ type dirService struct {
 	maxRequests int32
 	dr          bool
 }
+
+// Install implements Inputs: a directory needs nothing before the control
+// plane reads it.
+func (d *DirInputs) Install(context.Context) error { return nil }
 
 // Create implements Inputs; it needs an existing directory.
 func (d *DirInputs) Create(ctx context.Context, progress func(done, total int)) error {
