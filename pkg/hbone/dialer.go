@@ -1,5 +1,3 @@
-//lint:file-ignore SA1019 x/net's HTTP/2 client runs over a connection dialled and verified here (from the source's address, with its certificate, checking the destination's identity); net/http's replacement dials for itself.
-
 package hbone
 
 import (
@@ -16,8 +14,6 @@ import (
 	"net/url"
 	"sync"
 	"time"
-
-	"golang.org/x/net/http2"
 )
 
 // Target is where a tunnel goes.
@@ -53,7 +49,7 @@ type DialerConfig struct {
 // never a certificate they should not. It is safe for concurrent use.
 type Dialer struct {
 	cfg DialerConfig
-	t   *http2.Transport
+	t   *http.Transport
 	m   Metrics
 	log *slog.Logger
 
@@ -70,9 +66,19 @@ type poolKey struct {
 
 // pooled is one HTTP/2 connection and the address it was dialled from.
 type pooled struct {
-	cc    *http2.ClientConn
+	cc    *http.ClientConn
 	local net.Addr
 }
+
+// carrier is what newConn asks the transport to dial, handed to
+// dialCarrier through the dial's context; local is filled in by it.
+type carrier struct {
+	key   poolKey
+	src   *tls.Certificate
+	local net.Addr
+}
+
+type carrierCtxKey struct{}
 
 type dialCall struct {
 	done chan struct{}
@@ -109,12 +115,22 @@ func NewDialer(cfg DialerConfig) (*Dialer, error) {
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)
 	}
-	d.t = &http2.Transport{
+	// The transport speaks HTTP/2 with prior knowledge over connections
+	// that dialCarrier has already secured and verified (net/http would
+	// otherwise dial and verify by host name, and a workload's certificate
+	// names no host): "unencrypted" is its view, not the wire's.
+	protocols := new(http.Protocols)
+	protocols.SetUnencryptedHTTP2(true)
+	d.t = &http.Transport{
+		Protocols:       protocols,
+		DialContext:     d.dialCarrier,
 		IdleConnTimeout: cfg.IdleTimeout,
-		// Notice a dead peer on a pooled connection instead of handing out
-		// streams that will hang.
-		ReadIdleTimeout: 30 * time.Second,
-		PingTimeout:     15 * time.Second,
+		HTTP2: &http.HTTP2Config{
+			// Notice a dead peer on a pooled connection instead of
+			// handing out streams that will hang.
+			SendPingTimeout: 30 * time.Second,
+			PingTimeout:     15 * time.Second,
+		},
 	}
 	return d, nil
 }
@@ -212,11 +228,11 @@ func (d *Dialer) conn(ctx context.Context, key poolKey, src *tls.Certificate) (*
 		live := d.pool[key][:0]
 		var found *pooled
 		for _, pc := range d.pool[key] {
-			if st := pc.cc.State(); st.Closed || st.Closing {
+			if pc.cc.Err() != nil {
 				continue
 			}
 			live = append(live, pc)
-			if found == nil && pc.cc.ReserveNewRequest() {
+			if found == nil && pc.cc.Reserve() == nil {
 				found = pc
 			}
 		}
@@ -262,6 +278,23 @@ func (d *Dialer) conn(ctx context.Context, key poolKey, src *tls.Certificate) (*
 func (d *Dialer) newConn(ctx context.Context, key poolKey, src *tls.Certificate) (*pooled, error) {
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.HandshakeTimeout)
 	defer cancel()
+	c := &carrier{key: key, src: src}
+	cc, err := d.t.NewClientConn(context.WithValue(ctx, carrierCtxKey{}, c), "http", key.node.String())
+	if err != nil {
+		return nil, err
+	}
+	return &pooled{cc: cc, local: c.local}, nil
+}
+
+// dialCarrier is the transport's DialContext: the TCP connection to the
+// node, from the source's address, and mutual TLS under the source's
+// certificate, checking that the node presents the destination's identity.
+func (d *Dialer) dialCarrier(ctx context.Context, _, _ string) (net.Conn, error) {
+	c, ok := ctx.Value(carrierCtxKey{}).(*carrier)
+	if !ok {
+		return nil, errors.New("hbone: dial without a carrier") // only newConn dials
+	}
+	key := c.key
 	raw, err := d.cfg.NetDial(ctx, key.node)
 	if err != nil {
 		return nil, fmt.Errorf("hbone: dial %s: %w", key.node, err)
@@ -270,7 +303,7 @@ func (d *Dialer) newConn(ctx context.Context, key poolKey, src *tls.Certificate)
 	tc := newBatchedTLS(raw, &tls.Config{
 		MinVersion:   tls.VersionTLS13,
 		NextProtos:   []string{ALPN},
-		Certificates: []tls.Certificate{*src},
+		Certificates: []tls.Certificate{*c.src},
 		// The server's certificate names a workload, not a host: the
 		// chain and SPIFFE ID are checked in VerifyConnection instead.
 		InsecureSkipVerify: true,
@@ -294,13 +327,11 @@ func (d *Dialer) newConn(ctx context.Context, key poolKey, src *tls.Certificate)
 		tc.Close()
 		return nil, fmt.Errorf("hbone: %s negotiated %q, not h2", key.node, p)
 	}
-	cc, err := d.t.NewClientConn(&countedConn{Conn: tc, d: d})
-	if err != nil {
-		tc.Close()
-		return nil, err
-	}
+	c.local = tc.LocalAddr()
+	// Counted open here, as its close is counted whoever closes it (the
+	// transport does, should it fail to start HTTP/2 on it).
 	d.m.ConnOpened(Outbound)
-	return &pooled{cc: cc, local: tc.LocalAddr()}, nil
+	return &countedConn{Conn: tc, d: d}, nil
 }
 
 // countedConn reports the carrier's close to Metrics exactly once.
@@ -323,7 +354,7 @@ func (d *Dialer) PoolSize() int {
 	n := 0
 	for _, pcs := range d.pool {
 		for _, pc := range pcs {
-			if !pc.cc.State().Closed {
+			if pc.cc.Err() == nil {
 				n++
 			}
 		}

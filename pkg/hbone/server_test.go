@@ -1,5 +1,3 @@
-//lint:file-ignore SA1019 the test's HTTP/2 client is x/net's, as the dialer's is (see dialer.go).
-
 package hbone
 
 import (
@@ -14,8 +12,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"golang.org/x/net/http2"
 
 	"github.com/meshpilot/meshpilot/internal/testcerts"
 )
@@ -39,7 +35,9 @@ func foreignClient(t *testing.T, cert *tls.Certificate, roots *x509.CertPool, se
 	if cert != nil {
 		cfg.Certificates = []tls.Certificate{*cert}
 	}
-	tr := &http2.Transport{TLSClientConfig: cfg}
+	protocols := new(http.Protocols)
+	protocols.SetHTTP2(true)
+	tr := &http.Transport{TLSClientConfig: cfg, Protocols: protocols}
 	t.Cleanup(tr.CloseIdleConnections)
 	return &http.Client{Transport: tr}
 }

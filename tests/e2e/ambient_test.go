@@ -1,5 +1,3 @@
-//lint:file-ignore SA1019 the test's HTTP/2 client is x/net's, as the HBONE dialer's is (see pkg/hbone/dialer.go).
-
 package e2e
 
 import (
@@ -20,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
@@ -161,7 +158,13 @@ func TestAmbientHBONE(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cc, err := (&http2.Transport{}).NewClientConn(conn)
+		// net/http speaks HTTP/2 on the connection dialled above, as the
+		// TLS handshake negotiated it.
+		protocols := new(http.Protocols)
+		protocols.SetHTTP2(true)
+		tr := &http.Transport{Protocols: protocols,
+			DialTLSContext: func(context.Context, string, string) (net.Conn, error) { return conn, nil }}
+		cc, err := tr.NewClientConn(context.Background(), "https", conn.RemoteAddr().String())
 		if err != nil {
 			t.Fatal(err)
 		}
