@@ -52,14 +52,14 @@ func (g *ClusterGenerator) Generate(proxy *model.Proxy, push *pushcontext.PushCo
 	if push == nil {
 		return nil, fmt.Errorf("envoygen: no push context")
 	}
+	visible := push.ServicesVisibleTo(proxy.Namespace)
 	run := cdsRun{
 		g:     g,
 		push:  push,
 		proxy: proxy,
-		gen:   g.cache.generation(push.Version()),
+		gen:   g.cache.generation(push.Version(), len(visible)),
 		w:     w,
 	}
-	visible := push.ServicesVisibleTo(proxy.Namespace)
 	if w.Wildcard {
 		run.out = make(model.Resources, 0, 2*len(visible)+4)
 	}
@@ -221,7 +221,11 @@ type clusterEntry struct {
 
 type droppedField struct{ field, reason string }
 
-func (c *clusterCache) generation(version string) *clusterGeneration {
+// generation returns the cache of push context version, made with room for
+// about outbound outbound clusters (one per service port; the first proxy's
+// visible services are a fair guess): growing the map one cluster at a time
+// rehashes it a dozen times while the first proxy of a large mesh waits.
+func (c *clusterCache) generation(version string, outbound int) *clusterGeneration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, g := range c.gens {
@@ -231,7 +235,7 @@ func (c *clusterCache) generation(version string) *clusterGeneration {
 	}
 	g := &clusterGeneration{
 		version:  version,
-		outbound: map[outboundCluster]*clusterEntry{},
+		outbound: make(map[outboundCluster]*clusterEntry, outbound),
 		inbound:  map[inboundCluster]*clusterEntry{},
 	}
 	g.prev.Store(c.gens[0])
