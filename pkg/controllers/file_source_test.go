@@ -340,8 +340,11 @@ func TestFileSourceFollowsChanges(t *testing.T) {
 
 	// An edit that makes a rule invalid removes it; fixing it restores it.
 	writeFile(t, dir, "dr.yaml", strings.Replace(drYAML, "host: reviews", "host: Not_Valid", 1))
-	eventually(t, "invalid rule removed", func() bool {
-		return cmp.Equal(drHosts(h.store), []string{"default/ratings=ratings"})
+	// The store drops the old version when it refuses the new one, and the
+	// refusal is counted just after: wait for both.
+	eventually(t, "invalid rule removed and reported", func() bool {
+		return cmp.Equal(drHosts(h.store), []string{"default/ratings=ratings"}) &&
+			h.errorCount("DestinationRule", ReasonInvalid) > 0
 	})
 	if got := h.errorCount("DestinationRule", ReasonInvalid); got != 1 {
 		t.Errorf("invalid errors = %v, want 1", got)
