@@ -221,11 +221,11 @@ type clusterEntry struct {
 
 type droppedField struct{ field, reason string }
 
-// generation returns the cache of push context version, made with room for
-// about outbound outbound clusters (one per service port; the first proxy's
-// visible services are a fair guess): growing the map one cluster at a time
-// rehashes it a dozen times while the first proxy of a large mesh waits.
-func (c *clusterCache) generation(version string, outbound int) *clusterGeneration {
+// generation returns the cache of push context version. A new one starts
+// with room for sizeHint outbound clusters (one per service port; the first
+// proxy's visible services are a fair guess): grown one cluster at a time,
+// the map rehashes a dozen times while the first proxy of a large mesh waits.
+func (c *clusterCache) generation(version string, sizeHint int) *clusterGeneration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, g := range c.gens {
@@ -235,7 +235,7 @@ func (c *clusterCache) generation(version string, outbound int) *clusterGenerati
 	}
 	g := &clusterGeneration{
 		version:  version,
-		outbound: make(map[outboundCluster]*clusterEntry, outbound),
+		outbound: make(map[outboundCluster]*clusterEntry, sizeHint),
 		inbound:  map[inboundCluster]*clusterEntry{},
 	}
 	g.prev.Store(c.gens[0])
