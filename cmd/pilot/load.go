@@ -49,9 +49,9 @@ SotW and delta ADS, routers, and proxyless gRPC clients. The phases are
 
 each reported as min / p50 / p90 / p99 / max, with the control plane's CPU and
 RSS (from /proc by --pid, from --metrics-url, or of the process this command
-starts), its context switches (from /proc only) and the tool's own CPU; the
-churn phases also report each change's spread from its first watcher to its
-last. Give the control plane's command line after --
+starts), its system CPU, context switches and page faults (from /proc only)
+and the tool's own CPU; the churn phases also report each change's spread from
+its first watcher to its last. Give the control plane's command line after --
 and the tool starts it, samples it and can restart it for the reconnect phase.`,
 		Example: `  # the standard scenario against a control plane the tool starts:
   pilot load --kubeconfig kc --xds-addr 127.0.0.1:15010 -- bin/pilot discovery --kubeconfig kc

@@ -7,7 +7,6 @@ import (
 	"math"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -80,10 +79,14 @@ type Phase struct {
 	ControlPlaneCPU     float64 `json:"controlPlaneCpuSeconds"`
 	ControlPlanePeakRSS int64   `json:"controlPlanePeakRssBytes"`
 	// ControlPlaneSwitches counts the control plane's context switches in
-	// the phase, when it is sampled from /proc; across a restart, as
-	// ControlPlaneCPU, the new process's since it started.
-	ControlPlaneSwitches *int64  `json:"controlPlaneContextSwitches,omitempty"`
-	ToolCPU              float64 `json:"toolCpuSeconds"`
+	// the phase, ControlPlaneSystemCPU the part of its CPU spent in the
+	// kernel and ControlPlanePageFaults the pages it faulted in, when it is
+	// sampled from /proc; across a restart, as ControlPlaneCPU, the new
+	// process's since it started.
+	ControlPlaneSwitches   *int64   `json:"controlPlaneContextSwitches,omitempty"`
+	ControlPlaneSystemCPU  *float64 `json:"controlPlaneSystemCpuSeconds,omitempty"`
+	ControlPlanePageFaults *int64   `json:"controlPlanePageFaults,omitempty"`
+	ToolCPU                float64  `json:"toolCpuSeconds"`
 }
 
 // Report is the result of a run; its JSON form is what runs are compared by.
@@ -137,6 +140,14 @@ func ReadReport(rd io.Reader) (*Report, error) {
 
 func mib(b int64) string { return fmt.Sprintf("%.1f", float64(b)/(1<<20)) }
 
+// orDash formats *v, or "-" for a figure the source does not give.
+func orDash[T int64 | float64](v *T, format string) string {
+	if v == nil {
+		return "-"
+	}
+	return fmt.Sprintf(format, *v)
+}
+
 // WriteTable writes r as a table for people.
 func (r *Report) WriteTable(w io.Writer) error {
 	var kinds []string
@@ -151,19 +162,16 @@ func (r *Report) WriteTable(w io.Writer) error {
 		r.Source, strings.Join(kinds, ", "))
 	fmt.Fprintf(w, "inputs written in %.1fs; control plane idle %.1fs later\n\n", r.InputSeconds, r.SettleSeconds)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "phase\tn\tmin ms\tp50 ms\tp90 ms\tp99 ms\tmax ms\tmissed\tcp CPU s\tcp switches\tcp peak MiB\ttool CPU s\t")
+	fmt.Fprintln(tw, "phase\tn\tmin ms\tp50 ms\tp90 ms\tp99 ms\tmax ms\tmissed\tcp CPU s\tcp sys s\tcp switches\tcp faults\tcp peak MiB\ttool CPU s\t")
 	for _, p := range r.Phases {
 		if p.Skipped != "" {
-			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t\n", p.Name)
+			fmt.Fprintf(tw, "%s%s\t\n", p.Name, strings.Repeat("\t-", 13))
 			continue
 		}
 		l := p.Latency
-		switches := "-"
-		if p.ControlPlaneSwitches != nil {
-			switches = strconv.FormatInt(*p.ControlPlaneSwitches, 10)
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%d\t%.2f\t%s\t%s\t%.2f\t\n", p.Name, l.Count,
-			l.Min, l.P50, l.P90, l.P99, l.Max, p.Missed, p.ControlPlaneCPU, switches, mib(p.ControlPlanePeakRSS), p.ToolCPU)
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%d\t%.2f\t%s\t%s\t%s\t%s\t%.2f\t\n", p.Name, l.Count,
+			l.Min, l.P50, l.P90, l.P99, l.Max, p.Missed, p.ControlPlaneCPU, orDash(p.ControlPlaneSystemCPU, "%.2f"),
+			orDash(p.ControlPlaneSwitches, "%d"), orDash(p.ControlPlanePageFaults, "%d"), mib(p.ControlPlanePeakRSS), p.ToolCPU)
 		kinds := make([]string, 0, len(p.ByKind))
 		for k := range p.ByKind {
 			kinds = append(kinds, string(k))
@@ -171,7 +179,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		sort.Strings(kinds)
 		for _, k := range kinds {
 			d := p.ByKind[Kind(k)]
-			fmt.Fprintf(tw, "  %s\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t\t\t\t\t\t\n", k, d.Count, d.Min, d.P50, d.P90, d.P99, d.Max)
+			fmt.Fprintf(tw, "  %s\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f%s\t\n", k, d.Count, d.Min, d.P50, d.P90, d.P99, d.Max, strings.Repeat("\t", 7))
 		}
 	}
 	if err := tw.Flush(); err != nil {

@@ -29,13 +29,13 @@ func TestNewDist(t *testing.T) {
 func TestReportJSONRoundTrip(t *testing.T) {
 	pushes := 12.0
 	first := 3.5
-	switches := int64(6452)
+	switches, faults, sys := int64(6452), int64(3418), 0.21
 	r := &Report{Version: ReportVersion, Started: time.Date(2026, 12, 3, 4, 0, 0, 0, time.UTC), Scenario: StandardScenario(),
 		Source: "kube", Clients: map[Kind]int{KindSidecar: 2, KindGRPC: 1},
 		Phases: []Phase{
 			{Name: PhaseConnect, Latency: NewDist([]time.Duration{time.Millisecond, 2 * time.Millisecond}),
 				ByKind: map[Kind]Dist{KindSidecar: NewDist([]time.Duration{time.Millisecond})}, ControlPlaneCPU: 0.25,
-				ControlPlaneSwitches: &switches},
+				ControlPlaneSwitches: &switches, ControlPlanePageFaults: &faults, ControlPlaneSystemCPU: &sys},
 			{Name: PhaseEndpoints, Changes: 3, Watchers: 3, PushesPerChange: map[string]float64{"ClusterLoadAssignment": 1},
 				ServerPushes: &pushes, Writes: &Dist{Count: 3, P50: 2}, FanOut: &Dist{Count: 3, P50: 4.25}},
 			{Name: PhaseReconnect, FirstFullMs: &first},
@@ -65,8 +65,10 @@ func TestReportJSONRoundTrip(t *testing.T) {
 	if !strings.Contains(table.String(), "first to last watcher p50 4.2 ms") {
 		t.Errorf("table does not show the endpoint phase's fan-out:\n%s", table.String())
 	}
-	if !strings.Contains(table.String(), " 6452 ") {
-		t.Errorf("table does not show the connect phase's 6452 context switches:\n%s", table.String())
+	for _, figure := range []string{"0.21", "6452", "3418"} {
+		if !strings.Contains(table.String(), " "+figure+" ") {
+			t.Errorf("table does not show the connect phase's %s (system CPU, context switches, page faults):\n%s", figure, table.String())
+		}
 	}
 }
 

@@ -277,8 +277,14 @@ func (r *runner) measure(ctx context.Context, name string, fn func(context.Conte
 		if r.cp != nil {
 			p.ControlPlaneCPU = cpuSince(cp0, cp1)
 			p.ControlPlanePeakRSS = r.cp.Peak(t0, t1)
-			if n, ok := switchesSince(cp0, cp1); ok {
+			if n, ok := counterSince(cp0, cp1, contextSwitches); ok {
 				p.ControlPlaneSwitches = &n
+			}
+			if s, ok := counterSince(cp0, cp1, systemCPU); ok {
+				p.ControlPlaneSystemCPU = &s
+			}
+			if n, ok := counterSince(cp0, cp1, pageFaults); ok {
+				p.ControlPlanePageFaults = &n
 			}
 		}
 		p.ToolCPU = cpuSince(self0, self1)

@@ -28,6 +28,14 @@ type Usage struct {
 	// ContextSwitches sums the voluntary and involuntary context switches
 	// of the process's threads; -1 where the source cannot tell.
 	ContextSwitches int64 `json:"contextSwitches"`
+	// SystemCPUSeconds is the part of CPUSeconds spent in the kernel, and
+	// PageFaults counts the pages the process faulted in (minor and major);
+	// both -1 where the source cannot tell. Where a system call or a fault
+	// is expensive (some virtual machines charge ten microseconds and more
+	// for a fault), they account for CPU time that a CPU profile files
+	// under the runtime or leaves out.
+	SystemCPUSeconds float64 `json:"systemCpuSeconds"`
+	PageFaults       int64   `json:"pageFaults"`
 }
 
 // cpuSince is the CPU time spent between two readings.
@@ -38,20 +46,26 @@ func cpuSince(before, after Usage) float64 {
 	return after.CPUSeconds - before.CPUSeconds
 }
 
-// switchesSince is the number of context switches between two readings, if
-// the source counts them; across a restart, as cpuSince, the new process's
-// since it started.
-func switchesSince(before, after Usage) (int64, bool) {
+// counterSince is how much one of a process's counters (context switches,
+// page faults, system CPU) grew between two readings, if the source keeps
+// it (a negative count: it does not); across a restart, as cpuSince, the
+// new process's count since it started.
+func counterSince[T int64 | float64](before, after Usage, count func(Usage) T) (T, bool) {
+	b, a := count(before), count(after)
 	switch {
-	case after.ContextSwitches < 0:
+	case a < 0:
 		return 0, false
 	case before.Instance != after.Instance:
-		return after.ContextSwitches, true
-	case before.ContextSwitches < 0:
+		return a, true
+	case b < 0:
 		return 0, false
 	}
-	return after.ContextSwitches - before.ContextSwitches, true
+	return a - b, true
 }
+
+func contextSwitches(u Usage) int64 { return u.ContextSwitches }
+func pageFaults(u Usage) int64      { return u.PageFaults }
+func systemCPU(u Usage) float64     { return u.SystemCPUSeconds }
 
 // Source reads a process's current usage.
 type Source interface {
@@ -95,17 +109,11 @@ func procUsage(pid string, switches bool) (Usage, error) {
 	if i < 0 {
 		return Usage{}, fmt.Errorf("/proc/%s/stat: no command name", pid)
 	}
-	f := strings.Fields(string(stat[i+1:]))
-	// utime and stime are fields 14 and 15; f[0] is field 3.
-	if len(f) < 13 {
-		return Usage{}, fmt.Errorf("/proc/%s/stat: %d fields", pid, len(f)+2)
+	u, err := parseStat(stat[i+1:])
+	if err != nil {
+		return Usage{}, fmt.Errorf("/proc/%s/stat: %w", pid, err)
 	}
-	ut, err1 := strconv.ParseUint(f[11], 10, 64)
-	st, err2 := strconv.ParseUint(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return Usage{}, fmt.Errorf("/proc/%s/stat: bad CPU times", pid)
-	}
-	u := Usage{At: now, Instance: pid, CPUSeconds: float64(ut+st) / clockTicks, ContextSwitches: -1}
+	u.At, u.Instance, u.ContextSwitches = now, pid, -1
 	status, err := os.ReadFile("/proc/" + pid + "/status")
 	if err != nil {
 		return Usage{}, err
@@ -121,6 +129,30 @@ func procUsage(pid string, switches bool) (Usage, error) {
 		}
 	}
 	return u, nil
+}
+
+// parseStat reads the fields of a /proc/<pid>/stat line that follow the
+// command name: minflt (field 10), majflt (12), utime (14) and stime (15),
+// which count the whole process, every thread of it.
+func parseStat(afterName []byte) (Usage, error) {
+	f := strings.Fields(string(afterName))
+	if len(f) < 13 { // f[0] is field 3
+		return Usage{}, fmt.Errorf("%d fields", len(f)+2)
+	}
+	var v [4]uint64
+	for i, field := range [4]int{10, 12, 14, 15} {
+		n, err := strconv.ParseUint(f[field-3], 10, 64)
+		if err != nil {
+			return Usage{}, fmt.Errorf("field %d: %w", field, err)
+		}
+		v[i] = n
+	}
+	minflt, majflt, ut, st := v[0], v[1], v[2], v[3]
+	return Usage{
+		CPUSeconds:       float64(ut+st) / clockTicks,
+		SystemCPUSeconds: float64(st) / clockTicks,
+		PageFaults:       int64(minflt + majflt),
+	}, nil
 }
 
 // threadSwitches sums the context switches of pid's threads. The process's
@@ -207,7 +239,7 @@ func (m MetricsSource) Read() (Usage, error) {
 		return Usage{}, fmt.Errorf("%s has no process_cpu_seconds_total or process_resident_memory_bytes", m.URL)
 	}
 	return Usage{At: now, Instance: strconv.FormatFloat(vals["process_start_time_seconds"], 'f', -1, 64),
-		CPUSeconds: cpu, RSSBytes: int64(rss), ContextSwitches: -1}, nil
+		CPUSeconds: cpu, RSSBytes: int64(rss), ContextSwitches: -1, SystemCPUSeconds: -1, PageFaults: -1}, nil
 }
 
 // scrape sums the samples of the named metrics in Prometheus text format.

@@ -35,7 +35,7 @@ func TestProcSourceCountsThreadSwitches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, ok := switchesSince(before, after); !ok || n < 200 {
+	if n, ok := counterSince(before, after, contextSwitches); !ok || n < 200 {
 		t.Errorf("200 sleeps on a thread of their own: %d context switches counted (known %t), want at least 200", n, ok)
 	}
 	if self, err := (SelfSource{}).Read(); err != nil || self.ContextSwitches != -1 {
@@ -84,8 +84,8 @@ func TestStatusValue(t *testing.T) {
 	}
 }
 
-func TestSwitchesSince(t *testing.T) {
-	a := Usage{Instance: "1", ContextSwitches: 100}
+func TestCounterSince(t *testing.T) {
+	a := Usage{Instance: "1", ContextSwitches: 100, SystemCPUSeconds: 0.5}
 	for _, tc := range []struct {
 		name   string
 		after  Usage
@@ -97,9 +97,72 @@ func TestSwitchesSince(t *testing.T) {
 		{"not counted", Usage{Instance: "1", ContextSwitches: -1}, 0, false},
 		{"restarted, not counted", Usage{Instance: "2", ContextSwitches: -1}, 0, false},
 	} {
-		if got, ok := switchesSince(a, tc.after); got != tc.want || ok != tc.wantOK {
-			t.Errorf("%s: switchesSince = %d, %t; want %d, %t", tc.name, got, ok, tc.want, tc.wantOK)
+		if got, ok := counterSince(a, tc.after, contextSwitches); got != tc.want || ok != tc.wantOK {
+			t.Errorf("%s: counterSince = %d, %t; want %d, %t", tc.name, got, ok, tc.want, tc.wantOK)
 		}
+	}
+	if got, ok := counterSince(a, Usage{Instance: "1", SystemCPUSeconds: 0.75}, systemCPU); got != 0.25 || !ok {
+		t.Errorf("system CPU: counterSince = %v, %t; want 0.25, true", got, ok)
+	}
+	if _, ok := counterSince(Usage{Instance: "1", PageFaults: -1}, Usage{Instance: "1", PageFaults: 9}, pageFaults); ok {
+		t.Error("page faults from a reading that did not count them: counted")
+	}
+}
+
+func TestParseStat(t *testing.T) {
+	// What follows "(pilot) " in /proc/<pid>/stat: state, ppid, ... with
+	// minflt 4000 (field 10), majflt 7 (12), utime 150 (14), stime 50 (15).
+	line := []byte(" S 1 2 3 4 5 6 4000 11 7 13 150 50 0 0 20 0 9 0 100 200 300")
+	u, err := parseStat(line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.PageFaults != 4007 || u.CPUSeconds != 2 || u.SystemCPUSeconds != 0.5 {
+		t.Errorf("parseStat = %+v; want 4007 faults, 2 s of CPU of which 0.5 s in the kernel", u)
+	}
+	for _, bad := range []string{" S 1 2 3", " S 1 2 3 4 5 6 4000 11 x 13 150 50"} {
+		if _, err := parseStat([]byte(bad)); err == nil {
+			t.Errorf("parseStat(%q): no error", bad)
+		}
+	}
+}
+
+// TestProcSourceCountsFaultsAndSystemCPU checks the readings against work
+// whose kind is known: pages touched for the first time, and system calls.
+func TestProcSourceCountsFaultsAndSystemCPU(t *testing.T) {
+	src := ProcSource{PID: os.Getpid}
+	before, err := src.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const pages = 2048
+	mem, err := syscall.Mmap(-1, 0, pages*4096, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Munmap(mem)
+	for i := 0; i < len(mem); i += 4096 {
+		mem[i] = 1
+	}
+	// System calls until the kernel's share has grown by two ticks.
+	var after Usage
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		for range 10_000 {
+			syscall.Getppid()
+		}
+		if after, err = src.Read(); err != nil {
+			t.Fatal(err)
+		}
+		if after.SystemCPUSeconds-before.SystemCPUSeconds >= 2.0/clockTicks || time.Now().After(deadline) {
+			break
+		}
+	}
+	if n, ok := counterSince(before, after, pageFaults); !ok || n < pages {
+		t.Errorf("%d fresh pages touched: %d page faults counted (known %t), want at least %d", pages, n, ok, pages)
+	}
+	sys, ok := counterSince(before, after, systemCPU)
+	if total := cpuSince(before, after); !ok || sys < 2.0/clockTicks || sys > total {
+		t.Errorf("system calls for up to 30 s: %.2f s of system CPU (known %t) of %.2f s in all; want at least 0.02 s, and no more than all", sys, ok, total)
 	}
 }
 
@@ -118,7 +181,7 @@ meshpilot_xds_pushes_total{type="eds"} 4
 	if err != nil {
 		t.Fatal(err)
 	}
-	if u.CPUSeconds != 1.25 || u.RSSBytes != 42e6 || u.ContextSwitches != -1 {
+	if u.CPUSeconds != 1.25 || u.RSSBytes != 42e6 || u.ContextSwitches != -1 || u.SystemCPUSeconds != -1 || u.PageFaults != -1 {
 		t.Errorf("MetricsSource.Read() = %+v", u)
 	}
 	v, err := scrape(strings.NewReader(body), "meshpilot_xds_pushes_total")
