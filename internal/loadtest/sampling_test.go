@@ -141,6 +141,11 @@ func TestProcSourceCountsFaultsAndSystemCPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer syscall.Munmap(mem)
+	// Small pages even where transparent huge pages are always on, which
+	// would fault the whole mapping in with a handful of faults.
+	if err := syscall.Madvise(mem, syscall.MADV_NOHUGEPAGE); err != nil {
+		t.Fatal(err)
+	}
 	for i := 0; i < len(mem); i += 4096 {
 		mem[i] = 1
 	}
