@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/meshpilot/meshpilot/internal/pilotbin"
 	"github.com/meshpilot/meshpilot/internal/testlog"
+	"github.com/meshpilot/meshpilot/internal/testport"
 )
 
 // The tests below run `pilot discovery` as a user does, the built binary
@@ -72,8 +72,8 @@ func startDiscovery(t *testing.T, env []string, args ...string) *runningPilot {
 	if err := os.WriteFile(filepath.Join(dir, "world.yaml"), []byte(world), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := &runningPilot{httpAddr: freeAddr(t), stderr: &testlog.Buffer{}}
-	all := append([]string{"discovery", "--config-dir", dir, "--xds-addr", freeAddr(t),
+	p := &runningPilot{httpAddr: testport.Addr(t), stderr: &testlog.Buffer{}}
+	all := append([]string{"discovery", "--config-dir", dir, "--xds-addr", testport.Addr(t),
 		"--http-addr", p.httpAddr, "--monitoring-addr", ""}, args...)
 	cmd := exec.Command(pilotbin.Path(t), all...)
 	cmd.Env = append(os.Environ(), env...)
@@ -254,7 +254,7 @@ func TestDiscoverySourceChoice(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			cmd := exec.CommandContext(ctx, pilotbin.Path(t), "discovery", "--xds-addr", freeAddr(t), "--http-addr", "", "--monitoring-addr", "")
+			cmd := exec.CommandContext(ctx, pilotbin.Path(t), "discovery", "--xds-addr", testport.Addr(t), "--http-addr", "", "--monitoring-addr", "")
 			cmd.Env = append(os.Environ(), tc.env...)
 			out, err := cmd.CombinedOutput()
 			if err == nil {
@@ -265,16 +265,6 @@ func TestDiscoverySourceChoice(t *testing.T) {
 			}
 		})
 	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // stderrLines are the non-empty lines the child wrote to stderr so far.

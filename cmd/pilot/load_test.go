@@ -11,6 +11,7 @@ import (
 	"github.com/meshpilot/meshpilot/internal/kubetest"
 	"github.com/meshpilot/meshpilot/internal/loadtest"
 	"github.com/meshpilot/meshpilot/internal/pilotbin"
+	"github.com/meshpilot/meshpilot/internal/testport"
 )
 
 // TestLoad runs `pilot load` as a user does, the built binary, on a small
@@ -44,7 +45,7 @@ func TestLoad(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			pilot := pilotbin.Path(t)
 			loadArgs, discoveryArgs := tc.source(t)
-			xds, mon := freeAddr(t), freeAddr(t)
+			xds, mon := testport.Addr(t), testport.Addr(t)
 			cpLog := filepath.Join(t.TempDir(), "pilot.log")
 			args := append([]string{"load"}, loadArgs...)
 			args = append(args, "--services", "40", "--namespaces", "4", "--endpoints", "3",
@@ -54,7 +55,7 @@ func TestLoad(t *testing.T) {
 				"--control-plane-log", cpLog, "-o", "json", "-q", "--",
 				pilot, "discovery")
 			args = append(args, discoveryArgs...)
-			args = append(args, "--xds-addr", xds, "--http-addr", freeAddr(t), "--monitoring-addr", mon,
+			args = append(args, "--xds-addr", xds, "--http-addr", testport.Addr(t), "--monitoring-addr", mon,
 				"--secure-xds-addr", "", "--webhook-addr", "")
 			var stdout, stderr bytes.Buffer
 			cmd := exec.Command(pilot, args...)

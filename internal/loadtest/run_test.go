@@ -4,10 +4,10 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"testing"
 	"time"
 
+	"github.com/meshpilot/meshpilot/internal/testport"
 	"github.com/meshpilot/meshpilot/pkg/bootstrap"
 )
 
@@ -55,12 +55,7 @@ func (p *inProcess) Restart(context.Context) (time.Time, time.Time, error) {
 // the real control plane on the directory source. It asserts what each
 // phase must have measured, not how fast.
 func TestRunInProcess(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := testport.Addr(t)
 	scn := Scenario{Services: 12, Endpoints: 2, Namespaces: 3, DestinationRules: true, Domain: "cluster.local"}
 	cp := &inProcess{t: t, dir: t.TempDir(), addr: addr}
 	// The scenario is in place before the control plane starts, so that

@@ -11,19 +11,16 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
+
+	"github.com/meshpilot/meshpilot/internal/testport"
 )
 
 // A GET refused at the TCP level is retried until the server listens; a
 // write fails at once; a GET gives up when its context does, or soon when
 // it has none that can end.
 func TestRetryRefusedReads(t *testing.T) {
-	// Reserve a port, then free it: connections to it are refused.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
+	// A port nothing listens on: connections to it are refused.
+	addr := testport.Addr(t)
 
 	cfg := &rest.Config{Host: "http://" + addr}
 	RetryRefusedReads(cfg)
@@ -61,7 +58,7 @@ func TestRetryRefusedReads(t *testing.T) {
 		done <- err
 	}()
 	time.Sleep(500 * time.Millisecond) // let the read be refused at least once
-	l, err = net.Listen("tcp", addr)
+	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatalf("listen again on %s: %v", addr, err)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/meshpilot/meshpilot/internal/testcerts"
+	"github.com/meshpilot/meshpilot/internal/testport"
 )
 
 // foreignClient is Go's own HTTP/2 client used as a plain CONNECT client, so
@@ -83,15 +84,7 @@ func TestServerForeignClient(t *testing.T) {
 		allowed: map[netip.Addr]bool{dest.Addr(): true},
 		roots:   m.roots(),
 	})
-	closedPort := func() string {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := l.Addr().String()
-		l.Close()
-		return addr
-	}()
+	closedPort := testport.Addr(t)
 
 	cases := []struct {
 		name       string

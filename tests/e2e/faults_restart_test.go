@@ -28,6 +28,7 @@ import (
 	"github.com/meshpilot/meshpilot/internal/kubetest"
 	"github.com/meshpilot/meshpilot/internal/pilotbin"
 	"github.com/meshpilot/meshpilot/internal/testlog"
+	"github.com/meshpilot/meshpilot/internal/testport"
 	"github.com/meshpilot/meshpilot/internal/xdstest"
 )
 
@@ -193,7 +194,7 @@ func hasClusters(s xdstest.Snapshot) error {
 func TestControlPlaneSurvivesSIGKILL(t *testing.T) {
 	dir := faultMesh(t)
 	bin := pilotbin.Path(t)
-	xdsAddr, httpAddr := "127.0.0.1:"+freePort(t), "127.0.0.1:"+freePort(t)
+	xdsAddr, httpAddr := testport.Addr(t), testport.Addr(t)
 	first := startPilotBinary(t, bin, xdsAddr, httpAddr, dir)
 
 	conn, err := grpc.NewClient(xdsAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -287,7 +288,7 @@ func TestControlPlaneGracefulShutdown(t *testing.T) {
 	dir := faultMesh(t)
 	bigMesh(t, dir, 1500)
 	bin := pilotbin.Path(t)
-	xdsAddr, httpAddr := "127.0.0.1:"+freePort(t), "127.0.0.1:"+freePort(t)
+	xdsAddr, httpAddr := testport.Addr(t), testport.Addr(t)
 	p := startPilotBinary(t, bin, xdsAddr, httpAddr, dir,
 		"--shutdown-grace", grace.String(), "--send-timeout", sendTimeout.String())
 

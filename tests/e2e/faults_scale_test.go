@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/meshpilot/meshpilot/internal/pilotbin"
+	"github.com/meshpilot/meshpilot/internal/testport"
 )
 
 const (
@@ -62,7 +63,7 @@ func TestManyStreamsThroughChurn(t *testing.T) {
 	}
 
 	bin := pilotbin.Path(t)
-	xdsAddr, httpAddr, monAddr := "127.0.0.1:"+freePort(t), "127.0.0.1:"+freePort(t), "127.0.0.1:"+freePort(t)
+	xdsAddr, httpAddr, monAddr := testport.Addr(t), testport.Addr(t), testport.Addr(t)
 	p := startPilotBinary(t, bin, xdsAddr, httpAddr, dir, "--monitoring-addr", monAddr, "--enable-profiling")
 
 	peakHeap := &atomic.Int64{}

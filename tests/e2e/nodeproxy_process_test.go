@@ -12,6 +12,7 @@ import (
 
 	"github.com/meshpilot/meshpilot/internal/pilotbin"
 	"github.com/meshpilot/meshpilot/internal/testlog"
+	"github.com/meshpilot/meshpilot/internal/testport"
 )
 
 // TestNodeProxyProcessReleasesStartupPages runs `pilot nodeproxy` as its
@@ -36,7 +37,7 @@ func TestNodeProxyProcessReleasesStartupPages(t *testing.T) {
 		if err := os.WriteFile(token, []byte(m.createBoundToken(t, "istio-system", "ztunnel", "istio-ca", "ztunnel-"+node)), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		httpAddr := "127.0.0.1:" + freePort(t)
+		httpAddr := testport.Addr(t)
 		cmd := exec.Command(pilotbin.Path(t), append([]string{"nodeproxy",
 			"--xds-address", cp.secureXDSAddr, "--xds-server-name", serverTLS.ServerName,
 			"--ca-root-cert", root, "--token-file", token,

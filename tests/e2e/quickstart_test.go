@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/meshpilot/meshpilot/internal/pilotbin"
 	"github.com/meshpilot/meshpilot/internal/testlog"
+	"github.com/meshpilot/meshpilot/internal/testport"
 )
 
 // TestQuickstart runs the quick start of README.md step by step, as the
@@ -37,7 +37,7 @@ func TestQuickstart(t *testing.T) {
 	steps, outputs := readQuickstart(t, filepath.Join(repo, "README.md"))
 	q := &quickstart{t: t, repo: repo, dir: t.TempDir(), moved: t.TempDir(), ports: portMap{}}
 	for _, p := range []string{"15010", "8080", "15014", "17070", "17071"} {
-		q.ports[p] = freePort(t)
+		q.ports[p] = testport.Port(t)
 	}
 	copyExamples(t, repo, q.dir, q.ports)
 	began := time.Now()
@@ -353,17 +353,6 @@ func goBuild(t *testing.T, repo, pkg string) string {
 		t.Fatalf("go build %s: %v\n%s", pkg, err, out)
 	}
 	return bin
-}
-
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	_, port, _ := net.SplitHostPort(l.Addr().String())
-	return port
 }
 
 func httpStatus(u string) int {
