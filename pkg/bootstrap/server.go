@@ -286,18 +286,14 @@ func (s *Server) Run(ctx context.Context) error {
 }
 
 func (s *Server) waitForSources(ctx context.Context) bool {
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if s.sourcesSynced() == "" {
-			return true
-		}
+	for _, src := range s.sources {
 		select {
+		case <-src.Synced():
 		case <-ctx.Done():
 			return false
-		case <-tick.C:
 		}
 	}
+	return true
 }
 
 // sourcesSynced names the sources that have not synced yet, with the

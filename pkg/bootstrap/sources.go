@@ -19,6 +19,9 @@ type source interface {
 	Name() string
 	Run(ctx context.Context) error
 	HasSynced() bool
+	// Synced is closed when HasSynced turns true, so that the first push
+	// context is built the moment the last source syncs.
+	Synced() <-chan struct{}
 }
 
 func (s *Server) newSources(store model.Store, metrics *controllers.Metrics) ([]source, error) {

@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -55,7 +54,7 @@ type FileSource struct {
 	metrics  *Metrics
 	ingester *Ingester
 	decoder  *objectDecoder
-	synced   atomic.Bool
+	synced   syncedSignal
 
 	// Only the Run goroutine touches the fields below.
 	files   map[string]*loadedFile
@@ -126,7 +125,10 @@ func NewFileSource(opts FileSourceOptions) (*FileSource, error) {
 func (s *FileSource) Name() string { return FileSourceName }
 
 // HasSynced reports whether the first complete load has been applied.
-func (s *FileSource) HasSynced() bool { return s.synced.Load() }
+func (s *FileSource) HasSynced() bool { return s.synced.isMarked() }
+
+// Synced is closed once the first complete load has been applied.
+func (s *FileSource) Synced() <-chan struct{} { return s.synced.done() }
 
 // Run loads the directory, then reloads it whenever it changes, until ctx
 // is done. It fails only if the directory cannot be watched.
@@ -150,7 +152,7 @@ func (s *FileSource) Run(ctx context.Context) error {
 	// Watch first, so nothing written during the first load is missed.
 	s.watchTree(watcher, s.dir)
 	s.reload()
-	s.synced.Store(true)
+	s.synced.mark()
 
 	var timer *time.Timer
 	var fire <-chan time.Time

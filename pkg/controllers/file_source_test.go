@@ -145,6 +145,7 @@ func startFileSource(t *testing.T, dir string) *fileHarness {
 type syncingSource interface {
 	Run(context.Context) error
 	HasSynced() bool
+	Synced() <-chan struct{}
 }
 
 // runSynced runs src until the test ends, when cancel stops it and its Run
@@ -159,7 +160,14 @@ func runSynced(ctx context.Context, cancel context.CancelFunc, t *testing.T, src
 			t.Errorf("Run: %v", err)
 		}
 	})
-	eventually(t, what, src.HasSynced)
+	select {
+	case <-src.Synced():
+	case <-time.After(20 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+	}
+	if !src.HasSynced() {
+		t.Fatalf("%s: Synced is closed, but HasSynced reports false", what)
+	}
 }
 
 // eventually polls cond until it holds or a generous deadline passes.

@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -67,7 +66,7 @@ type KubeSource struct {
 	log      *slog.Logger
 	metrics  *Metrics
 	ingester *Ingester
-	synced   atomic.Bool
+	synced   syncedSignal
 	// failing holds, per kind, why its list or watch last failed; a kind
 	// leaves it once an event for it arrives again.
 	failing sync.Map // kind -> string
@@ -103,7 +102,10 @@ func (s *KubeSource) Name() string { return KubeSourceName }
 
 // HasSynced reports whether every informer has listed and the ingester has
 // applied the initial lists.
-func (s *KubeSource) HasSynced() bool { return s.synced.Load() }
+func (s *KubeSource) HasSynced() bool { return s.synced.isMarked() }
+
+// Synced is closed once HasSynced would report true.
+func (s *KubeSource) Synced() <-chan struct{} { return s.synced.done() }
 
 // Run watches until ctx is done. It returns an error only if ctx ends
 // before the informers sync.
@@ -155,7 +157,7 @@ func (s *KubeSource) Run(ctx context.Context) error {
 		informersByKind[k.kind] = k.informer(istioFactory, istioVersions[i])
 		logVersions = append(logVersions, k.kind, istioVersions[i])
 	}
-	var synced []cache.InformerSynced
+	var synced []cache.DoneChecker
 	for _, kind := range slices.Sorted(maps.Keys(informersByKind)) {
 		hasSynced, err := s.watch(kind, informersByKind[kind])
 		if err != nil {
@@ -166,11 +168,13 @@ func (s *KubeSource) Run(ctx context.Context) error {
 	kubeFactory.Start(ctx.Done())
 	secretFactory.Start(ctx.Done())
 	istioFactory.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+	// WaitFor is told when each handler has had its initial list, where
+	// WaitForCacheSync would look every 100 ms.
+	if !cache.WaitFor(ctx, "", synced...) {
 		return fmt.Errorf("kubernetes source: informers did not sync: %w", context.Cause(ctx))
 	}
 	s.failing.Clear()
-	s.synced.Store(true)
+	s.synced.mark()
 	s.log.Info("kubernetes source synced", logVersions...)
 	if s.opts.MetadataClient != nil {
 		// Readiness never waits for these: a CRD may never come.
@@ -184,7 +188,7 @@ func (s *KubeSource) Run(ctx context.Context) error {
 
 // watch feeds an informer's events to the ingester and reports its list
 // and watch failures; it returns what tells when the initial list is in.
-func (s *KubeSource) watch(kind string, informer cache.SharedIndexInformer) (cache.InformerSynced, error) {
+func (s *KubeSource) watch(kind string, informer cache.SharedIndexInformer) (cache.DoneChecker, error) {
 	if err := informer.SetWatchErrorHandlerWithContext(s.watchErrorHandler(kind)); err != nil {
 		return nil, fmt.Errorf("kubernetes source: watch %s: %w", kind, err)
 	}
@@ -192,7 +196,7 @@ func (s *KubeSource) watch(kind string, informer cache.SharedIndexInformer) (cac
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes source: watch %s: %w", kind, err)
 	}
-	return reg.HasSynced, nil
+	return reg.HasSyncedChecker(), nil
 }
 
 // watchErrorHandler reports failed lists and watches in our own log (client-go
