@@ -37,7 +37,7 @@ type Server struct {
 	// kube and kubeSynced are set when the Kubernetes source runs; Ingress
 	// status and events are written back only then.
 	kube       kubernetes.Interface
-	kubeSynced func() bool
+	kubeSynced <-chan struct{}
 	writeBack  *ingressWriteBack
 	ca         *meshCA
 	webhooks   *webhooks

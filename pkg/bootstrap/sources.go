@@ -74,7 +74,7 @@ func (s *Server) newSources(store model.Store, metrics *controllers.Metrics) ([]
 		if err != nil {
 			return nil, err
 		}
-		s.kubeSynced = src.HasSynced
+		s.kubeSynced = src.Synced()
 		sources = append(sources, src)
 	}
 	return sources, nil

@@ -8,12 +8,10 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/client-go/util/workqueue"
@@ -41,8 +39,8 @@ type IngressStatusOptions struct {
 	GatewayService model.NamespacedName
 	// Synced, if set, gates the first reconcile: until the store holds the
 	// sources' initial lists, a missing gateway Service would wrongly clear
-	// every status. Pass the Kubernetes source's HasSynced.
-	Synced func() bool
+	// every status. Pass the Kubernetes source's Synced.
+	Synced <-chan struct{}
 	// Workers is the number of concurrent reconciles; 2 when 0.
 	Workers int
 	Logger  *slog.Logger
@@ -148,10 +146,9 @@ func (w *IngressStatusWriter) enqueue(k statusKey) {
 // It returns once its workers have stopped.
 func (w *IngressStatusWriter) Run(ctx context.Context) {
 	if w.opts.Synced != nil {
-		err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
-			return w.opts.Synced(), nil
-		})
-		if err != nil {
+		select {
+		case <-w.opts.Synced:
+		case <-ctx.Done():
 			return
 		}
 	}

@@ -116,7 +116,7 @@ func startReplica(t *testing.T, env *kubetest.Env, o replicaOptions) *replica {
 	client, r.puts = countingClient(t, env.Config)
 	r.writer, err = NewIngressStatusWriter(IngressStatusOptions{Client: client, Store: r.store,
 		Ownership:      model.IngressOwnership{Class: "istio", Mode: model.IngressModeStrict},
-		GatewayService: o.gateway, Synced: src.HasSynced, Logger: logger, Metrics: r.metrics})
+		GatewayService: o.gateway, Synced: src.Synced(), Logger: logger, Metrics: r.metrics})
 	if err != nil {
 		t.Fatal(err)
 	}
