@@ -129,7 +129,7 @@ func (k *Keeper) Watch(ctx context.Context) error {
 		pluggedFactory.Shutdown()
 		selfFactory.Shutdown()
 	}()
-	if !cache.WaitForCacheSync(ctx.Done(), pluggedInformer.HasSynced, selfInformer.HasSynced) {
+	if !cache.WaitFor(ctx, "", pluggedInformer.HasSyncedChecker(), selfInformer.HasSyncedChecker()) {
 		return nil // ctx ended
 	}
 	for {

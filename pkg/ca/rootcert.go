@@ -146,7 +146,7 @@ func (p *RootCertPublisher) Run(ctx context.Context) error {
 	}()
 	// The workers read the ConfigMap lister; before it has listed, every
 	// ConfigMap would look missing and every Create would fail.
-	if !cache.WaitForCacheSync(ctx.Done(), p.synced...) {
+	if !cache.WaitFor(ctx, "", nsInformer.Informer().HasSyncedChecker(), cmInformer.Informer().HasSyncedChecker()) {
 		return nil // ctx ended
 	}
 	p.log.Info("publishing the CA root into every namespace")
