@@ -100,9 +100,7 @@ func New(opts Options) (*Server, error) {
 		Logger:             s.log,
 		Metrics:            xds.NewMetrics(s.registry),
 	})
-	s.store.OnChange(func(key model.ConfigKey) {
-		s.xds.ConfigUpdate(model.NewPushRequest(key, time.Now()))
-	})
+	s.store.OnChange(s.xds.ConfigChanged)
 
 	// istioctl proxy-status asks for Istio's debug types on both xDS ports.
 	generators.addDebug(s.xds.SyncGenerator(opts.RootNamespace))

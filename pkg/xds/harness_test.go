@@ -102,9 +102,7 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 		Metrics:            NewMetrics(h.reg),
 	})
 	if !cfg.noStoreHandler {
-		h.store.OnChange(func(key model.ConfigKey) {
-			h.server.ConfigUpdate(model.NewPushRequest(key, time.Now()))
-		})
+		h.store.OnChange(h.server.ConfigChanged)
 	}
 	if cfg.seed != nil {
 		cfg.seed(h.store)

@@ -87,6 +87,8 @@ type Server struct {
 
 	// updates collects ConfigUpdate requests until the push loop takes them.
 	updates pushQueue
+	// building is set as Start begins the first build (see ConfigChanged).
+	building atomic.Bool
 
 	connsMu sync.RWMutex
 	conns   map[*connection]struct{}
@@ -214,12 +216,28 @@ func (s *Server) ConfigUpdate(req *model.PushRequest) {
 	s.updates.put(req)
 }
 
+// ConfigChanged asks for a push for one object, which the caller has
+// already changed in the store the push contexts are built from; it is the
+// store's change callback. Before Start begins the first build, which reads
+// the whole store and so holds every change made until then, it does
+// nothing: a source's initial list (10,000 objects at 5,000 Services) would
+// otherwise make as many requests, merged only for Start to drop them. A
+// change the first build may have missed is one whose store write comes
+// after the build's read, and so after building was set: it is queued.
+func (s *Server) ConfigChanged(key model.ConfigKey) {
+	if !s.building.Load() {
+		return
+	}
+	s.ConfigUpdate(model.NewPushRequest(key, time.Now()))
+}
+
 // Start builds the first push context, which releases waiting streams, then
 // runs the debounce and push loop until ctx is done or Stop is called. Call
 // it once.
 func (s *Server) Start(ctx context.Context) {
 	// The first build reads the whole store, so changes queued before it are
 	// already included.
+	s.building.Store(true)
 	s.updates.take()
 	s.build(&model.PushRequest{Full: true, Start: time.Now()})
 	close(s.ready)
