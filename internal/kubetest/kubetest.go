@@ -9,13 +9,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 )
+
+// envtest logs its progress through controller-runtime's logger, which
+// complains, with a stack trace, when nothing was set before it is used;
+// a test reads the API server's own output when it needs to, not those lines.
+func init() { ctrllog.SetLogger(logr.Discard()) }
 
 const (
 	assetsEnv       = "KUBEBUILDER_ASSETS"
