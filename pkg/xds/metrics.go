@@ -85,7 +85,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		triggers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meshpilot_xds_push_triggers_total",
-			Help: "Config updates received before debouncing, by the kind of object that changed (forced for a full push of everything).",
+			Help: "Config updates received before debouncing, by the kind of object that changed (forced for a full push of everything); counted from the first push context build on, which holds the sources' initial lists.",
 		}, []string{"kind"}),
 		debouncedPushes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meshpilot_xds_debounced_pushes_total",
