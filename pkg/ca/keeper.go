@@ -148,19 +148,21 @@ func (k *Keeper) Watch(ctx context.Context) error {
 func (k *Keeper) reload(plugged, selfSigned corelisters.SecretNamespaceLister) {
 	next, err := k.fromSecrets(plugged, selfSigned)
 	cur := k.Current()
+	// Each outcome is logged before it is counted: whoever sees the
+	// counter move (an alert, a test) finds the reason already logged.
 	if err != nil {
-		k.metrics.RootReloads.WithLabelValues("error").Inc()
 		k.log.Error("the CA keeps its current root: the changed CA Secret is not usable",
 			"error", err, "inUse", string(cur.Source()), "signer", cur.cert.Subject.String())
+		k.metrics.RootReloads.WithLabelValues("error").Inc()
 		return
 	}
 	if next.sameKeyMaterial(cur) {
 		return
 	}
-	k.metrics.RootReloads.WithLabelValues("ok").Inc()
 	k.log.Info("the CA reloaded its key material", "source", string(next.Source()),
 		"signer", next.cert.Subject.String(), "rootChanged", !next.rootPool.Equal(cur.rootPool),
 		"rootExpiry", next.RootExpiry(), "certChainExpiry", next.CertChainExpiry())
+	k.metrics.RootReloads.WithLabelValues("ok").Inc()
 	k.install(next)
 }
 
