@@ -17,7 +17,7 @@ import (
 // child process given the address, a server restarted on it) or to find it
 // refused meanwhile used to take it from bind(":0"). That port lies in the
 // kernel's ephemeral range, which also serves every outgoing connection on
-// the machine: one of them could take it in between. Free picks its ports
+// the machine: one of them could take it in between. Port picks its ports
 // below that range instead, where the kernel never assigns one on its own,
 // so only a program that names the same port can take it.
 
