@@ -45,7 +45,7 @@ type RootCertPublisher struct {
 
 	namespaces corelisters.NamespaceLister
 	configMaps corelisters.ConfigMapLister
-	synced     []cache.InformerSynced
+	synced     []cache.DoneChecker
 	queue      workqueue.TypedRateLimitingInterface[string]
 }
 
@@ -79,7 +79,7 @@ func (p *RootCertPublisher) SetRoot(rootPEM []byte) {
 // namespace existing at start has been queued.
 func (p *RootCertPublisher) HasSynced() bool {
 	for _, s := range p.synced {
-		if !s() {
+		if !cache.IsDone(s) {
 			return false
 		}
 	}
@@ -135,7 +135,7 @@ func (p *RootCertPublisher) Run(ctx context.Context) error {
 	}
 	p.namespaces = nsInformer.Lister()
 	p.configMaps = cmInformer.Lister()
-	p.synced = []cache.InformerSynced{nsInformer.Informer().HasSynced, cmInformer.Informer().HasSynced}
+	p.synced = []cache.DoneChecker{nsInformer.Informer().HasSyncedChecker(), cmInformer.Informer().HasSyncedChecker()}
 
 	nsFactory.Start(ctx.Done())
 	cmFactory.Start(ctx.Done())
@@ -146,7 +146,7 @@ func (p *RootCertPublisher) Run(ctx context.Context) error {
 	}()
 	// The workers read the ConfigMap lister; before it has listed, every
 	// ConfigMap would look missing and every Create would fail.
-	if !cache.WaitFor(ctx, "", nsInformer.Informer().HasSyncedChecker(), cmInformer.Informer().HasSyncedChecker()) {
+	if !cache.WaitFor(ctx, "", p.synced...) {
 		return nil // ctx ended
 	}
 	p.log.Info("publishing the CA root into every namespace")
