@@ -119,6 +119,11 @@ func TestLoad(t *testing.T) {
 			if p := byName[loadtest.PhaseEndpoints]; p.ServerPushes == nil || *p.ServerPushes <= 0 || p.Writes == nil || p.Writes.Count != endpointChanges {
 				t.Errorf("endpoints: server pushes %v and writes %+v, want some and %d", p.ServerPushes, p.Writes, endpointChanges)
 			}
+			// Every client is sent its config; the count starts before the
+			// first push.
+			if p := byName[loadtest.PhaseConnect]; p.ServerPushes == nil || *p.ServerPushes < float64(clients) {
+				t.Errorf("connect: server pushes %v, want at least one per client (%d)", p.ServerPushes, clients)
+			}
 			if p := byName[loadtest.PhaseReconnect]; p.FirstFullMs == nil || *p.FirstFullMs != p.Latency.Min {
 				t.Errorf("reconnect: first full %v, want the minimum latency %v", p.FirstFullMs, p.Latency.Min)
 			}

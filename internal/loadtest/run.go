@@ -268,7 +268,7 @@ func (r *runner) measure(ctx context.Context, name string, fn func(context.Conte
 	p := Phase{Name: name}
 	// Scraped outside the readings, so that rendering /metrics is not
 	// counted as the phase's CPU.
-	pushes0, hasPushes := r.serverPushes()
+	pushes0, present0, ok0 := r.serverPushes()
 	cp0, self0, t0 := r.cpNow(), r.self.Now(), time.Now()
 	err := fn(ctx, &p)
 	cp1, self1, t1 := r.cpNow(), r.self.Now(), time.Now()
@@ -288,7 +288,10 @@ func (r *runner) measure(ctx context.Context, name string, fn func(context.Conte
 			}
 		}
 		p.ToolCPU = cpuSince(self0, self1)
-		if pushes1, ok := r.serverPushes(); ok && hasPushes && name != PhaseReconnect {
+		// Not across a restart, which starts the count again; and not from
+		// a control plane that has no such counter.
+		pushes1, present1, ok1 := r.serverPushes()
+		if ok0 && ok1 && (present0 || present1) && name != PhaseReconnect {
 			d := pushes1 - pushes0
 			p.ServerPushes = &d
 		}
@@ -298,20 +301,24 @@ func (r *runner) measure(ctx context.Context, name string, fn func(context.Conte
 	return err
 }
 
-func (r *runner) serverPushes() (float64, bool) {
+// serverPushes reads meshpilot_xds_pushes_total from the control plane's
+// /metrics; ok is false when they could not be read. A counter vector
+// shows no series until its first push, so before it the count is 0 and
+// present false.
+func (r *runner) serverPushes() (n float64, present, ok bool) {
 	if r.cfg.MetricsURL == "" {
-		return 0, false
+		return 0, false, false
 	}
 	hc := &http.Client{Timeout: 5 * time.Second}
 	resp, err := hc.Get(r.cfg.MetricsURL)
 	if err != nil {
-		return 0, false
+		return 0, false, false
 	}
 	defer resp.Body.Close()
 	v, err := scrape(resp.Body, "meshpilot_xds_pushes_total")
 	if err != nil {
-		return 0, false
+		return 0, false, false
 	}
-	n, ok := v["meshpilot_xds_pushes_total"]
-	return n, ok
+	n, present = v["meshpilot_xds_pushes_total"]
+	return n, present, true
 }
