@@ -42,6 +42,7 @@ clients connect to --xds-addr, each with its own node ID: Envoy sidecars over
 SotW and delta ADS, routers, and proxyless gRPC clients. The phases are
 
   connect         all clients connect at once; time until each is fully warm
+  rejoin          all clients drop their connections and connect again; time until each is full again
   endpoints       one EndpointSlice changes; time from the write to each watcher's EDS update
   config-dr       one DestinationRule changes; time until each client serves the changed cluster
   config-service  one Service gets a new port; time until each Envoy client serves its cluster

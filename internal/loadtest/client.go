@@ -161,11 +161,13 @@ type Client struct {
 	targets   []string // proxyless: listener names
 	delta     bool
 	proxyless bool
-	conn      *grpc.ClientConn
+	dial      func() (*grpc.ClientConn, error)
 	cancel    context.CancelFunc
 	done      chan struct{}
 
 	mu        sync.Mutex
+	conn      *grpc.ClientConn
+	endStream context.CancelCauseFunc // ends the current stream
 	types     map[string]*subscription
 	clusters  map[string]*clusterEntry
 	byEDS     map[string][]string // EDS name -> clusters fetching it
@@ -281,12 +283,19 @@ func NewClient(addr string, o ClientOptions) (*Client, error) {
 	if o.Kind != KindGRPC {
 		opts = append(opts, agentWindows...)
 	}
-	conn, err := grpc.NewClient(addr, opts...)
+	dial := func() (*grpc.ClientConn, error) {
+		conn, err := grpc.NewClient(addr, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("dial %s: %w", addr, err)
+		}
+		return conn, nil
+	}
+	conn, err := dial()
 	if err != nil {
-		return nil, fmt.Errorf("dial %s: %w", addr, err)
+		return nil, err
 	}
 	c := &Client{
-		kind: o.Kind, node: node, targets: o.Targets, conn: conn,
+		kind: o.Kind, node: node, targets: o.Targets, dial: dial, conn: conn,
 		delta: o.Kind == KindSidecarDelta, proxyless: o.Kind == KindGRPC,
 		types:     map[string]*subscription{},
 		clusters:  map[string]*clusterEntry{},
@@ -350,7 +359,31 @@ func (c *Client) Close() {
 		c.cancel()
 		<-c.done
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	_ = c.conn.Close()
+}
+
+// errRejoin ends a stream that Rejoin replaces.
+var errRejoin = errors.New("rejoining on a new connection")
+
+// Rejoin drops the client's connection and opens a new one, with a new
+// stream, at once: what a proxy does when its connection breaks, or when
+// the server ends it at its maximum age (a GOAWAY). The new stream asks
+// for everything the client holds, as after any break.
+func (c *Client) Rejoin() error {
+	conn, err := c.dial()
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	old, end := c.conn, c.endStream
+	c.conn = conn
+	c.mu.Unlock()
+	if end != nil {
+		end(errRejoin)
+	}
+	return old.Close()
 }
 
 func (c *Client) run(ctx context.Context) {
@@ -359,6 +392,9 @@ func (c *Client) run(ctx context.Context) {
 		err := c.stream(ctx)
 		if ctx.Err() != nil {
 			return
+		}
+		if errors.Is(err, errRejoin) {
+			continue // no backoff: the break was the client's own
 		}
 		c.mu.Lock()
 		c.err = err
@@ -427,12 +463,16 @@ func (c *Client) stream(ctx context.Context) error {
 	if c.delta {
 		method = adsDelta
 	}
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	st, err := c.conn.NewStream(sctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, method,
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	c.mu.Lock()
+	conn := c.conn
+	c.endStream = cancel
+	c.mu.Unlock()
+	st, err := conn.NewStream(sctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, method,
 		grpc.ForceCodecV2(rawCodec{}), grpc.WaitForReady(true))
 	if err != nil {
-		return err
+		return rejoinOr(sctx, err)
 	}
 	snd := &sender{s: st, delta: c.delta, node: c.node}
 	c.mu.Lock()
@@ -454,16 +494,16 @@ func (c *Client) stream(ctx context.Context) error {
 	}
 	c.mu.Unlock()
 	if err := c.send(snd, reqs); err != nil {
-		return err
+		return rejoinOr(sctx, err)
 	}
 	var rb recvBuf
 	var resp response
 	for {
 		if err := st.RecvMsg(&rb); err != nil {
 			if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
-				return fmt.Errorf("stream closed: %w", err)
+				err = fmt.Errorf("stream closed: %w", err)
 			}
-			return err
+			return rejoinOr(sctx, err)
 		}
 		b := rb.b
 		if err := skimResponse(b, c.delta, &resp); err != nil {
@@ -476,9 +516,17 @@ func (c *Client) stream(ctx context.Context) error {
 		c.mu.Unlock()
 		rb.release(&resp)
 		if err := c.send(snd, reqs); err != nil {
-			return err
+			return rejoinOr(sctx, err)
 		}
 	}
+}
+
+// rejoinOr is errRejoin if Rejoin ended the stream of ctx, else err.
+func rejoinOr(ctx context.Context, err error) error {
+	if errors.Is(context.Cause(ctx), errRejoin) {
+		return errRejoin
+	}
+	return err
 }
 
 // pending is a request computed under the lock and sent outside it.

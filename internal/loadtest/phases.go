@@ -20,6 +20,36 @@ func (r *runner) connect(ctx context.Context, p *Phase) error {
 	return err
 }
 
+// rejoin has every client drop its connection and connect again at once,
+// to the control plane that has just served it: what a fleet of proxies
+// does when a network partition heals, or when its connections reach their
+// maximum age and move to another replica. No configuration changed, so
+// every response is already generated: the phase measures serving alone,
+// and the connect storm's cost beyond it is the first generation.
+func (r *runner) rejoin(ctx context.Context, p *Phase) error {
+	p.Measures = "from all clients reconnecting at once, to a control plane that has served them, to each holding a full config again"
+	streams := r.streams()
+	t0 := time.Now()
+	for _, c := range r.clients {
+		if err := c.Rejoin(); err != nil {
+			return err
+		}
+	}
+	lat, missed, err := r.waitFull(ctx, PhaseRejoin, streams, t0)
+	p.setLatency(lat)
+	p.Missed = missed
+	return err
+}
+
+// streams is how many streams each client has opened so far.
+func (r *runner) streams() []int {
+	n := make([]int, len(r.clients))
+	for i, c := range r.clients {
+		n[i], _ = c.Full()
+	}
+	return n
+}
+
 // waitFull waits until every client has opened more than streams streams
 // and holds a full config on the latest, and returns the times from t0.
 func (r *runner) waitFull(ctx context.Context, phase string, streams []int, t0 time.Time) ([]sample, int, error) {
@@ -234,10 +264,7 @@ func (r *runner) reconnect(ctx context.Context, p *Phase) error {
 		return nil
 	}
 	p.Measures = "from the new control-plane process starting to each client holding a full config again"
-	streams := make([]int, len(r.clients))
-	for i, c := range r.clients {
-		streams[i], _ = c.Full()
-	}
+	streams := r.streams()
 	before := time.Now()
 	stopped, started, err := r.cfg.ControlPlane.Restart(ctx)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 // The phases, in the order they run.
 const (
 	PhaseConnect       = "connect"
+	PhaseRejoin        = "rejoin"
 	PhaseEndpoints     = "endpoints"
 	PhaseConfigDR      = "config-dr"
 	PhaseConfigService = "config-service"
@@ -22,7 +23,7 @@ const (
 )
 
 // PhaseNames lists every phase in run order.
-var PhaseNames = []string{PhaseConnect, PhaseEndpoints, PhaseConfigDR, PhaseConfigService, PhaseReconnect}
+var PhaseNames = []string{PhaseConnect, PhaseRejoin, PhaseEndpoints, PhaseConfigDR, PhaseConfigService, PhaseReconnect}
 
 // Config is one run of the tool.
 type Config struct {
@@ -204,6 +205,7 @@ func (r *runner) run(ctx context.Context) error {
 		fn   func(context.Context, *Phase) error
 	}{
 		{PhaseConnect, r.connect},
+		{PhaseRejoin, r.rejoin},
 		{PhaseEndpoints, r.endpoints},
 		{PhaseConfigDR, r.configDR},
 		{PhaseConfigService, r.configService},

@@ -79,7 +79,7 @@ func TestRunInProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]int{PhaseConnect: 6, PhaseEndpoints: 3 * 6, PhaseConfigDR: 2 * 6, PhaseConfigService: 2 * 4, PhaseReconnect: 6}
+	want := map[string]int{PhaseConnect: 6, PhaseRejoin: 6, PhaseEndpoints: 3 * 6, PhaseConfigDR: 2 * 6, PhaseConfigService: 2 * 4, PhaseReconnect: 6}
 	if len(r.Phases) != len(want) {
 		t.Fatalf("phases %+v, want %d", r.Phases, len(want))
 	}
