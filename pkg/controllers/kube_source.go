@@ -122,6 +122,7 @@ func (s *KubeSource) Run(ctx context.Context) error {
 	kubeFactory := informers.NewSharedInformerFactoryWithOptions(s.opts.Client, s.opts.ResyncPeriod,
 		informers.WithTransform(trimObject))
 	defer kubeFactory.Shutdown()
+	sizedListInformers(kubeFactory, s.opts.Client)
 	istioFactory := istioinformers.NewSharedInformerFactoryWithOptions(s.opts.IstioClient, s.opts.ResyncPeriod,
 		istioinformers.WithTransform(trimObject))
 	defer istioFactory.Shutdown()
