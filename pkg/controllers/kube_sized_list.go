@@ -145,7 +145,9 @@ func listBody(body []byte, kind string) ([]byte, bool) {
 	return raw, gotKind && !encoding
 }
 
+// typeMetaHasKind reports whether a marshalled TypeMeta names kind.
 func typeMetaHasKind(b []byte, kind string) bool {
+	found := false
 	for len(b) > 0 {
 		num, typ, l := protowire.ConsumeTag(b)
 		if l < 0 {
@@ -157,6 +159,7 @@ func typeMetaHasKind(b []byte, kind string) bool {
 			if l < 0 || string(v) != kind {
 				return false
 			}
+			found = true
 			b = b[l:]
 			continue
 		}
@@ -165,7 +168,7 @@ func typeMetaHasKind(b []byte, kind string) bool {
 		}
 		b = b[l:]
 	}
-	return true
+	return found
 }
 
 // listSized lists resource, in every namespace, as the typed client's
