@@ -433,6 +433,9 @@ type requestNames struct {
 	first weak.Pointer[string]
 	count int
 	hash  uint64
+	// sorted: the request listed its names sorted and without repeats, as
+	// Envoy does, so they are the subscription and hash is its hash too.
+	sorted bool
 }
 
 // namesOf returns the sorted, de-duplicated names of a request: w's
@@ -448,7 +451,9 @@ func (w *watch) namesOf(names []string) ([]string, requestNames) {
 	if w != nil && r.count == w.requested.count && r.hash == w.requested.hash {
 		return w.resource.ResourceNames, r
 	}
-	return sortedNames(names), r
+	sorted := sortedNames(names)
+	r.sorted = unsafe.SliceData(sorted) == unsafe.SliceData(names)
+	return sorted, r
 }
 
 // sameNames reports whether a and b hold the same names in the same order.

@@ -24,9 +24,8 @@ type nameList struct {
 }
 
 // intern returns the shared list equal to names (sorted, de-duplicated),
-// which it becomes when there is none yet.
-func (l *nameLists) intern(names []string) *nameList {
-	h := hashNames(names)
+// which it becomes when there is none yet; h is hashNames(names).
+func (l *nameLists) intern(names []string, h uint64) *nameList {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if p, ok := l.m[h]; ok {

@@ -16,6 +16,9 @@ func TestRequestNamesReuseTheSubscription(t *testing.T) {
 		replace   []string // set the subscription to these some other way first
 		want      []string
 		wantReuse bool
+		// wantSorted: the request is known to list the subscription as
+		// it is, and its hash serves the shared list.
+		wantSorted bool
 	}
 	shared := []string{"y", "x"} // one decoded list that identical requests share
 	for _, tc := range []struct {
@@ -33,13 +36,13 @@ func TestRequestNamesReuseTheSubscription(t *testing.T) {
 		}},
 		{"the same names in another order", []step{
 			{name: "subscribe", sent: []string{"c", "a", "b"}, want: []string{"a", "b", "c"}},
-			{name: "reordered", sent: []string{"a", "b", "c"}, want: []string{"a", "b", "c"}},
+			{name: "reordered", sent: []string{"a", "b", "c"}, want: []string{"a", "b", "c"}, wantSorted: true},
 			{name: "repeat of the reordered", sent: []string{"a", "b", "c"}, want: []string{"a", "b", "c"}, wantReuse: true},
 		}},
 		{"a name added or dropped", []step{
 			{name: "subscribe", sent: []string{"b", "a"}, want: []string{"a", "b"}},
 			{name: "added", sent: []string{"b", "a", "c"}, want: []string{"a", "b", "c"}},
-			{name: "dropped", sent: []string{"b"}, want: []string{"b"}},
+			{name: "dropped", sent: []string{"b"}, want: []string{"b"}, wantSorted: true},
 		}},
 		{"the subscription replaced in between", []step{
 			{name: "subscribe", sent: []string{"b", "a"}, want: []string{"a", "b"}},
@@ -63,6 +66,9 @@ func TestRequestNamesReuseTheSubscription(t *testing.T) {
 				reused := w != nil && len(got) > 0 && &got[0] == &w.resource.ResourceNames[0]
 				if reused != s.wantReuse {
 					t.Fatalf("%s: subscription reused %v, want %v", s.name, reused, s.wantReuse)
+				}
+				if r.sorted != s.wantSorted || (r.sorted && r.hash != hashNames(got)) {
+					t.Fatalf("%s: sorted %v with hash %x, want sorted %v and, if so, the names' hash %x", s.name, r.sorted, r.hash, s.wantSorted, hashNames(got))
 				}
 				if w == nil {
 					w = &watch{}

@@ -127,16 +127,19 @@ func TestSortedDifference(t *testing.T) {
 	}
 }
 
+// internNames interns names with their hash.
+func internNames(l *nameLists, names ...string) *nameList { return l.intern(names, hashNames(names)) }
+
 // Streams that subscribe to the same names share one list, which lives
 // while one of them holds it; different names are not shared.
 func TestNameListsShareEqualSubscriptions(t *testing.T) {
 	var lists nameLists
-	a := lists.intern([]string{"x", "y"})
-	b := lists.intern([]string{"x", "y"})
+	a := internNames(&lists, "x", "y")
+	b := internNames(&lists, "x", "y")
 	if a != b {
 		t.Fatal("equal subscriptions got lists of their own")
 	}
-	if c := lists.intern([]string{"x", "z"}); c == a {
+	if c := internNames(&lists, "x", "z"); c == a {
 		t.Fatal("different subscriptions shared a list")
 	}
 	if a.hash != hashNames([]string{"x", "y"}) {

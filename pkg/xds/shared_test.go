@@ -246,7 +246,7 @@ func TestSharedGenerationsBounds(t *testing.T) {
 	// A shared subscription matches by pointer, and an equal list of
 	// names still matches it.
 	var lists nameLists
-	ab := lists.intern([]string{"a", "b"})
+	ab := internNames(&lists, "a", "b")
 	lkey := shareKey{typeURL: EndpointType, identity: "x", names: ab.hash}
 	lr, leader := sg.claim(lkey, nil, ab)
 	if lr == nil || !leader || !slices.Equal(lr.names, []string{"a", "b"}) {

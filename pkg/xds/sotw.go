@@ -52,7 +52,7 @@ func (c *sotwStream) handle(req *discoveryv3.DiscoveryRequest) error {
 		if w == nil {
 			w = c.addWatch(typeURL)
 		}
-		c.setNames(w, names, fullStateType(typeURL) && len(names) == 0)
+		c.setNames(w, names, fullStateType(typeURL) && len(names) == 0, sent)
 		w.subscribedBy(sent)
 		if !c.admitSync() {
 			return nil
@@ -78,7 +78,7 @@ func (c *sotwStream) handle(req *discoveryv3.DiscoveryRequest) error {
 		w.subscribedBy(sent)
 		return nil
 	}
-	c.setNames(w, names, false)
+	c.setNames(w, names, false, sent)
 	w.subscribedBy(sent)
 	if !c.admitSync() {
 		return nil
@@ -117,10 +117,16 @@ func (c *sotwStream) flushWarming(start time.Time) error {
 	return nil
 }
 
-func (c *sotwStream) setNames(w *watch, names []string, wildcard bool) {
+// setNames subscribes w to names, which request set: sorted, they were
+// hashed as they came and need no hashing again.
+func (c *sotwStream) setNames(w *watch, names []string, wildcard bool, request requestNames) {
 	var shared *nameList
 	if !wildcard && len(names) > 0 {
-		shared = c.s.nameLists.intern(names)
+		h := request.hash
+		if !request.sorted {
+			h = hashNames(names)
+		}
+		shared = c.s.nameLists.intern(names, h)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
