@@ -47,10 +47,11 @@ const (
 	listItems              = 2
 )
 
-// itemPointer is a pointer to a list item that decodes itself, as every
-// generated Kubernetes type does.
+// itemPointer is a pointer to a Kubernetes object that decodes itself, as
+// every generated type does.
 type itemPointer[T any] interface {
 	*T
+	runtime.Object
 	Unmarshal([]byte) error
 }
 
@@ -198,43 +199,48 @@ func sizedListInformers(factory informers.SharedInformerFactory, client kubernet
 	if !ok || core == nil {
 		return false
 	}
-	discovery := client.DiscoveryV1().RESTClient()
-	factory.InformerFor(&corev1.Service{}, func(_ kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-		return sizedInformer(client, &corev1.Service{}, resync,
-			func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-				l := &corev1.ServiceList{}
-				_, err := listSized[corev1.Service](ctx, core, "services", opts, l, "ServiceList", &l.ListMeta, &l.Items)
-				return l, err
-			},
-			client.CoreV1().Services(metav1.NamespaceAll).Watch)
-	})
-	factory.InformerFor(&discoveryv1.EndpointSlice{}, func(_ kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-		return sizedInformer(client, &discoveryv1.EndpointSlice{}, resync,
-			func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-				l := &discoveryv1.EndpointSliceList{}
-				_, err := listSized[discoveryv1.EndpointSlice](ctx, discovery, "endpointslices", opts, l, "EndpointSliceList", &l.ListMeta, &l.Items)
-				return l, err
-			},
-			client.DiscoveryV1().EndpointSlices(metav1.NamespaceAll).Watch)
-	})
-	factory.InformerFor(&corev1.Pod{}, func(_ kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-		return sizedInformer(client, &corev1.Pod{}, resync,
-			func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-				l := &corev1.PodList{}
-				_, err := listSized[corev1.Pod](ctx, core, "pods", opts, l, "PodList", &l.ListMeta, &l.Items)
-				return l, err
-			},
-			client.CoreV1().Pods(metav1.NamespaceAll).Watch)
-	})
+	sizedInformer[corev1.Service](factory, client, core, "services", "ServiceList", newServiceList,
+		client.CoreV1().Services(metav1.NamespaceAll).Watch)
+	sizedInformer[discoveryv1.EndpointSlice](factory, client, client.DiscoveryV1().RESTClient(), "endpointslices", "EndpointSliceList",
+		newEndpointSliceList, client.DiscoveryV1().EndpointSlices(metav1.NamespaceAll).Watch)
+	sizedInformer[corev1.Pod](factory, client, core, "pods", "PodList", newPodList,
+		client.CoreV1().Pods(metav1.NamespaceAll).Watch)
 	return true
 }
 
-// sizedInformer is the informer the factory would make for obj (every
-// namespace, indexed by namespace) but for its list function.
-func sizedInformer(client kubernetes.Interface, obj runtime.Object, resync time.Duration,
-	list func(context.Context, metav1.ListOptions) (runtime.Object, error),
-	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) cache.SharedIndexInformer {
-	lw := &cache.ListWatch{ListWithContextFunc: list, WatchFuncWithContext: watchFn}
-	return cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, client), obj,
-		cache.SharedIndexInformerOptions{ResyncPeriod: resync, Indexers: cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}})
+// newList makes an empty list of one kind, with what decodeSizedList fills.
+type newList[T any] func() (list runtime.Object, meta *metav1.ListMeta, items *[]T)
+
+func newServiceList() (runtime.Object, *metav1.ListMeta, *[]corev1.Service) {
+	l := &corev1.ServiceList{}
+	return l, &l.ListMeta, &l.Items
+}
+
+func newEndpointSliceList() (runtime.Object, *metav1.ListMeta, *[]discoveryv1.EndpointSlice) {
+	l := &discoveryv1.EndpointSliceList{}
+	return l, &l.ListMeta, &l.Items
+}
+
+func newPodList() (runtime.Object, *metav1.ListMeta, *[]corev1.Pod) {
+	l := &corev1.PodList{}
+	return l, &l.ListMeta, &l.Items
+}
+
+// sizedInformer gives factory the informer it would make for T (every
+// namespace, indexed by namespace) but for its list function, listSized.
+func sizedInformer[T any, P itemPointer[T]](factory informers.SharedInformerFactory, client kubernetes.Interface, rc rest.Interface,
+	resource, kind string, empty newList[T], watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) {
+	obj := P(new(T))
+	factory.InformerFor(obj, func(_ kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+		lw := &cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+				list, meta, items := empty()
+				_, err := listSized[T, P](ctx, rc, resource, opts, list, kind, meta, items)
+				return list, err
+			},
+			WatchFuncWithContext: watchFn,
+		}
+		return cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, client), obj,
+			cache.SharedIndexInformerOptions{ResyncPeriod: resync, Indexers: cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}})
+	})
 }

@@ -75,73 +75,34 @@ func TestDecodeSizedListMatchesClientGo(t *testing.T) {
 			Spec:   corev1.PodSpec{ServiceAccountName: "web", Containers: []corev1.Container{{Name: "app", Image: "web:1"}}},
 			Status: corev1.PodStatus{PodIP: "10.0.0.1", PodIPs: []corev1.PodIP{{IP: "10.0.0.1"}}}}}}
 
-	// Exported fields: apiequality compares nothing else.
-	type result struct {
-		Meta  metav1.ListMeta
-		Items any
-	}
 	cases := []struct {
-		name   string
-		list   runtime.Object
-		decode func(body []byte) (result, error)
-		want   func(body []byte) result
+		name  string
+		list  runtime.Object
+		check func(t *testing.T, body []byte)
 	}{
-		{"services", testServiceList(40),
-			func(body []byte) (result, error) {
-				var l corev1.ServiceList
-				err := decodeSizedList[corev1.Service](body, "ServiceList", &l.ListMeta, &l.Items)
-				return result{l.ListMeta, l.Items}, err
-			},
-			func(body []byte) result {
-				var l corev1.ServiceList
-				clientGoDecode(t, body, &l)
-				return result{l.ListMeta, l.Items}
-			}},
-		{"no services", testServiceList(0),
-			func(body []byte) (result, error) {
-				var l corev1.ServiceList
-				err := decodeSizedList[corev1.Service](body, "ServiceList", &l.ListMeta, &l.Items)
-				return result{l.ListMeta, l.Items}, err
-			},
-			func(body []byte) result {
-				var l corev1.ServiceList
-				clientGoDecode(t, body, &l)
-				return result{l.ListMeta, l.Items}
-			}},
-		{"endpoint slices", slices,
-			func(body []byte) (result, error) {
-				var l discoveryv1.EndpointSliceList
-				err := decodeSizedList[discoveryv1.EndpointSlice](body, "EndpointSliceList", &l.ListMeta, &l.Items)
-				return result{l.ListMeta, l.Items}, err
-			},
-			func(body []byte) result {
-				var l discoveryv1.EndpointSliceList
-				clientGoDecode(t, body, &l)
-				return result{l.ListMeta, l.Items}
-			}},
-		{"pods", pods,
-			func(body []byte) (result, error) {
-				var l corev1.PodList
-				err := decodeSizedList[corev1.Pod](body, "PodList", &l.ListMeta, &l.Items)
-				return result{l.ListMeta, l.Items}, err
-			},
-			func(body []byte) result {
-				var l corev1.PodList
-				clientGoDecode(t, body, &l)
-				return result{l.ListMeta, l.Items}
-			}},
+		{"services", testServiceList(40), matchesClientGo("ServiceList", newServiceList)},
+		{"no services", testServiceList(0), matchesClientGo("ServiceList", newServiceList)},
+		{"endpoint slices", slices, matchesClientGo("EndpointSliceList", newEndpointSliceList)},
+		{"pods", pods, matchesClientGo("PodList", newPodList)},
 	}
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			body := encodeProtobuf(t, tc.list)
-			got, err := tc.decode(body)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if want := tc.want(body); !apiequality.Semantic.DeepEqual(got, want) {
-				t.Errorf("decoded\n%+v\nclient-go decodes\n%+v", got, want)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { tc.check(t, encodeProtobuf(t, tc.list)) })
+	}
+}
+
+// matchesClientGo checks that decodeSizedList makes of a body of kind what
+// client-go's decoder makes of it.
+func matchesClientGo[T any, P itemPointer[T]](kind string, empty newList[T]) func(*testing.T, []byte) {
+	return func(t *testing.T, body []byte) {
+		_, meta, items := empty()
+		if err := decodeSizedList[T, P](body, kind, meta, items); err != nil {
+			t.Fatal(err)
+		}
+		want, wantMeta, wantItems := empty()
+		clientGoDecode(t, body, want)
+		if !apiequality.Semantic.DeepEqual(*meta, *wantMeta) || !apiequality.Semantic.DeepEqual(*items, *wantItems) {
+			t.Errorf("decoded\n%+v\n%+v\nclient-go decodes\n%+v\n%+v", *meta, *items, *wantMeta, *wantItems)
+		}
 	}
 }
 
