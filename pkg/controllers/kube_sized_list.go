@@ -67,73 +67,48 @@ func decodeSizedList[T any, P itemPointer[T]](body []byte, kind string, meta *me
 		return errNotSizedList
 	}
 	n := 0
-	for b := raw; len(b) > 0; {
-		num, typ, l := protowire.ConsumeField(b)
-		if l < 0 {
-			return fmt.Errorf("decode %s: %w", kind, protowire.ParseError(l))
-		}
-		if num == listItems && typ == protowire.BytesType {
+	if !bytesFields(raw, func(num protowire.Number, _ []byte) bool {
+		if num == listItems {
 			n++
 		}
-		b = b[l:]
+		return true
+	}) {
+		return fmt.Errorf("decode %s: malformed protobuf", kind)
 	}
 	var out []T // nil for no items, as client-go decodes them
 	if n > 0 {
 		out = make([]T, n)
 	}
 	i := 0
-	for b := raw; len(b) > 0; {
-		num, typ, l := protowire.ConsumeTag(b)
-		b = b[l:]
-		if typ != protowire.BytesType || (num != listMeta && num != listItems) {
-			b = b[protowire.ConsumeFieldValue(num, typ, b):]
-			continue
-		}
-		v, l := protowire.ConsumeBytes(b)
-		b = b[l:]
-		var err error
-		if num == listMeta {
+	var err error
+	bytesFields(raw, func(num protowire.Number, v []byte) bool {
+		switch num {
+		case listMeta:
 			err = meta.Unmarshal(v)
-		} else {
+		case listItems:
 			err = P(&out[i]).Unmarshal(v)
 			i++
 		}
-		if err != nil {
-			return fmt.Errorf("decode %s: %w", kind, err)
-		}
+		return err == nil
+	})
+	if err != nil {
+		return fmt.Errorf("decode %s: %w", kind, err)
 	}
 	*items = out
 	return nil
 }
 
 // listBody returns the object bytes of a protobuf body if it holds an
-// unencoded object of kind.
+// unencoded object of kind. The envelope is read in place: its fields are
+// views of body.
 func listBody(body []byte, kind string) ([]byte, bool) {
 	env, ok := bytes.CutPrefix(body, protobufMagic)
 	if !ok {
 		return nil, false
 	}
-	// The envelope is read in place: its fields are views of body.
 	var raw []byte
 	var gotKind, encoding bool
-	for len(env) > 0 {
-		num, typ, l := protowire.ConsumeTag(env)
-		if l < 0 {
-			return nil, false
-		}
-		env = env[l:]
-		if typ != protowire.BytesType {
-			if l = protowire.ConsumeFieldValue(num, typ, env); l < 0 {
-				return nil, false
-			}
-			env = env[l:]
-			continue
-		}
-		v, l := protowire.ConsumeBytes(env)
-		if l < 0 {
-			return nil, false
-		}
-		env = env[l:]
+	ok = bytesFields(env, func(num protowire.Number, v []byte) bool {
 		switch num {
 		case unknownTypeMeta:
 			gotKind = typeMetaHasKind(v, kind)
@@ -142,34 +117,51 @@ func listBody(body []byte, kind string) ([]byte, bool) {
 		case unknownContentEncoding:
 			encoding = len(v) > 0
 		}
-	}
-	return raw, gotKind && !encoding
+		return true
+	})
+	return raw, ok && gotKind && !encoding
 }
 
 // typeMetaHasKind reports whether a marshalled TypeMeta names kind.
 func typeMetaHasKind(b []byte, kind string) bool {
 	found := false
+	ok := bytesFields(b, func(num protowire.Number, v []byte) bool {
+		if num != typeMetaKind {
+			return true
+		}
+		found = true
+		return string(v) == kind
+	})
+	return ok && found
+}
+
+// bytesFields calls fn with each length-delimited field of the message b,
+// in order, skipping the others. It returns false when b is malformed or
+// fn returns false.
+func bytesFields(b []byte, fn func(num protowire.Number, v []byte) bool) bool {
 	for len(b) > 0 {
 		num, typ, l := protowire.ConsumeTag(b)
 		if l < 0 {
 			return false
 		}
 		b = b[l:]
-		if num == typeMetaKind && typ == protowire.BytesType {
-			v, l := protowire.ConsumeBytes(b)
-			if l < 0 || string(v) != kind {
+		if typ != protowire.BytesType {
+			if l = protowire.ConsumeFieldValue(num, typ, b); l < 0 {
 				return false
 			}
-			found = true
 			b = b[l:]
 			continue
 		}
-		if l = protowire.ConsumeFieldValue(num, typ, b); l < 0 {
+		v, l := protowire.ConsumeBytes(b)
+		if l < 0 {
 			return false
 		}
 		b = b[l:]
+		if !fn(num, v) {
+			return false
+		}
 	}
-	return found
+	return true
 }
 
 // listSized lists resource, in every namespace, as the typed client's
