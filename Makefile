@@ -50,20 +50,29 @@ envtest-assets: ## Build kube-apiserver, etcd, kubectl, helm and istioctl from p
 # make test runs the race-detector half beside the rest, not after it: the
 # end-to-end tests spend most of their minutes waiting for API servers and
 # processes, on one core or less, while compiling every dependency for the
-# race detector keeps two busy. Its lines are marked "race:". Both halves
-# skip go test's own vet pass (-vet=off), a subset of the go vet that make
-# test runs first.
-test: vet ## Run every test but TestIstioctl (make test-istioctl): unit, real API server, end to end; the concurrent packages under the race detector.
-	@assets="$$(hack/envtest-assets.sh)"; \
+# race detector keeps two busy. Its lines are marked "race:".
+# The race detector's build of the concurrent packages starts at once, beside
+# the build of the API server and its tools: the two share no compiled
+# package (every package is compiled again under -race), so neither waits for
+# the other's work, and each fills the other's gaps (the tools' links run on
+# one core). The race half's tests start when both are done; the plain half's
+# when the tools are. Both halves skip go test's own vet pass (-vet=off), a
+# subset of the go vet that make lint runs.
+test: ## Run every test but TestIstioctl (make test-istioctl): unit, real API server, end to end; the concurrent packages under the race detector.
+	@setsid bash -c 'GOGC=$(BUILD_GOGC) $(GO) build -race $(RACE_PKGS) >/dev/null 2>&1' & prebuild=$$!; \
+	pids=$$prebuild; trap 'for p in $$pids; do kill -TERM -- -$$p 2>/dev/null || true; done' INT TERM EXIT; \
+	assets="$$(hack/envtest-assets.sh)"; \
 	echo "KUBEBUILDER_ASSETS=$$assets"; export KUBEBUILDER_ASSETS="$$assets"; \
-	GOGC=$(BUILD_GOGC) $(GO) build -ldflags=-w -o $(BIN)/test/pilot ./cmd/pilot || exit; \
+	GOGC=$(BUILD_GOGC) $(GO) build -ldflags=-w -o $(BIN)/test/pilot ./cmd/pilot; \
 	export MESHPILOT_TEST_PILOT="$(CURDIR)/$(BIN)/test/pilot"; \
 	race="$$($(GO) list $(RACE_PKGS))"; \
 	long="$$($(GO) list $(LONG_PKGS))"; \
+	$(GO_TEST) -vet=off -skip '^TestIstioctl$$' $$long $$($(GO) list ./... | grep -vxF "$$race" | grep -vxF "$$long") & plain=$$!; \
+	wait $$prebuild || true; \
 	setsid bash -o pipefail -c '$(GO_TEST) -vet=off -race $(RACE_PKGS) 2>&1 | sed -u "s/^/race: /"' & race_pid=$$!; \
-	trap 'kill -TERM -- -$$race_pid 2>/dev/null || true' INT TERM; \
+	pids="$$pids $$race_pid"; \
 	status=0; \
-	$(GO_TEST) -vet=off -skip '^TestIstioctl$$' $$long $$($(GO) list ./... | grep -vxF "$$race" | grep -vxF "$$long") || status=$$?; \
+	wait $$plain || status=$$?; \
 	wait $$race_pid || status=$$?; \
 	exit $$status
 
@@ -115,7 +124,7 @@ vet:
 	GOGC=$(BUILD_GOGC) $(GO) vet ./...
 
 STATICCHECK_VERSION ?= v0.8.2
-lint: ## Run staticcheck (version pinned, fetched through the Go module proxy) over every package; a deliberate use of a deprecated API carries a //lint:ignore saying why.
+lint: vet ## Run go vet, then staticcheck (version pinned, fetched through the Go module proxy), over every package; a deliberate use of a deprecated API carries a //lint:ignore saying why.
 	GOGC=$(BUILD_GOGC) $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
 fmt:
