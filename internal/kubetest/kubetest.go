@@ -3,15 +3,18 @@ package kubetest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -83,19 +86,47 @@ func StartAtScale(t testing.TB) *Env {
 // discovery serves them.
 func (e *Env) InstallCRDs(t testing.TB) {
 	t.Helper()
-	root, err := RepoRoot()
+	crds, err := meshCRDs()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := envtest.InstallCRDs(e.Config, envtest.CRDInstallOptions{
-		Paths:              []string{filepath.Join(root, "manifests", "crds")},
-		ErrorIfPathMissing: true,
+		CRDs: crds,
 		// envtest waits 10s for discovery to serve them, which a busy
 		// two-core machine running the race tests beside missed once.
 		MaxTime: defaultStartTimeout,
 	}); err != nil {
 		t.Fatalf("install CRDs: %v", err)
 	}
+}
+
+// parsedCRDs holds manifests/crds as read once per test binary: the Istio
+// CRDs are half a megabyte of YAML, which took a fifth of a second of CPU to
+// parse for every API server a package started (more under -race).
+var parsedCRDs = sync.OnceValues(func() ([]*apiextensionsv1.CustomResourceDefinition, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	opts := envtest.CRDInstallOptions{Paths: []string{filepath.Join(root, "manifests", "crds")}, ErrorIfPathMissing: true}
+	if err := envtest.ReadCRDFiles(&opts); err != nil {
+		return nil, fmt.Errorf("read CRDs: %w", err)
+	}
+	return opts.CRDs, nil
+})
+
+// meshCRDs returns copies of the parsed CRDs: creating one writes the API
+// server's answer (resource version, UID) into the object it was given.
+func meshCRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
+	crds, err := parsedCRDs()
+	if err != nil {
+		return nil, err
+	}
+	copies := make([]*apiextensionsv1.CustomResourceDefinition, len(crds))
+	for i, crd := range crds {
+		copies[i] = crd.DeepCopy()
+	}
+	return copies, nil
 }
 
 func start(t testing.TB, short bool, configure func(*envtest.Environment)) *Env {
