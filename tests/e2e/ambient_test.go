@@ -12,7 +12,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -357,7 +356,7 @@ func startNodeProxyWith(t *testing.T, m *kubeMesh, cp *controlPlane, node string
 // it: the CA learns the caller's node from that Pod.
 func (m *kubeMesh) createBoundToken(t *testing.T, ns, sa, audience, pod string) string {
 	t.Helper()
-	cmd := exec.Command(m.kubectl, "--kubeconfig", m.kubeconfig, "create", "token", sa, "-n", ns, "--audience", audience,
+	cmd := m.command("create", "token", sa, "-n", ns, "--audience", audience,
 		"--bound-object-kind", "Pod", "--bound-object-name", pod)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut

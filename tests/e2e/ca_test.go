@@ -16,7 +16,6 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -245,7 +244,7 @@ func withH2(c *tls.Config) *tls.Config {
 // would get one.
 func (m *kubeMesh) createToken(t *testing.T, ns, sa, audience string) string {
 	t.Helper()
-	cmd := exec.Command(m.kubectl, "--kubeconfig", m.kubeconfig, "create", "token", sa, "-n", ns, "--audience", audience)
+	cmd := m.command("create", "token", sa, "-n", ns, "--audience", audience)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	if err := cmd.Run(); err != nil {

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -37,12 +35,7 @@ const churnServices = 4
 // deadline only bounds a broken test.
 func TestAPIServerRestartDuringChurn(t *testing.T) {
 	env := kubetest.Start(t)
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := writeKubeconfig(env.Config, path); err != nil {
-		t.Fatal(err)
-	}
-	m := &kubeMesh{kubectl: filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl"), kubeconfig: path,
-		kube: env.Kube, applied: map[string]string{}}
+	m := kubeMeshOn(t, env)
 	ctx := context.Background()
 	ns := env.Namespace(t, "churn")
 	for _, name := range []string{"istio-system"} {

@@ -4,7 +4,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -167,7 +166,7 @@ func (m *kubeMesh) setGatewayStatus(t *testing.T, patch string) {
 // exactly one entry with addr as its IP or hostname.
 func (m *kubeMesh) expectIngressStatus(t *testing.T, ns, name, addr string) error {
 	t.Helper()
-	out, err := exec.Command(m.kubectl, "--kubeconfig", m.kubeconfig, "get", "ingress", name, "-n", ns,
+	out, err := m.command("get", "ingress", name, "-n", ns,
 		"-o", "jsonpath={.status.loadBalancer.ingress}").CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("kubectl get ingress: %v: %s", err, out)

@@ -29,31 +29,46 @@ type mesh interface {
 type kubeMesh struct {
 	kubectl    string
 	kubeconfig string
-	kube       kubernetes.Interface
-	applied    map[string]string
+	// cacheDir is kubectl's discovery and HTTP cache, the test's own: by
+	// default kubectl writes it under $HOME/.kube/cache, a directory per API
+	// server address, which grew by gigabytes over many runs of the suite.
+	cacheDir string
+	kube     kubernetes.Interface
+	applied  map[string]string
 }
 
 func newKubeMesh(t *testing.T) *kubeMesh {
-	env := kubetest.Start(t)
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := writeKubeconfig(env.Config, path); err != nil {
-		t.Fatalf("kubeconfig: %v", err)
-	}
-	m := &kubeMesh{
-		kubectl:    filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl"),
-		kubeconfig: path,
-		kube:       env.Kube,
-		applied:    map[string]string{},
-	}
+	m := kubeMeshOn(t, kubetest.Start(t))
 	// The control plane's own namespace, as an installation creates it: it
 	// holds the webhook CA Secret and the leader election Lease.
 	m.run(t, "apiVersion: v1\nkind: Namespace\nmetadata: {name: istio-system}\n", "apply", "-f", "-")
 	return m
 }
 
+// kubeMeshOn is a kubeMesh for a running API server, with no objects yet.
+func kubeMeshOn(t *testing.T, env *kubetest.Env) *kubeMesh {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "kubeconfig")
+	if err := writeKubeconfig(env.Config, path); err != nil {
+		t.Fatalf("kubeconfig: %v", err)
+	}
+	return &kubeMesh{
+		kubectl:    filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl"),
+		kubeconfig: path,
+		cacheDir:   filepath.Join(dir, "kubectl-cache"),
+		kube:       env.Kube,
+		applied:    map[string]string{},
+	}
+}
+
+// command is kubectl with args, as a user against this mesh's API server.
+func (m *kubeMesh) command(args ...string) *exec.Cmd {
+	return exec.Command(m.kubectl, append([]string{"--kubeconfig", m.kubeconfig, "--cache-dir", m.cacheDir}, args...)...)
+}
+
 func (m *kubeMesh) run(t *testing.T, stdin string, args ...string) {
 	t.Helper()
-	cmd := exec.Command(m.kubectl, append([]string{"--kubeconfig", m.kubeconfig}, args...)...)
+	cmd := m.command(args...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out

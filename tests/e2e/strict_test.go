@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -350,7 +349,7 @@ func preserveSpecPatch(t *testing.T, m *kubeMesh) string {
 
 // kubectlOutput runs kubectl and returns its output, failing or not.
 func (m *kubeMesh) kubectlOutput(stdin string, args ...string) (string, error) {
-	cmd := exec.Command(m.kubectl, append([]string{"--kubeconfig", m.kubeconfig}, args...)...)
+	cmd := m.command(args...)
 	cmd.Stdin = strings.NewReader(stdin)
 	out, err := cmd.CombinedOutput()
 	return string(out), err

@@ -7,7 +7,6 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -131,7 +130,7 @@ func (m *kubeMesh) createPod(t *testing.T, ns string) (string, error) {
 	podCount++
 	pod := fmt.Sprintf(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"app-%d","namespace":%q},`+
 		`"spec":{"serviceAccountName":"default","containers":[{"name":"app","image":"example/app"}]}}`, podCount, ns)
-	cmd := exec.Command(m.kubectl, "--kubeconfig", m.kubeconfig, "create", "-o", "json", "-f", "-")
+	cmd := m.command("create", "-o", "json", "-f", "-")
 	cmd.Stdin = strings.NewReader(pod)
 	out, err := cmd.CombinedOutput()
 	return string(out), err

@@ -46,6 +46,8 @@ func newTools(t *testing.T) *tools {
 		"HELM_CACHE_HOME="+filepath.Join(home, "cache"),
 		"HELM_CONFIG_HOME="+filepath.Join(home, "config"),
 		"HELM_DATA_HOME="+filepath.Join(home, "data"),
+		// kubectl's discovery and HTTP cache, kept out of $HOME/.kube/cache.
+		"KUBECACHEDIR="+filepath.Join(home, "kubectl-cache"),
 		"HELM="+tl.helm,
 	)
 	return tl
