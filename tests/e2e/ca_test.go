@@ -39,6 +39,7 @@ import (
 // gets a certificate for its own SPIFFE identity over TLS on 15012, then
 // uses that certificate to open ADS on the same port.
 func TestCAOverSecureXDS(t *testing.T) {
+	t.Parallel()
 	m := newKubeMesh(t)
 	const ns, sa = "ca-e2e", "web"
 	m.apply(t, "world", `
@@ -280,6 +281,7 @@ func mustURL(t *testing.T, s string) *url.URL {
 // gauges follow. A broken update then changes nothing: the working CA stays
 // and the refusal is counted.
 func TestPluggedInCARotation(t *testing.T) {
+	t.Parallel()
 	m := newKubeMesh(t)
 	const ns, sa, rev = "ca-rotate", "web", "1-9-0"
 	m.apply(t, "world", `

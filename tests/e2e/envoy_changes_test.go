@@ -32,6 +32,7 @@ import (
 // must fail before its change is applied, so that it is the change that
 // makes it hold.
 func TestEnvoyFollowsEachChange(t *testing.T) {
+	t.Parallel()
 	m := newKubeMesh(t)
 	fx := fixtures{NS: "changes"}
 	gw := ingressFixtures{NS: "changes-gw"}

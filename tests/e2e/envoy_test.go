@@ -27,7 +27,10 @@ import (
 // clusters with the DestinationRule applied, the virtual listeners, per-port
 // listeners with a tunnel, routes, and endpoints. Every resource must pass
 // ValidateAll, including what is packed inside Any fields.
-func TestEnvoySidecarKubernetes(t *testing.T) { runEnvoySidecar(t, newKubeMesh(t), "envoy-kube") }
+func TestEnvoySidecarKubernetes(t *testing.T) {
+	t.Parallel()
+	runEnvoySidecar(t, newKubeMesh(t), "envoy-kube")
+}
 
 func TestEnvoySidecarConfigDir(t *testing.T) { runEnvoySidecar(t, newDirMesh(t), "envoy-dir") }
 

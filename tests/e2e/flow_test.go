@@ -15,6 +15,7 @@ import (
 // TestGRPCFlowKubernetes runs the flow with config applied by kubectl to a
 // real API server.
 func TestGRPCFlowKubernetes(t *testing.T) {
+	t.Parallel()
 	runGRPCFlow(t, newKubeMesh(t), "kube-flow")
 }
 

@@ -29,6 +29,7 @@ import (
 // through the API server: a DestinationRule for the client side, a
 // PeerAuthentication for the server side.
 func TestGRPCMutualTLS(t *testing.T) {
+	t.Parallel()
 	const ns = "grpc-mtls"
 	ip := hostIP(t)
 	host := "echo." + ns + ".svc.cluster.local"

@@ -26,6 +26,7 @@ import (
 // to the Ingress. A second control plane then takes over the status writing
 // when the first one stops.
 func TestIngressGateway(t *testing.T) {
+	t.Parallel()
 	m := newKubeMesh(t)
 	ns := "shop"
 	fx := ingressFixtures{NS: ns, LBIP: "198.51.100.7"}

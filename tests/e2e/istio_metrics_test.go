@@ -76,6 +76,7 @@ func versionedSidecarNode(ns, pod, ip, version string) *corev3.Node {
 // istiod's metrics are there with istiod's names, types, labels and
 // buckets, and that they counted what happened.
 func TestIstioMetricsOnTheMonitoringPort(t *testing.T) {
+	t.Parallel()
 	m := newKubeMesh(t)
 	fx := fixtures{NS: "istio-metrics", IP: "10.244.1.10", Host: "echo.istio-metrics.svc.cluster.local"}
 	m.apply(t, "namespace", fx.render(namespaceYAML))

@@ -212,6 +212,7 @@ func TestFailingSourceNamedOnce(t *testing.T) {
 // full schema do), meshpilot's webhook refuses them, naming each field,
 // and names the field of a value of the wrong type.
 func TestStrictInputWebhook(t *testing.T) {
+	t.Parallel()
 	const ns = "strict-webhook"
 	m := newKubeMesh(t)
 	fx := fixtures{NS: ns, Host: "echo." + ns + ".svc.cluster.local"}

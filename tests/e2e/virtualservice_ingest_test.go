@@ -156,6 +156,7 @@ func TestVirtualServiceIngestConfigDir(t *testing.T) {
 // is refused by the API server's own schema, and a valid one is admitted
 // and read by the control plane's Kubernetes source.
 func TestVirtualServiceIngestWebhook(t *testing.T) {
+	t.Parallel()
 	const ns = "vs-webhook"
 	m := newKubeMesh(t)
 	fx := fixtures{NS: ns, Host: "echo." + ns + ".svc.cluster.local"}

@@ -26,6 +26,7 @@ import (
 // with a control plane stopped, a webhook that may fail blocks Pods with a
 // clear error, and one that may not lets them through.
 func TestRevisionTagsMoveInjection(t *testing.T) {
+	t.Parallel()
 	m := newKubeMesh(t)
 	m.apply(t, "namespaces", revisionNamespacesYAML)
 	old := startControlPlane(t, m, withRevision("1-7-6"), withIdentity("pilot-1-7-6"))
