@@ -120,7 +120,7 @@ helm-lint: ## Lint the charts with the pinned helm.
 update-golden: ## Rewrite golden files (and the values tables of the READMEs); review the diff before committing.
 	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" $(GO) test $(GOLDEN_PKGS) -update
 
-vet:
+vet: ## Run go vet over every package (make lint runs it before staticcheck).
 	GOGC=$(BUILD_GOGC) $(GO) vet ./...
 
 STATICCHECK_VERSION ?= v0.8.2
