@@ -35,6 +35,8 @@ type kubeMesh struct {
 	cacheDir string
 	kube     kubernetes.Interface
 	applied  map[string]string
+	// pods counts the Pods createPod made, which it names by the count.
+	pods int
 }
 
 func newKubeMesh(t *testing.T) *kubeMesh {

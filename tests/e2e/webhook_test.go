@@ -123,14 +123,12 @@ func (cp *controlPlane) webhookChainVerifies(root []byte) error {
 	return conn.Close()
 }
 
-var podCount int
-
 // createPod creates a Pod in ns with kubectl and returns its output.
 func (m *kubeMesh) createPod(t *testing.T, ns string) (string, error) {
 	t.Helper()
-	podCount++
+	m.pods++
 	pod := fmt.Sprintf(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"app-%d","namespace":%q},`+
-		`"spec":{"serviceAccountName":"default","containers":[{"name":"app","image":"example/app"}]}}`, podCount, ns)
+		`"spec":{"serviceAccountName":"default","containers":[{"name":"app","image":"example/app"}]}}`, m.pods, ns)
 	cmd := m.command("create", "-o", "json", "-f", "-")
 	cmd.Stdin = strings.NewReader(pod)
 	out, err := cmd.CombinedOutput()
