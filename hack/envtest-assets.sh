@@ -54,7 +54,7 @@ export GOGC="${GOGC:-400}"
 if [[ "$have_k8s" != "$want_k8s" || "$have_helm" != "$want_helm" || ! -x "$out/helm" ]]; then
   minor=${k8s_version#v1.}; minor=${minor%%.*}
   k8s_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$k8s_version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
-  # Without the version variable helm reports "v3.22" and charts that
+  # Without the version variable helm reports "v3.21" and charts that
   # check kubeVersion/helm version see a wrong value.
   helm_ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$helm_version"
   echo "building kube-apiserver, kubectl ($k8s_version), etcd ($etcd_version) and helm ($helm_version) into $out" >&2
