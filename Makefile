@@ -61,9 +61,9 @@ envtest-assets: ## Build kube-apiserver, etcd, kubectl, helm and istioctl from p
 test: ## Run every test but TestIstioctl (make test-istioctl): unit, real API server, end to end; the concurrent packages under the race detector.
 	@setsid bash -c 'GOGC=$(BUILD_GOGC) $(GO) build -race $(RACE_PKGS) >/dev/null 2>&1' & prebuild=$$!; \
 	pids=$$prebuild; trap 'for p in $$pids; do kill -TERM -- -$$p 2>/dev/null || true; done' INT TERM EXIT; \
-	assets="$$(hack/envtest-assets.sh)"; \
+	assets="$$(hack/envtest-assets.sh)" || exit; \
 	echo "KUBEBUILDER_ASSETS=$$assets"; export KUBEBUILDER_ASSETS="$$assets"; \
-	GOGC=$(BUILD_GOGC) $(GO) build -ldflags=-w -o $(BIN)/test/pilot ./cmd/pilot; \
+	GOGC=$(BUILD_GOGC) $(GO) build -ldflags=-w -o $(BIN)/test/pilot ./cmd/pilot || exit; \
 	export MESHPILOT_TEST_PILOT="$(CURDIR)/$(BIN)/test/pilot"; \
 	race="$$($(GO) list $(RACE_PKGS))"; \
 	long="$$($(GO) list $(LONG_PKGS))"; \
