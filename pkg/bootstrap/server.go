@@ -396,6 +396,16 @@ func newXDSGRPCServer(maxAge, grace time.Duration, opts ...grpc.ServerOption) *g
 		// storm's CPU did not move beyond the noise. gRPC's 32 KiB made
 		// write(2) a quarter of the CPU under config churn.
 		grpc.WriteBufferSize(64 << 10),
+		// Fixed flow-control windows for what clients send. A sidecar's
+		// EDS request and every ACK of it list all its clusters (225 KB
+		// at 5,000 Services), which gRPC's default 64 KiB window, grown
+		// by bandwidth-delay pings, lets through in four or more rounds
+		// of WINDOW_UPDATEs and wakeups. 1 MiB lets such a request
+		// through at once. It also bounds what a stream can make the
+		// server hold unread to 1 MiB, where the probing grows windows up
+		// to 16 MiB.
+		grpc.InitialWindowSize(1 << 20),
+		grpc.InitialConnWindowSize(1 << 20),
 		grpc.KeepaliveParams(params),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 15 * time.Second, PermitWithoutStream: true}),
 	}, xds.ServerOptions()...), opts...)...)
