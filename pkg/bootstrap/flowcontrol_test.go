@@ -12,7 +12,8 @@ import (
 // HTTP/2 connection: a client may send 1 MiB on each stream and on the
 // connection before it hears back, so a sidecar's EDS request or ACK
 // (225 KB at 5,000 Services) crosses in one go rather than in rounds of
-// WINDOW_UPDATEs, and the server never grows a window past that.
+// WINDOW_UPDATEs. Both the plaintext and the TLS xDS servers are built by
+// newXDSGRPCServer.
 func TestXDSServerAdvertisesFixedWindows(t *testing.T) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
