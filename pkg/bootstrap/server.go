@@ -401,9 +401,11 @@ func newXDSGRPCServer(maxAge, grace time.Duration, opts ...grpc.ServerOption) *g
 		// at 5,000 Services), which gRPC's default 64 KiB window, grown
 		// by bandwidth-delay pings, lets through in four or more rounds
 		// of WINDOW_UPDATEs and wakeups. 1 MiB lets such a request
-		// through at once. It also bounds what a stream can make the
-		// server hold unread to 1 MiB, where the probing grows windows up
-		// to 16 MiB.
+		// through at once: a twelfth less CPU in a connect storm, for a
+		// few MiB more at the peak of a push, whose ACKs now arrive all
+		// at once (docs/performance.md, "Fixed receive windows"). It
+		// also bounds what a stream can make the server hold unread to
+		// 1 MiB, where the probing grows windows up to 16 MiB.
 		grpc.InitialWindowSize(1 << 20),
 		grpc.InitialConnWindowSize(1 << 20),
 		grpc.KeepaliveParams(params),
