@@ -243,9 +243,10 @@ func tlsModeIstio(ep *model.Endpoint) bool {
 
 // lbEndpointSizes are the encoded sizes of the messages nested in one
 // LbEndpoint, innermost first, and whether it carries the auto-mTLS
-// metadata. Sizing looks that up once: a lookup in the Pod's label map is
-// a cache miss per endpoint of a cold generation, a tenth of a sidecar's
-// full push in a mesh of injected Pods.
+// metadata, which sizing looks up so that appending need not: a lookup in
+// the Pod's label map is a cache miss per endpoint of a cold generation,
+// and two of them were a tenth of a sidecar's full push in a mesh of
+// injected Pods.
 type lbEndpointSizes struct {
 	socket, address, endpoint, lb uint32
 	mtls                          bool
