@@ -68,7 +68,7 @@ func ConvertEndpointSlice(slice *discoveryv1.EndpointSlice, lookup WorkloadLooku
 			w = lookup(podKey(ref, slice.Namespace))
 		}
 		if w != nil {
-			base.Labels = w.Labels
+			base.Labels, base.MTLS = w.Labels, model.LabelledForMTLS(w.Labels)
 			base.ServiceAccount = w.ServiceAccount
 		}
 		base.Locality = endpointLocality(zone, w)

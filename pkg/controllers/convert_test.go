@@ -316,11 +316,14 @@ func podRef(name string) *corev1.ObjectReference {
 func TestConvertEndpointSlice(t *testing.T) {
 	v1Labels := map[string]string{"app": "reviews", "version": "v1", labelRegion: "eu", labelSubzone: "s1"}
 	pinnedLabels := map[string]string{"version": "v2", labelIstioLocality: "r.z.s"}
+	injectedLabels := map[string]string{"app": "ratings", model.TLSModeLabel: model.TLSModeIstio}
 	workloads := map[model.NamespacedName]*model.Workload{
 		{Namespace: "ns", Name: "pod-v1"}: {Name: "pod-v1", Namespace: "ns", Labels: v1Labels, ServiceAccount: "sa-v1",
 			NodeName: "node-a", Locality: podLocality(v1Labels)},
 		{Namespace: "ns", Name: "pod-pinned"}: {Name: "pod-pinned", Namespace: "ns", Labels: pinnedLabels,
 			Locality: podLocality(pinnedLabels)},
+		{Namespace: "ns", Name: "pod-injected"}: {Name: "pod-injected", Namespace: "ns", Labels: injectedLabels,
+			ServiceAccount: "ratings"},
 	}
 	lookup := func(k model.NamespacedName) *model.Workload { return workloads[k] }
 	twoPorts := []discoveryv1.EndpointPort{
@@ -384,6 +387,14 @@ func TestConvertEndpointSlice(t *testing.T) {
 			want: []*model.Endpoint{{Address: "10.244.1.7", Port: 8080, ServicePortName: "http", Namespace: "ns",
 				Labels:   pinnedLabels,
 				Locality: model.Locality{Region: "r", Zone: "z", SubZone: "s"}}},
+		},
+		{
+			name: "an injected pod's endpoint is marked for mutual TLS",
+			slice: testSlice("s", twoPorts[:1], discoveryv1.Endpoint{
+				Addresses: []string{"10.244.1.10"}, TargetRef: podRef("pod-injected"),
+			}),
+			want: []*model.Endpoint{{Address: "10.244.1.10", Port: 8080, ServicePortName: "http", Namespace: "ns",
+				Labels: injectedLabels, MTLS: true, ServiceAccount: "ratings"}},
 		},
 		{
 			name: "pod not known yet",

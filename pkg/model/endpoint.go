@@ -43,6 +43,12 @@ type Endpoint struct {
 	// Port is the port the workload listens on.
 	Port   uint32
 	Health HealthStatus
+	// MTLS says that Labels mark the workload for mutual TLS
+	// (LabelledForMTLS), for auto mTLS to send it mutual TLS. Whoever sets
+	// Labels sets it: EDS asks it of every endpoint it marshals, and a
+	// lookup in the workload's label map is a cache miss per endpoint. (It
+	// takes no room: it fills the padding after Health.)
+	MTLS bool
 	// ServicePortName names the service port that this endpoint serves; it is
 	// the EndpointSlice port name, which Kubernetes sets to the Service's.
 	ServicePortName string

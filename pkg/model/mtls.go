@@ -37,3 +37,9 @@ const (
 	TLSModeLabel = "security.istio.io/tlsMode"
 	TLSModeIstio = "istio"
 )
+
+// LabelledForMTLS reports whether a workload's labels mark its sidecar as
+// terminating mutual TLS.
+func LabelledForMTLS(labels map[string]string) bool {
+	return labels[TLSModeLabel] == TLSModeIstio
+}

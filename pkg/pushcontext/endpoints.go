@@ -423,7 +423,7 @@ func sameEndpoints(a, b []*model.Endpoint) bool {
 			return false
 		}
 		return x.Address == y.Address && x.Port == y.Port && x.ServicePortName == y.ServicePortName &&
-			x.Locality == y.Locality && x.Health == y.Health && x.ServiceAccount == y.ServiceAccount &&
+			x.Locality == y.Locality && x.Health == y.Health && x.MTLS == y.MTLS && x.ServiceAccount == y.ServiceAccount &&
 			x.Namespace == y.Namespace && maps.Equal(x.Labels, y.Labels)
 	})
 }

@@ -67,7 +67,7 @@ func seedSidecarWorld(s model.Store, sidecars int) {
 				name   string
 				number uint32
 			}{{"http", 8080}, {"tcp-data", 9000}} {
-				eps = append(eps, &model.Endpoint{Address: ip, Port: port.number, ServicePortName: port.name, Labels: labels,
+				eps = append(eps, &model.Endpoint{Address: ip, Port: port.number, ServicePortName: port.name, Labels: labels, MTLS: true,
 					Locality: locality, Namespace: ns, ServiceAccount: name})
 			}
 		}

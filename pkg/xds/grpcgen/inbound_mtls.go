@@ -20,7 +20,7 @@ type inboundPolicy struct {
 func newInboundPolicy(push *pushcontext.PushContext, proxy *model.Proxy) *inboundPolicy {
 	return &inboundPolicy{
 		policy:          push.InboundMTLS(proxy.Namespace, proxy.Labels),
-		labelledForMTLS: proxy.Labels[model.TLSModeLabel] == model.TLSModeIstio,
+		labelledForMTLS: model.LabelledForMTLS(proxy.Labels),
 	}
 }
 

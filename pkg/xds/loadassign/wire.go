@@ -218,8 +218,9 @@ func (w *claWire) groupSize(g *Group, sizes *[]lbEndpointSizes) (int, error) {
 // Auto mTLS: clusters pick mutual TLS for the endpoints whose metadata
 // carries envoy.transport_socket_match {tlsMode: istio} (Envoy's
 // Cluster.transport_socket_matches), and the endpoints of pods the injector
-// labelled security.istio.io/tlsMode=istio get it. The metadata is the same
-// for every such endpoint, so it is marshalled once.
+// labelled security.istio.io/tlsMode=istio (model.Endpoint.MTLS) get it.
+// The metadata is the same for every such endpoint, so it is marshalled
+// once.
 var tlsModeIstioMetadata = mustMarshalDeterministic(&core.Metadata{
 	FilterMetadata: map[string]*structpb.Struct{
 		"envoy.transport_socket_match": {Fields: map[string]*structpb.Value{
@@ -236,20 +237,10 @@ func mustMarshalDeterministic(m proto.Message) []byte {
 	return b
 }
 
-// tlsModeIstio reports whether ep's workload terminates mutual TLS.
-func tlsModeIstio(ep *model.Endpoint) bool {
-	return ep.Labels[model.TLSModeLabel] == model.TLSModeIstio
-}
-
 // lbEndpointSizes are the encoded sizes of the messages nested in one
-// LbEndpoint, innermost first, and whether it carries the auto-mTLS
-// metadata, which sizing looks up so that appending need not: a lookup in
-// the Pod's label map is a cache miss per endpoint of a cold generation,
-// and two of them were a tenth of a sidecar's full push in a mesh of
-// injected Pods.
+// LbEndpoint, innermost first.
 type lbEndpointSizes struct {
 	socket, address, endpoint, lb uint32
-	mtls                          bool
 }
 
 func (w *claWire) lbEndpointSizes(ep *model.Endpoint) lbEndpointSizes {
@@ -257,11 +248,10 @@ func (w *claWire) lbEndpointSizes(ep *model.Endpoint) lbEndpointSizes {
 	address := sizeLen(w.addressSocket, socket)
 	endpoint := sizeLen(w.endpointAddress, address)
 	lb := sizeUint(w.lbHealth, uint64(healthStatus(ep.Health))) + sizeLen(w.lbEndpoint, endpoint)
-	mtls := tlsModeIstio(ep)
-	if mtls {
+	if ep.MTLS {
 		lb += sizeLen(w.lbMetadata, len(tlsModeIstioMetadata))
 	}
-	return lbEndpointSizes{uint32(socket), uint32(address), uint32(endpoint), uint32(lb), mtls}
+	return lbEndpointSizes{uint32(socket), uint32(address), uint32(endpoint), uint32(lb)}
 }
 
 // appendGroup appends g as a field of the assignment; size and sizes (its
@@ -276,7 +266,7 @@ func (w *claWire) appendGroup(b []byte, g *Group, size int, sizes []lbEndpointSi
 		s := &sizes[i]
 		b = appendLen(b, w.groupEndpoints, int(s.lb))
 		b = appendUint(b, w.lbHealth, uint64(healthStatus(ep.Health)))
-		if s.mtls {
+		if ep.MTLS {
 			b = appendLen(b, w.lbMetadata, len(tlsModeIstioMetadata))
 			b = append(b, tlsModeIstioMetadata...)
 		}

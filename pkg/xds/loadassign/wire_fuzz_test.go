@@ -66,7 +66,7 @@ func fuzzEndpoints(spec *fuzzBytes, addr, region string) []*model.Endpoint {
 		flags := spec.next()
 		e.Health = model.HealthStatus(flags % 3)
 		if flags&0x80 != 0 {
-			e.Labels = map[string]string{model.TLSModeLabel: model.TLSModeIstio}
+			e.Labels, e.MTLS = map[string]string{model.TLSModeLabel: model.TLSModeIstio}, true
 		} else if flags&0x40 != 0 {
 			e.Labels = map[string]string{model.TLSModeLabel: "disabled"}
 		}

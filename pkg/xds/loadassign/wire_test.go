@@ -65,7 +65,7 @@ func lbEndpointMessage(ep *model.Endpoint) *endpoint.LbEndpoint {
 		model.Healthy: core.HealthStatus_HEALTHY, model.Unhealthy: core.HealthStatus_UNHEALTHY, model.Draining: core.HealthStatus_DRAINING,
 	}[ep.Health]
 	var metadata *core.Metadata
-	if ep.Labels[model.TLSModeLabel] == model.TLSModeIstio {
+	if ep.MTLS {
 		metadata = &core.Metadata{FilterMetadata: map[string]*structpb.Struct{
 			"envoy.transport_socket_match": {Fields: map[string]*structpb.Value{"tlsMode": structpb.NewStringValue("istio")}},
 		}}
@@ -142,6 +142,7 @@ func ep(addr string, port uint32, loc model.Locality, health model.HealthStatus)
 // labelled gives ep's workload the tlsMode label.
 func labelled(e *model.Endpoint, tlsMode string) *model.Endpoint {
 	e.Labels = map[string]string{model.TLSModeLabel: tlsMode, "app": "x"}
+	e.MTLS = model.LabelledForMTLS(e.Labels)
 	return e
 }
 
