@@ -1,7 +1,7 @@
 // Package loadtest is the library behind `pilot load`: it puts a mesh of a
 // chosen size in front of a running control plane (inputs.go), connects many
 // cheap xDS clients that behave as Envoy sidecars, routers and proxyless
-// gRPC clients do (client.go, skim.go), drives the measured phases (connect
+// gRPC clients do (client*.go, skim.go), drives the measured phases (connect
 // storm, endpoint churn, config churn, reconnect after a restart;
 // phases.go), samples the control plane's and its own CPU and memory
 // (sampling.go, controlplane.go) and reports the distributions as a table
