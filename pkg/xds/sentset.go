@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sync"
 	"weak"
+
+	"google.golang.org/protobuf/types/known/anypb"
 )
 
 // generation is one generator run's result for a watch. Identical proxies
@@ -154,6 +156,12 @@ type sentSet struct {
 	// base name the client no longer holds.
 	changes map[string]sentEntry
 	n       int
+}
+
+// sentResource is what a delta stream was sent of one resource.
+type sentResource struct {
+	version  string // hash of the marshalled bytes, hex
+	resource *anypb.Any
 }
 
 type sentEntry struct {
