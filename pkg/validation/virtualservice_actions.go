@@ -48,13 +48,7 @@ func (p *problems) httpDestinations(path string, ds []*networking.HTTPRouteDesti
 			p.add(dPath, "must not be null")
 			continue
 		}
-		if d.GetDestination() == nil {
-			p.add(dPath+".destination", "is required")
-		} else {
-			p.destination(dPath+".destination", d.GetDestination())
-		}
-		p.checkNonNegative(dPath+".weight", d.GetWeight())
-		total += int64(max(d.GetWeight(), 0))
+		total += p.weightedDestination(dPath, d)
 		p.headerOperations(dPath+".headers", d.GetHeaders())
 	}
 	p.totalWeight(path, len(ds), total)
@@ -72,15 +66,27 @@ func (p *problems) routeDestinations(path string, ds []*networking.RouteDestinat
 			p.add(dPath, "must not be null")
 			continue
 		}
-		if d.GetDestination() == nil {
-			p.add(dPath+".destination", "is required")
-		} else {
-			p.destination(dPath+".destination", d.GetDestination())
-		}
-		p.checkNonNegative(dPath+".weight", d.GetWeight())
-		total += int64(max(d.GetWeight(), 0))
+		total += p.weightedDestination(dPath, d)
 	}
 	p.totalWeight(path, len(ds), total)
+}
+
+// weighted is what HTTP and TCP/TLS route destinations have in common.
+type weighted interface {
+	GetDestination() *networking.Destination
+	GetWeight() int32
+}
+
+// weightedDestination checks one destination of a route and returns the
+// weight it adds to the route's total.
+func (p *problems) weightedDestination(path string, d weighted) int64 {
+	if d.GetDestination() == nil {
+		p.add(path+".destination", "is required")
+	} else {
+		p.destination(path+".destination", d.GetDestination())
+	}
+	p.checkNonNegative(path+".weight", d.GetWeight())
+	return int64(max(d.GetWeight(), 0))
 }
 
 // totalWeight checks that traffic split between destinations goes

@@ -30,13 +30,7 @@ func (p *problems) tlsRoute(path string, r *networking.TLSRoute, hosts []string)
 		for j, sni := range m.GetSniHosts() {
 			p.sniHost(fmt.Sprintf("%s.sniHosts[%d]", mPath, j), sni, hosts)
 		}
-		p.subnets(mPath+".destinationSubnets", m.GetDestinationSubnets())
-		if m.GetPort() != 0 {
-			p.checkPort(mPath+".port", m.GetPort())
-		}
-		p.labels(mPath+".sourceLabels", m.GetSourceLabels())
-		p.gatewayNames(mPath+".gateways", m.GetGateways())
-		p.sourceNamespace(mPath+".sourceNamespace", m.GetSourceNamespace())
+		p.l4Match(mPath, m)
 	}
 	p.routeDestinations(path+".route", r.GetRoute())
 }
@@ -66,18 +60,32 @@ func (p *problems) tcpRoute(path string, r *networking.TCPRoute) {
 			p.add(mPath, "must not be null")
 			continue
 		}
-		p.subnets(mPath+".destinationSubnets", m.GetDestinationSubnets())
 		if s := m.GetSourceSubnet(); s != "" {
 			p.subnet(mPath+".sourceSubnet", s)
 		}
-		if m.GetPort() != 0 {
-			p.checkPort(mPath+".port", m.GetPort())
-		}
-		p.labels(mPath+".sourceLabels", m.GetSourceLabels())
-		p.gatewayNames(mPath+".gateways", m.GetGateways())
-		p.sourceNamespace(mPath+".sourceNamespace", m.GetSourceNamespace())
+		p.l4Match(mPath, m)
 	}
 	p.routeDestinations(path+".route", r.GetRoute())
+}
+
+// l4MatchAttributes is what TLS and TCP route matches have in common.
+type l4MatchAttributes interface {
+	GetDestinationSubnets() []string
+	GetPort() uint32
+	GetSourceLabels() map[string]string
+	GetGateways() []string
+	GetSourceNamespace() string
+}
+
+// l4Match checks the attributes a TLS or TCP route match shares.
+func (p *problems) l4Match(path string, m l4MatchAttributes) {
+	p.subnets(path+".destinationSubnets", m.GetDestinationSubnets())
+	if m.GetPort() != 0 {
+		p.checkPort(path+".port", m.GetPort())
+	}
+	p.labels(path+".sourceLabels", m.GetSourceLabels())
+	p.gatewayNames(path+".gateways", m.GetGateways())
+	p.sourceNamespace(path+".sourceNamespace", m.GetSourceNamespace())
 }
 
 func (p *problems) subnets(path string, subnets []string) {
