@@ -40,6 +40,8 @@ var grpcStatuses = []string{
 	"OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED",
 }
 
+// httpDestinations checks where an HTTP route sends its traffic, and the
+// header changes of each destination.
 func (p *problems) httpDestinations(path string, ds []*networking.HTTPRouteDestination) {
 	var total int64
 	for i, d := range ds {
@@ -50,23 +52,6 @@ func (p *problems) httpDestinations(path string, ds []*networking.HTTPRouteDesti
 		}
 		total += p.weightedDestination(dPath, d)
 		p.headerOperations(dPath+".headers", d.GetHeaders())
-	}
-	p.totalWeight(path, len(ds), total)
-}
-
-func (p *problems) routeDestinations(path string, ds []*networking.RouteDestination) {
-	if len(ds) == 0 {
-		p.add(path, "at least one destination is required")
-		return
-	}
-	var total int64
-	for i, d := range ds {
-		dPath := fmt.Sprintf("%s[%d]", path, i)
-		if d == nil {
-			p.add(dPath, "must not be null")
-			continue
-		}
-		total += p.weightedDestination(dPath, d)
 	}
 	p.totalWeight(path, len(ds), total)
 }

@@ -35,6 +35,24 @@ func (p *problems) tlsRoute(path string, r *networking.TLSRoute, hosts []string)
 	p.routeDestinations(path+".route", r.GetRoute())
 }
 
+// routeDestinations checks where a TLS or TCP route sends its traffic.
+func (p *problems) routeDestinations(path string, ds []*networking.RouteDestination) {
+	if len(ds) == 0 {
+		p.add(path, "at least one destination is required")
+		return
+	}
+	var total int64
+	for i, d := range ds {
+		dPath := fmt.Sprintf("%s[%d]", path, i)
+		if d == nil {
+			p.add(dPath, "must not be null")
+			continue
+		}
+		total += p.weightedDestination(dPath, d)
+	}
+	p.totalWeight(path, len(ds), total)
+}
+
 // sniHost checks an SNI name, which must fall within one of the
 // VirtualService's hosts: the route is only reached for those.
 func (p *problems) sniHost(path, sni string, hosts []string) {
