@@ -71,9 +71,45 @@ func TestQuickstart(t *testing.T) {
 	if q.client == nil {
 		t.Fatal("the quick start never starts the client")
 	}
-	if out := q.client.out.String(); strings.Contains(out, " failed: ") {
+	out := q.client.out.String()
+	raced, failed := clientFailures(out)
+	if len(failed) > 0 {
 		t.Errorf("calls failed during the quick start:\n%s", out)
 	}
+	if len(raced) > 0 {
+		t.Logf("grpc-go's route switch raced its balancer (see clientFailures):\n%s", strings.Join(raced, "\n"))
+	}
+	// Steps 5 and 6 each move the route to a cluster the client does not
+	// hold at that moment: the race can strike once at each, no more.
+	if len(raced) > 2 {
+		t.Errorf("%d calls failed on grpc-go's route-switch race; it can strike at most twice:\n%s", len(raced), out)
+	}
+}
+
+// clientRouteSwitchRace is how grpc-go fails a call made at the moment it
+// switches to routes naming a cluster it did not hold: its ClientConn
+// installs the resolver's new route table (the config selector) before the
+// cluster manager balancer has a child for that cluster, and the balancer's
+// picker fails the call (ClientConn.updateResolverStateAndUnlock in
+// grpc-go v1.85.0; grpc-java fixed its own version of this race in
+// grpc/grpc-java#11947). A cluster meshpilot had not sent would fail
+// differently: A74's dependency manager waits for it, and the cds balancer
+// reports it missing.
+const clientRouteSwitchRace = "unknown cluster selected for RPC"
+
+// clientFailures splits the client's failed calls into those of grpc-go's
+// route-switch race and the rest.
+func clientFailures(out string) (raced, failed []string) {
+	for _, line := range strings.Split(out, "\n") {
+		switch {
+		case !strings.Contains(line, " failed: "):
+		case strings.Contains(line, clientRouteSwitchRace):
+			raced = append(raced, line)
+		default:
+			failed = append(failed, line)
+		}
+	}
+	return raced, failed
 }
 
 type quickstart struct {
@@ -372,5 +408,20 @@ func waitUntil(t *testing.T, d time.Duration, ok func() bool, why func() string)
 			t.Fatal(why())
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestClientFailures(t *testing.T) {
+	out := "call 7 answered by echo-v2\n" +
+		"call 8 failed: rpc error: code = Unavailable desc = unknown cluster selected for RPC: \"cluster:outbound|7070||echo.demo.svc.cluster.local\"\n" +
+		"call 9 failed: rpc error: code = Unavailable desc = no healthy upstream\n" +
+		"answered: echo-v1 5 echo-v2 11, failed 2\n" +
+		"2026/12/05 14:40:04 2 of the calls failed\n"
+	raced, failed := clientFailures(out)
+	if len(raced) != 1 || !strings.HasPrefix(raced[0], "call 8 ") {
+		t.Errorf("raced = %q, want call 8 alone", raced)
+	}
+	if len(failed) != 1 || !strings.HasPrefix(failed[0], "call 9 ") {
+		t.Errorf("failed = %q, want call 9 alone", failed)
 	}
 }
