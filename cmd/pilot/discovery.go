@@ -82,7 +82,7 @@ with the CA (istio.v1.auth.IstioCertificateService).`,
 	f.StringVar(&opts.Ingress.Class, "ingress-class", opts.Ingress.Class, "value of the legacy kubernetes.io/ingress.class annotation that selects meshpilot")
 	f.StringVar(&ingressMode, "ingress-controller-mode", string(opts.Ingress.Mode), "which Ingresses without any class are served: OFF (none at all), DEFAULT (taken) or STRICT (ignored)")
 	f.StringVar(&ingressService, "ingress-service", opts.Ingress.Service.String(), "namespace/name of the ingress gateway Service: its target ports are the gateway's listen ports, its addresses go into Ingress status")
-	f.StringToStringVar(&opts.Ingress.Selector, "ingress-selector", opts.Ingress.Selector, "labels that pick the ingress gateway proxies among routers")
+	f.StringToStringVar(&opts.Ingress.Selector, "ingress-selector", opts.Ingress.Selector, "labels that pick the ingress gateway proxies among the routers of the --ingress-service namespace")
 	f.StringVar(&opts.Revision, "revision", opts.Revision, "revision of this control plane (istio.io/rev); empty is the default revision")
 	f.StringVar(&opts.Webhook.Addr, "webhook-addr", opts.Webhook.Addr, "address of the TLS admission webhooks (/inject, /validate); empty disables them")
 	f.StringVar(&opts.Webhook.Service, "webhook-service", opts.Webhook.Service, "Service the API server calls the webhooks through, named in their certificate (default istiod or istiod-<revision>)")

@@ -116,10 +116,15 @@ func IngressSecretName(namespace, name string) string {
 // gateway Service does not exist or the mesh owns no Ingress.
 func (pc *PushContext) IngressGateway() *IngressGateway { return pc.ingress.gateway }
 
-// IsIngressGateway reports whether p is a router whose labels match the
-// gateway selector.
+// IsIngressGateway reports whether p is a router in the gateway Service's
+// namespace whose labels match the gateway selector. Labels are what a
+// proxy claims; its namespace, on a stream that proved an identity, is what
+// it proved (the xDS server refuses a claim that differs). The namespace is
+// the trust boundary: the gateway is served every Ingress's TLS Secrets,
+// private keys included, so a router elsewhere must not become the gateway
+// by copying its labels.
 func (pc *PushContext) IsIngressGateway(p *model.Proxy) bool {
-	if p == nil || p.Type != model.Router {
+	if p == nil || p.Type != model.Router || p.Namespace != pc.opts.Ingress.GatewayService.Namespace {
 		return false
 	}
 	for k, v := range pc.opts.Ingress.GatewaySelector {

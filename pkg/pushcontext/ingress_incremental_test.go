@@ -238,7 +238,7 @@ func TestIngressConcurrentReads(t *testing.T) {
 	store := incrementalIngressStore(cert)
 	pc := Build(store, testOpts, nil, nil)
 	want := observeIngress(pc)
-	gateway := &model.Proxy{Type: model.Router, Labels: map[string]string{"istio": "ingressgateway"}}
+	gateway := &model.Proxy{Type: model.Router, Namespace: "istio-system", Labels: map[string]string{"istio": "ingressgateway"}}
 	var wg sync.WaitGroup
 	var stop atomic.Bool
 	for range 2 {

@@ -332,19 +332,26 @@ func problemsByName(in map[model.NamespacedName][]string) map[string][]string {
 func TestIsIngressGateway(t *testing.T) {
 	custom := testOpts
 	custom.Ingress.GatewaySelector = map[string]string{"app": "edge", "tier": "front"}
+	custom.Ingress.GatewayService = model.NamespacedName{Namespace: "edge", Name: "gateway"}
+	router := func(ns string, labels map[string]string) *model.Proxy {
+		return &model.Proxy{Type: model.Router, Namespace: ns, Labels: labels}
+	}
+	defaultLabels := map[string]string{"istio": "ingressgateway", "x": "y"}
 	cases := []struct {
 		name  string
 		opts  Options
 		proxy *model.Proxy
 		want  bool
 	}{
-		{"router with the default labels", testOpts, &model.Proxy{Type: model.Router, Labels: map[string]string{"istio": "ingressgateway", "x": "y"}}, true},
-		{"router with other labels", testOpts, &model.Proxy{Type: model.Router, Labels: map[string]string{"istio": "egressgateway"}}, false},
-		{"router without labels", testOpts, &model.Proxy{Type: model.Router}, false},
-		{"sidecar with the labels", testOpts, &model.Proxy{Type: model.SidecarProxy, Labels: map[string]string{"istio": "ingressgateway"}}, false},
+		{"router with the default labels", testOpts, router("istio-system", defaultLabels), true},
+		{"router with the labels, outside the gateway Service's namespace", testOpts, router("app", defaultLabels), false},
+		{"router with other labels", testOpts, router("istio-system", map[string]string{"istio": "egressgateway"}), false},
+		{"router without labels", testOpts, router("istio-system", nil), false},
+		{"sidecar with the labels", testOpts, &model.Proxy{Type: model.SidecarProxy, Namespace: "istio-system", Labels: defaultLabels}, false},
 		{"nil proxy", testOpts, nil, false},
-		{"custom selector, all labels", custom, &model.Proxy{Type: model.Router, Labels: map[string]string{"app": "edge", "tier": "front"}}, true},
-		{"custom selector, some labels", custom, &model.Proxy{Type: model.Router, Labels: map[string]string{"app": "edge"}}, false},
+		{"custom selector, all labels", custom, router("edge", map[string]string{"app": "edge", "tier": "front"}), true},
+		{"custom selector, some labels", custom, router("edge", map[string]string{"app": "edge"}), false},
+		{"custom selector, the default gateway namespace", custom, router("istio-system", map[string]string{"app": "edge", "tier": "front"}), false},
 	}
 	store := ingressStore(nil, nil)
 	for _, tc := range cases {

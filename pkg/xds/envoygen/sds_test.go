@@ -30,6 +30,11 @@ func TestSecretsOnlyToTheGateway(t *testing.T) {
 	asked := []string{"kubernetes://app/unused", "kubernetes://app/web-cert", "kubernetes://elsewhere/web-cert", "kubernetes://web-cert"}
 	sidecar := &model.Proxy{ID: "sidecar~10.1.0.1~web.app~app.svc.cluster.local", Type: model.SidecarProxy, Namespace: "app",
 		Labels: ingressGatewayLabels, VerifiedIdentity: verified("app", "web")}
+	// Any workload with a token can prove its own namespace and claim the
+	// gateway's node type and labels; only the namespace it proved is its
+	// own to choose from.
+	impostor := &model.Proxy{ID: "router~10.1.0.9~gw.evil~evil.svc.cluster.local", Type: model.Router, Namespace: "evil",
+		IPAddresses: []string{"10.1.0.9"}, Labels: ingressGatewayLabels, VerifiedIdentity: verified("evil", "default")}
 	tests := []struct {
 		desc  string
 		proxy *model.Proxy
@@ -46,6 +51,10 @@ func TestSecretsOnlyToTheGateway(t *testing.T) {
 			&model.WatchedResource{TypeURL: SecretType, ResourceNames: asked}, nil},
 		{"a sidecar with the gateway's labels", sidecar,
 			&model.WatchedResource{TypeURL: SecretType, ResourceNames: asked}, nil},
+		{"a router with the gateway's labels, proven in another namespace, explicit names", impostor,
+			&model.WatchedResource{TypeURL: SecretType, ResourceNames: asked}, nil},
+		{"a router with the gateway's labels, proven in another namespace, wildcard", impostor,
+			&model.WatchedResource{TypeURL: SecretType, Wildcard: true}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.desc, func(t *testing.T) {
