@@ -14,13 +14,15 @@ import (
 // errNoDebugCredential: the request proved no identity.
 var errNoDebugCredential = errors.New("no credential")
 
-// debugAuth guards the xDS debug endpoints on the monitoring port, which the
-// Service exposes to the whole cluster, as istiod guards its own: a request
-// from this host passes (port-forwards and the process itself); any other
-// needs a ServiceAccount token for the mesh CA's audience (Authorization:
-// Bearer, checked with a TokenReview) of the root namespace, where the
-// control plane and its operators' tools run. The debug port (8080) is not
-// guarded: the Service leaves it out.
+// debugAuth guards the debug endpoints of both HTTP ports, as istiod
+// guards those of its monitoring port: a request from this host passes
+// (port-forwards and the process itself); any other needs a ServiceAccount
+// token for the mesh CA's audience (Authorization: Bearer, checked with a
+// TokenReview) of the root namespace, where the control plane and its
+// operators' tools run. The debug port (8080) needs it as much as the
+// monitoring port: the Service leaves it out, but any pod can dial the
+// control plane's pod address, and the endpoints list every proxy and what
+// it was sent.
 func (s *Server) debugAuth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if fromLoopback(r) {
@@ -33,7 +35,7 @@ func (s *Server) debugAuth(next http.Handler) http.Handler {
 		}
 		id, err := authenticate(r)
 		if err != nil || id == nil {
-			s.log.Info("refused a debug request on the monitoring port", "path", r.URL.Path, "remote", r.RemoteAddr, "err", err)
+			s.log.Info("refused a debug request", "path", r.URL.Path, "remote", r.RemoteAddr, "err", err)
 			http.Error(w, "debug endpoints on this port need a ServiceAccount token of namespace "+s.opts.RootNamespace+
 				" (Authorization: Bearer, audience "+ca.DefaultAudience+"), or a request from localhost", http.StatusUnauthorized)
 			return

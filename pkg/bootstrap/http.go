@@ -9,23 +9,30 @@ import (
 )
 
 // debugMux serves health, readiness, the xDS debug endpoints and, with
-// EnableProfiling, pprof.
+// EnableProfiling, pprof. Health and readiness are open, for the kubelet's
+// probes; everything under /debug/ is behind debugAuth, as on the
+// monitoring port: the Service leaves this port out, but every pod of the
+// cluster can reach the pod's own address.
 func (s *Server) debugMux(xdsDebug http.Handler) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("/ready", s.serveReady)
-	mux.Handle("/debug/", xdsDebug)
+	mux.Handle("/debug/", s.debugAuth(xdsDebug))
 	if !s.opts.EnableProfiling {
 		// /debug/pprof/ falls to xdsDebug, which answers 404.
 		return mux
 	}
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	for path, handler := range map[string]http.HandlerFunc{
+		"/debug/pprof/":        pprof.Index,
+		"/debug/pprof/cmdline": pprof.Cmdline,
+		"/debug/pprof/profile": pprof.Profile,
+		"/debug/pprof/symbol":  pprof.Symbol,
+		"/debug/pprof/trace":   pprof.Trace,
+	} {
+		mux.Handle(path, s.debugAuth(handler))
+	}
 	return mux
 }
 
