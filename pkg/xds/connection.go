@@ -50,6 +50,9 @@ type connection struct {
 	identityOf  *pushState
 	identityKey string
 
+	// pinned is the state the push in progress serves (see pin).
+	pinned *pushState
+
 	mu      sync.Mutex
 	watches map[string]*watch
 	order   []string // watched type URLs in push order
@@ -341,4 +344,24 @@ func hashString(h uint64) string {
 		h >>= 4
 	}
 	return string(b[:])
+}
+
+// pin makes every response until the returned function is called come from
+// the state served now, and returns that function. A push sends its types in
+// order, clusters before the listeners and routes that name them (Envoy's
+// make-before-break); were a newer state stored halfway, the routes of the
+// newer state could name clusters the client has not been sent. The push
+// that the newer state brings sends those, again in order.
+func (c *connection) pin() (unpin func()) {
+	c.pinned = c.s.current.Load()
+	return func() { c.pinned = nil }
+}
+
+// state is the push state a response is generated from: the pinned one
+// during a push, else the newest.
+func (c *connection) state() *pushState {
+	if st := c.pinned; st != nil {
+		return st
+	}
+	return c.s.current.Load()
 }

@@ -134,17 +134,21 @@ func (c *deltaStream) applySubscriptions(w *watch, req *discoveryv3.DeltaDiscove
 func (c *deltaStream) push(plan *pushPlan) error {
 	scope := plan.scopeFor(c.proxy)
 	c.pushed = false
+	defer c.pin()()
 	for _, typeURL := range c.order {
-		req := plan.request(scope, typeURL)
-		if req == nil {
-			continue
+		w := c.watches[typeURL]
+		var err error
+		switch req := plan.request(scope, typeURL); {
+		case req != nil:
+			err = c.respond(w, req, plan.id, nil, false, false)
+		case len(w.warming) > 0:
+			// Right after the cluster or listener that waits for it, as
+			// in the state of the world (sotwStream.push).
+			err = c.respond(w, warmingRequest(plan.req.Start), 0, nil, false, true)
 		}
-		if err := c.respond(c.watches[typeURL], req, plan.id, nil, false, false); err != nil {
+		if err != nil {
 			return err
 		}
-	}
-	if err := c.flushWarming(plan.req.Start); err != nil {
-		return err
 	}
 	c.pushDone(plan)
 	return nil
@@ -166,7 +170,7 @@ func (c *deltaStream) respond(w *watch, req *model.PushRequest, planID uint64, a
 	if subscription {
 		req = &model.PushRequest{Full: true, Start: start}
 	}
-	st := c.s.current.Load()
+	st := c.state()
 	var gen *generation
 	var items []generated
 	if w.subscribed() {

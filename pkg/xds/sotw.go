@@ -178,17 +178,23 @@ func sortedDifference(a, b []string) []string {
 func (c *sotwStream) push(plan *pushPlan) error {
 	scope := plan.scopeFor(c.proxy)
 	c.pushed = false
+	defer c.pin()()
 	for _, typeURL := range c.order {
-		req := plan.request(scope, typeURL)
-		if req == nil {
-			continue
+		w := c.watches[typeURL]
+		var err error
+		switch req := plan.request(scope, typeURL); {
+		case req != nil:
+			err = c.respond(w, req, plan.id, false)
+		case len(w.warming) > 0:
+			// What a cluster or listener sent earlier in this push waits
+			// for goes right after it, before the types that follow: a
+			// route must not reach the client before the endpoints of
+			// the cluster it names.
+			err = c.respond(w, warmingRequest(plan.req.Start), 0, true)
 		}
-		if err := c.respond(c.watches[typeURL], req, plan.id, false); err != nil {
+		if err != nil {
 			return err
 		}
-	}
-	if err := c.flushWarming(plan.req.Start); err != nil {
-		return err
 	}
 	c.pushDone(plan)
 	return nil
@@ -209,7 +215,7 @@ func (c *sotwStream) respond(w *watch, req *model.PushRequest, planID uint64, wa
 	if subscription {
 		req = &model.PushRequest{Full: true, Start: start}
 	}
-	st := c.s.current.Load()
+	st := c.state()
 	gen, err := c.generate(w, req, planID, st)
 	if err != nil {
 		return nil

@@ -216,3 +216,54 @@ func TestWarmingResendIsGeneratedOnce(t *testing.T) {
 		t.Fatalf("%d identical proxies re-sent their load assignment from %d generations, want 1", proxies, got)
 	}
 }
+
+// TestEndpointsFollowTheirClustersInAPush: a push that changes a cluster
+// and the listeners, but no endpoints, sends the cluster's load assignment
+// (which Envoy waits for to warm the cluster) right after the CDS response,
+// before LDS: make-before-break orders a push CDS, EDS, LDS, RDS.
+// https://www.envoyproxy.io/docs/envoy/latest/api-docs/xds_protocol#eventual-consistency-considerations
+func TestEndpointsFollowTheirClustersInAPush(t *testing.T) {
+	// A changed TLS mode changes the cluster; a tunnel brings the
+	// listeners into the push, and the stamped listener changes with
+	// every push context.
+	rule := &networking.DestinationRule{TrafficPolicy: &networking.TrafficPolicy{
+		Tls:    &networking.ClientTLSSettings{Mode: networking.ClientTLSSettings_SIMPLE},
+		Tunnel: &networking.TrafficPolicy_TunnelSettings{Protocol: "CONNECT", TargetHost: "proxy.example", TargetPort: 8080}}}
+	generators := func() map[string]Generator {
+		set := warmingGenerators()
+		set[ListenerType] = &stampedGenerator{typeURL: ListenerType}
+		return set
+	}
+	outboundB := "outbound|80||" + hostname("b")
+	t.Run("sotw", func(t *testing.T) {
+		h := newHarness(t, harnessConfig{seed: seedWarming, generators: generators()})
+		c := h.sotw("client")
+		c.ack(c.subscribe(ClusterType))
+		c.ack(c.subscribe(EndpointType, outboundA, outboundB), outboundA, outboundB)
+		c.ack(c.subscribe(ListenerType))
+		c.expectQuiet("after the ACKs")
+
+		upsertRule(h.store, "a", hostname("a"), rule)
+		c.expect(ClusterType)
+		if got := names(c.expect(EndpointType).GetResources(), resourceName); !slices.Equal(got, []string{outboundA}) {
+			t.Fatalf("EDS after the CDS update = %v, want %s", got, outboundA)
+		}
+		c.expect(ListenerType)
+	})
+	t.Run("delta", func(t *testing.T) {
+		h := newHarness(t, harnessConfig{seed: seedWarming, generators: generators()})
+		c := h.delta("client")
+		c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: ClusterType})
+		c.ack(c.expect(ClusterType))
+		c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResourceNamesSubscribe: []string{outboundA, outboundB}})
+		c.ack(c.expect(EndpointType))
+		c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: ListenerType})
+		c.ack(c.expect(ListenerType))
+		c.expectQuiet("after the ACKs")
+
+		upsertRule(h.store, "a", hostname("a"), rule)
+		c.expect(ClusterType)
+		checkDelta(t, "EDS after the CDS update", c.expect(EndpointType), []string{outboundA}, nil)
+		c.expect(ListenerType)
+	})
+}
