@@ -44,6 +44,13 @@ func (lw *localWorkload) servePlaintextInbound(c net.Conn) {
 		lw.p.m.refused(hbone.Inbound, "plaintext-destination")
 		return
 	}
+	// pod_ip:15006 (or :15001) itself: the marked dial would pass the
+	// capture, arrive here again with the same original destination, and
+	// repeat until file descriptors ran out.
+	if lw.loops(orig, c) {
+		lw.refuseLoop(hbone.Inbound, orig, c.RemoteAddr())
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	up, err := netns.Dial(ctx, lw.netns, orig, markedDialer())
 	cancel()
@@ -85,6 +92,14 @@ func (lw *localWorkload) serveOutbound(c net.Conn) {
 		return
 	}
 	r := lw.p.resolve(orig)
+	// A direct connect to :15001 (from loopback or the pod's own address,
+	// which the capture exempts) reads back as itself; a VIP may resolve
+	// to one of the proxy's ports. Either would be dialled back to the
+	// proxy, which would forward it again.
+	if lw.loops(r.dest, c) {
+		lw.refuseLoop(hbone.Outbound, r.dest, c.RemoteAddr())
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	up, err := lw.dialRoute(ctx, r)
 	cancel()

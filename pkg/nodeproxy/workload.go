@@ -34,6 +34,10 @@ type localWorkload struct {
 	mu       sync.Mutex
 	outbound map[net.Conn]struct{}
 	done     chan struct{}
+
+	// loopWarned is when a loop was last warned of (Unix ns), see
+	// refuseLoop.
+	loopWarned atomic.Int64
 }
 
 func (lw *localWorkload) w() *workloadapi.Workload { return lw.current.Load() }
@@ -121,11 +125,17 @@ func (lw *localWorkload) serverCertificate(local netip.AddrPort) (*tls.Certifica
 	return lw.p.certs.get(identity(lw.w()))
 }
 
-// authorize lets a tunnel through only to this workload's own addresses:
-// a CONNECT to any other address is refused before anything is dialled.
+// authorize lets a tunnel through only to this workload's own addresses,
+// and never to the proxy's own ports there: a CONNECT to pod_ip:15001
+// would come back to the proxy as an outbound connection and be tunnelled
+// here again, without end. Anything refused is refused before it is
+// dialled; the HBONE server counts and logs the refusal (as "policy").
 func (lw *localWorkload) authorize(_ context.Context, s hbone.StreamInfo) error {
 	if !lw.owns(s.Dest.Addr()) {
 		return errorf("%s is not an address of %s", s.Dest.Addr(), lw.name())
+	}
+	if lw.loops(s.Dest, nil) {
+		return errorf("%s is the node proxy's own listener: a loop", s.Dest)
 	}
 	lw.p.log.Info("inbound tunnel", "peer", s.Peer, "workload", lw.name(), "dest", s.Dest.String())
 	return nil
