@@ -2,7 +2,9 @@ package nodeproxy
 
 import (
 	"encoding/json"
+	"net"
 	"net/http"
+	"net/netip"
 	"sort"
 )
 
@@ -12,7 +14,29 @@ import (
 //   - /debug/workloads: the local workloads it serves, and how many
 //     workloads and services WDS told it about;
 //   - /debug/tunnels: the inbound tunnels open now.
+//
+// It answers only requests from the proxy's own pod (kubectl port-forward
+// arrives there on loopback), as ztunnel serves its admin port on
+// localhost alone: the port also serves /metrics to Prometheus, so any pod
+// can reach it, and these pages say which workloads run here, who they
+// talk to, and when their certificates expire.
 func (p *Proxy) DebugHandler() http.Handler {
+	return loopbackOnly(p.debugMux())
+}
+
+// loopbackOnly refuses every request that does not come from loopback.
+func loopbackOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host, _, err := net.SplitHostPort(r.RemoteAddr)
+		if ip, perr := netip.ParseAddr(host); err != nil || perr != nil || !ip.Unmap().IsLoopback() {
+			http.Error(w, "the node proxy's debug pages answer only from its own pod: use kubectl port-forward", http.StatusForbidden)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (p *Proxy) debugMux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /debug/certs", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, p.certs.held())
