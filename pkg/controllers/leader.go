@@ -105,7 +105,7 @@ func NewLeaderElector(opts LeaderOptions) (*LeaderElector, error) {
 		e.metrics = NewIngressStatusMetrics(nil)
 	}
 	// Validate the timings now rather than at Run.
-	if _, err := e.newTermElector(&leaderTerm{}); err != nil {
+	if _, err := e.newTermElector(context.Background(), &leaderTerm{}); err != nil {
 		return nil, err
 	}
 	e.metrics.Leader.WithLabelValues(opts.Name).Set(0)
@@ -134,12 +134,25 @@ func (e *LeaderElector) IsLeader() bool { return e.leading.Load() }
 func (e *LeaderElector) Run(ctx context.Context) {
 	for ctx.Err() == nil {
 		t := &leaderTerm{}
-		le, err := e.newTermElector(t)
+		le, err := e.newTermElector(ctx, t)
 		if err != nil {
 			e.log.Error("leader election misconfigured", "error", err)
 			return // unreachable: NewLeaderElector validated the same config
 		}
-		le.Run(ctx)
+		// client-go releases the Lease as soon as the context it runs
+		// under ends, and cancels the term's functions at the same moment,
+		// so a write already under way could land after a standby took
+		// over. So the elector runs under a context of its own that ends
+		// once ctx has stopped the term's functions (see lead) and they
+		// have returned.
+		electorCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		stop := context.AfterFunc(ctx, func() {
+			t.end()
+			cancel()
+		})
+		le.Run(electorCtx)
+		stop()
+		cancel()
 		t.end()
 		if ctx.Err() == nil {
 			e.log.Warn("lost leadership; campaigning again")
@@ -176,7 +189,7 @@ func (t *leaderTerm) end() {
 	t.wg.Wait()
 }
 
-func (e *LeaderElector) newTermElector(t *leaderTerm) (*leaderelection.LeaderElector, error) {
+func (e *LeaderElector) newTermElector(ctx context.Context, t *leaderTerm) (*leaderelection.LeaderElector, error) {
 	return leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock: &resourcelock.LeaseLock{
 			LeaseMeta:  metav1.ObjectMeta{Namespace: e.opts.Namespace, Name: e.opts.Name},
@@ -189,7 +202,7 @@ func (e *LeaderElector) newTermElector(t *leaderTerm) (*leaderelection.LeaderEle
 		RetryPeriod:     e.opts.RetryPeriod,
 		ReleaseOnCancel: true,
 		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(ctx context.Context) { e.lead(ctx, t) },
+			OnStartedLeading: func(termCtx context.Context) { e.lead(ctx, termCtx, t) },
 			OnStoppedLeading: e.stopLeading,
 			OnNewLeader: func(identity string) {
 				if identity != e.opts.Identity {
@@ -201,12 +214,19 @@ func (e *LeaderElector) newTermElector(t *leaderTerm) (*leaderelection.LeaderEle
 }
 
 // lead runs the registered functions for one term and waits for them.
-func (e *LeaderElector) lead(ctx context.Context, t *leaderTerm) {
+// They stop when the term ends (termCtx) or Run's caller stops (ctx),
+// whichever comes first: on a stop the Lease is released only after they
+// have returned.
+func (e *LeaderElector) lead(ctx, termCtx context.Context, t *leaderTerm) {
 	e.mu.Lock()
 	runs := append([]func(context.Context){}, e.runs...)
 	e.mu.Unlock()
+	runCtx, cancel := context.WithCancel(termCtx)
+	stop := context.AfterFunc(ctx, cancel)
 	started := t.start(func() {
-		if ctx.Err() != nil {
+		defer cancel()
+		defer stop()
+		if runCtx.Err() != nil {
 			return // the term was over before it began
 		}
 		e.leading.Store(true)
@@ -218,11 +238,13 @@ func (e *LeaderElector) lead(ctx context.Context, t *leaderTerm) {
 		defer e.stopLeading()
 		var wg sync.WaitGroup
 		for _, fn := range runs {
-			wg.Go(func() { fn(ctx) })
+			wg.Go(func() { fn(runCtx) })
 		}
 		wg.Wait()
 	})
 	if !started {
+		stop()
+		cancel()
 		e.log.Debug("leadership ended before its functions started")
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	kubefake "k8s.io/client-go/kubernetes/fake"
@@ -206,4 +207,45 @@ func failWhile(client *kubefake.Clientset, fail *atomic.Bool, verb, resource, ms
 		}
 		return false, nil, nil
 	})
+}
+
+// TestLeaderReleasesAfterItsWritersStop: on shutdown the Lease is handed
+// back only once the leader-only functions have returned, so that a write
+// they still had under way cannot land after a standby took over.
+// (client-go's own release happens as the functions are cancelled.)
+func TestLeaderReleasesAfterItsWritersStop(t *testing.T) {
+	client := kubefake.NewClientset()
+	var released, writerDone atomic.Int64 // Unix ns
+	client.PrependReactor("update", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		lease, ok := a.(k8stesting.UpdateAction).GetObject().(*coordinationv1.Lease)
+		if ok && ptrValue(lease.Spec.HolderIdentity) == "" {
+			released.CompareAndSwap(0, time.Now().UnixNano())
+		}
+		return false, nil, nil
+	})
+	e, err := NewLeaderElector(LeaderOptions{Client: client, Namespace: "ns", Identity: "me",
+		LeaseDuration: time.Second, RenewDeadline: 500 * time.Millisecond, RetryPeriod: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const lastWrite = 200 * time.Millisecond
+	e.AddRunFunction(func(ctx context.Context) {
+		<-ctx.Done()
+		time.Sleep(lastWrite) // a status update finishing
+		writerDone.Store(time.Now().UnixNano())
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { e.Run(ctx) })
+	eventually(t, "leading", e.IsLeader)
+	cancel()
+	wg.Wait()
+	switch r, w := released.Load(), writerDone.Load(); {
+	case w == 0:
+		t.Fatal("Run returned before the leader-only function")
+	case r == 0:
+		t.Fatal("the Lease was not released on shutdown")
+	case r < w:
+		t.Errorf("the Lease was released %v before the leader-only function returned", time.Duration(w-r))
+	}
 }
