@@ -100,6 +100,10 @@ type nodeOpts struct {
 	certs   map[netip.Addr]*tls.Certificate // listening address → served certificate
 	allowed map[netip.Addr]bool             // destinations Authorize lets through
 	roots   *x509.CertPool
+	// authorize, when set, is asked after allowed has let a stream through.
+	authorize func(context.Context, StreamInfo) error
+	// dial, when set, stands in for dialling the destination over TCP.
+	dial func(context.Context, netip.AddrPort) (net.Conn, error)
 	// Zero leaves the server's defaults.
 	idleTimeout, writeTimeout time.Duration
 }
@@ -115,14 +119,20 @@ func newNode(t testing.TB, o nodeOpts) *node {
 			return nil, errors.New("no workload at this address")
 		},
 		Roots: func() *x509.CertPool { return o.roots },
-		Authorize: func(_ context.Context, s StreamInfo) error {
+		Authorize: func(ctx context.Context, s StreamInfo) error {
 			if !o.allowed[s.Dest.Addr()] {
 				return fmt.Errorf("%s is not a local workload", s.Dest.Addr())
+			}
+			if o.authorize != nil {
+				return o.authorize(ctx, s)
 			}
 			return nil
 		},
 		Dial: func(ctx context.Context, dest netip.AddrPort) (net.Conn, error) {
 			n.dials.Add(1)
+			if o.dial != nil {
+				return o.dial(ctx, dest)
+			}
 			var d net.Dialer
 			return d.DialContext(ctx, "tcp", dest.String())
 		},
@@ -163,6 +173,71 @@ func oneWorkloadNode(t testing.TB, m *mesh, dest netip.AddrPort, o nodeOpts) *no
 	o.allowed = map[netip.Addr]bool{dest.Addr(): true}
 	o.roots = m.roots()
 	return newNode(t, o)
+}
+
+// dialGate hands each of a node's dials to the test, which connects it to a
+// pipe or fails it; a dial whose context ends first gives up.
+type dialGate chan *pendingDial
+
+type pendingDial struct {
+	ctx    context.Context
+	answer chan net.Conn // nil fails the dial
+}
+
+func (g dialGate) dial(ctx context.Context, _ netip.AddrPort) (net.Conn, error) {
+	p := &pendingDial{ctx: ctx, answer: make(chan net.Conn, 1)}
+	select {
+	case g <- p:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case c := <-p.answer:
+		if c == nil {
+			return nil, errors.New("destination refused")
+		}
+		return c, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// next returns the node's next dial.
+func (g dialGate) next(t testing.TB) *pendingDial {
+	t.Helper()
+	select {
+	case p := <-g:
+		return p
+	case <-time.After(5 * time.Second):
+		t.Fatal("the node did not dial")
+		return nil
+	}
+}
+
+// connect completes the dial with a pipe and returns the destination's end,
+// which reads nothing unless the test does: what the node relays stays
+// queued in the node.
+func (p *pendingDial) connect(t testing.TB) net.Conn {
+	a, b := net.Pipe()
+	t.Cleanup(func() { b.Close() })
+	p.answer <- a
+	return b
+}
+
+func (p *pendingDial) fail() { p.answer <- nil }
+
+// onlyConn is the node's one HTTP/2 connection, for looking at its state.
+func (n *node) onlyConn(t testing.TB) *h2conn {
+	t.Helper()
+	n.srv.mu.Lock()
+	defer n.srv.mu.Unlock()
+	if len(n.srv.h2conns) != 1 {
+		t.Fatalf("the node has %d HTTP/2 connections, want 1", len(n.srv.h2conns))
+	}
+	for c := range n.srv.h2conns {
+		return c
+	}
+	return nil
 }
 
 func (n *node) at(ip string) netip.AddrPort {

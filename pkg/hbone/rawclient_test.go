@@ -3,6 +3,7 @@ package hbone
 import (
 	"bytes"
 	"crypto/tls"
+	"encoding/binary"
 	"io"
 	"net/netip"
 	"testing"
@@ -22,6 +23,9 @@ type rawClient struct {
 	fr   *http2.Framer
 	enc  *hpack.Encoder
 	hbuf bytes.Buffer
+	// connWin is what the server's connection window still lets us send.
+	connWin int64
+	pings   uint64
 }
 
 func dialRaw(t *testing.T, m *mesh, node netip.AddrPort, settings ...http2.Setting) *rawClient {
@@ -36,7 +40,9 @@ func dialRaw(t *testing.T, m *mesh, node netip.AddrPort, settings ...http2.Setti
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	c := &rawClient{t: t, conn: conn, fr: http2.NewFramer(conn, conn)}
+	// The connection window starts at 65535 whatever the settings say
+	// (RFC 9113 §6.9.2).
+	c := &rawClient{t: t, conn: conn, fr: http2.NewFramer(conn, conn), connWin: 65535}
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	c.enc = hpack.NewEncoder(&c.hbuf)
 	if _, err := io.WriteString(conn, http2.ClientPreface); err != nil {
@@ -68,12 +74,54 @@ func (c *rawClient) connect(id uint32, dest netip.AddrPort) {
 // next reads the next frame the server sends, within 5 s.
 func (c *rawClient) next() http2.Frame {
 	c.t.Helper()
-	c.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-	f, err := c.fr.ReadFrame()
+	f, err := c.read()
 	if err != nil {
 		c.t.Fatalf("reading a frame: %v", err)
 	}
 	return f
+}
+
+func (c *rawClient) read() (http2.Frame, error) {
+	c.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	f, err := c.fr.ReadFrame()
+	if w, ok := f.(*http2.WindowUpdateFrame); ok && w.StreamID == 0 {
+		c.connWin += int64(w.Increment)
+	}
+	return f, err
+}
+
+// send writes p as one DATA frame on stream id once the server's connection
+// window has room for it, reading (and dropping) frames until then, as a
+// client must wait (RFC 9113 §6.9.1). The stream's window is the caller's
+// to respect.
+func (c *rawClient) send(id uint32, p []byte) {
+	c.t.Helper()
+	for c.connWin < int64(len(p)) {
+		if _, err := c.read(); err != nil {
+			c.t.Fatalf("the connection window stayed at %d bytes, short of a %d-byte frame: %v", c.connWin, len(p), err)
+		}
+	}
+	c.connWin -= int64(len(p))
+	if err := c.fr.WriteData(id, false, p); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// sync returns once the server has handled every frame sent before it: the
+// loop that handles them answers PINGs in order (RFC 9113 §6.7).
+func (c *rawClient) sync() {
+	c.t.Helper()
+	c.pings++
+	var data [8]byte
+	binary.BigEndian.PutUint64(data[:], c.pings)
+	if err := c.fr.WritePing(false, data); err != nil {
+		c.t.Fatal(err)
+	}
+	for {
+		if p := c.until(http2.FramePing, 0).(*http2.PingFrame); p.IsAck() && p.Data == data {
+			return
+		}
+	}
 }
 
 // until reads frames up to the first one of type typ on stream id.
