@@ -501,11 +501,18 @@ func (c *h2conn) streamDone(st *h2stream) {
 	if len(c.streams) == 0 && !c.closed {
 		c.idle.Reset(c.s.cfg.IdleTimeout)
 	}
+	var stranded int64
 	for _, b := range st.in {
+		stranded += int64(len(b))
 		putChunk(b)
 	}
 	st.in = nil
 	c.mu.Unlock()
+	// Bytes a reset or refused stream never passed on would otherwise
+	// shrink the connection's window for good.
+	if stranded > 0 {
+		c.consumed(nil, stranded)
+	}
 	if last {
 		c.closeWrite()
 	}

@@ -79,6 +79,9 @@ func (st *h2stream) writeTo(dst net.Conn) (int64, error) {
 			putChunk(b)
 		}
 		if err != nil {
+			// The stream is over, but the bytes still count against
+			// the connection's window until given back.
+			c.consumed(nil, n)
 			return total, err
 		}
 		c.consumed(st, n)
