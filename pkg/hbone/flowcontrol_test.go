@@ -1,6 +1,7 @@
 package hbone
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -96,5 +97,48 @@ func readFull(t *testing.T, c net.Conn, n int) {
 	c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, err := io.ReadFull(c, make([]byte, n)); err != nil {
 		t.Fatalf("the destination read: %v", err)
+	}
+}
+
+// What the node holds for a stream is bounded by the bytes queued in it,
+// which the stream's window bounds, whatever size the source's frames
+// are: 1-byte frames must not each pin a buffer of 1 KiB or more.
+func TestQueuedDataHoldsAboutItsSize(t *testing.T) {
+	m := newMesh(t)
+	dest := netip.MustParseAddrPort("127.0.0.1:9")
+	for _, size := range []int{1, 100, 1000, 1025, 8193, 16 << 10} {
+		t.Run(fmt.Sprintf("%d-byte frames", size), func(t *testing.T) {
+			gate := make(dialGate)
+			n := oneWorkloadNode(t, m, dest, nodeOpts{dial: gate.dial})
+			c := dialRaw(t, m, n.at("127.0.0.2"))
+			c.connect(1, dest)
+			up := gate.next(t).connect(t)
+			c.until(http2.FrameHeaders, 1)
+			// The node is stuck writing this frame's second byte, so
+			// the next frames stay queued.
+			c.send(1, []byte("ab"))
+			readFull(t, up, 1)
+			frames := min(256, (512<<10)/size) // within the stream's window
+			for range frames {
+				c.send(1, make([]byte, size))
+			}
+			c.sync()
+
+			hc := n.onlyConn(t)
+			hc.mu.Lock()
+			queued, held := 0, 0
+			for _, b := range hc.streams[1].in {
+				queued += len(b)
+				held += cap(b)
+			}
+			hc.mu.Unlock()
+			if queued != frames*size {
+				t.Fatalf("%d bytes queued, want %d", queued, frames*size)
+			}
+			// At most the last chunk is partly empty.
+			if spare := held - queued; spare > bufSizes[1] {
+				t.Errorf("%d bytes queued hold %d bytes of buffers", queued, held)
+			}
+		})
 	}
 }

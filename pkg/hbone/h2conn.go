@@ -333,9 +333,7 @@ func (c *h2conn) data(f *http2.DataFrame) error {
 		return nil
 	}
 	st.recvWin -= n
-	if len(p) > 0 {
-		st.in = append(st.in, chunkOf(p))
-	}
+	st.queue(p)
 	if f.StreamEnded() {
 		st.remoteDone = true
 	}

@@ -27,7 +27,24 @@ type h2stream struct {
 	up         net.Conn
 }
 
-// chunkOf copies a frame's payload out of the Framer's reused buffer.
+// queue copies a frame's payload out of the Framer's reused buffer, into
+// the spare room of the last chunk first: the window counts payload bytes,
+// so were each frame given a chunk of its own, 1-byte frames would pin a
+// thousand times the window. This way every chunk but the last is full.
+// Call with c.mu held.
+func (st *h2stream) queue(p []byte) {
+	if k := len(st.in) - 1; k >= 0 {
+		tail := st.in[k]
+		n := min(len(p), cap(tail)-len(tail))
+		st.in[k] = append(tail, p[:n]...)
+		p = p[n:]
+	}
+	if len(p) > 0 {
+		st.in = append(st.in, chunkOf(p))
+	}
+}
+
+// chunkOf copies p into a pooled chunk.
 func chunkOf(p []byte) []byte {
 	pool := &bufPools[0]
 	if len(p) > bufSizes[0] {
