@@ -140,25 +140,36 @@ func (s *Server) serveH2(nc *batchedTLS, ci connInfo) {
 func (c *h2conn) readLoop() error {
 	for {
 		f, err := c.fr.ReadFrame()
-		if err != nil {
-			var se http2.StreamError
-			if errors.As(err, &se) {
-				c.resetID(se.StreamID, se.Code)
-				continue
-			}
-			var ce http2.ConnectionError
-			if errors.As(err, &ce) {
-				c.goAway(http2.ErrCode(ce))
-			}
-			return err
+		if err == nil {
+			err = c.handle(f)
 		}
-		if err := c.handle(f); err != nil {
-			var ce http2.ConnectionError
-			if errors.As(err, &ce) {
-				c.goAway(http2.ErrCode(ce))
-			}
-			return err
+		if err == nil {
+			continue
 		}
+		var se http2.StreamError
+		if errors.As(err, &se) {
+			c.streamError(se.StreamID, se.Code)
+			continue
+		}
+		var ce http2.ConnectionError
+		if errors.As(err, &ce) {
+			c.goAway(http2.ErrCode(ce))
+		}
+		return err
+	}
+}
+
+// streamError ends a stream the peer broke (RFC 9113 §5.4.2). RST_STREAM
+// alone would leave an open stream relaying: its slot taken, its
+// destination connected, and DATA still sent after our own reset.
+func (c *h2conn) streamError(id uint32, code http2.ErrCode) {
+	c.mu.Lock()
+	st := c.streams[id]
+	c.mu.Unlock()
+	if st != nil {
+		st.reset(code)
+	} else {
+		c.resetID(id, code)
 	}
 }
 

@@ -108,8 +108,9 @@ func (c *rawClient) send(id uint32, p []byte) {
 }
 
 // sync returns once the server has handled every frame sent before it: the
-// loop that handles them answers PINGs in order (RFC 9113 §6.7).
-func (c *rawClient) sync() {
+// loop that handles them answers PINGs in order (RFC 9113 §6.7). It
+// returns the other frames it read meanwhile.
+func (c *rawClient) sync() []http2.Frame {
 	c.t.Helper()
 	c.pings++
 	var data [8]byte
@@ -117,10 +118,13 @@ func (c *rawClient) sync() {
 	if err := c.fr.WritePing(false, data); err != nil {
 		c.t.Fatal(err)
 	}
+	var skipped []http2.Frame
 	for {
-		if p := c.until(http2.FramePing, 0).(*http2.PingFrame); p.IsAck() && p.Data == data {
-			return
+		f := c.next()
+		if p, ok := f.(*http2.PingFrame); ok && p.IsAck() && p.Data == data {
+			return skipped
 		}
+		skipped = append(skipped, f)
 	}
 }
 
