@@ -35,6 +35,8 @@ const (
 	// A window update is sent once this share of a window has been
 	// consumed, so a bulk transfer does not cost one frame per read.
 	refreshDivisor = 4
+	// The largest flow-control window HTTP/2 allows (RFC 9113 §6.9.1).
+	maxWindow = 1<<31 - 1
 )
 
 var errStreamReset = errors.New("hbone: stream reset")
@@ -223,13 +225,20 @@ func (c *h2conn) applySetting(s http2.Setting) error {
 	switch s.ID {
 	case http2.SettingInitialWindowSize:
 		c.mu.Lock()
+		defer c.mu.Unlock()
 		delta := int64(s.Val) - c.initWin
+		// A change that takes any stream's window past the maximum is
+		// a connection error (RFC 9113 §6.9.2).
+		for _, st := range c.streams {
+			if st.sendWin+delta > maxWindow {
+				return connErr(http2.ErrCodeFlowControl)
+			}
+		}
 		c.initWin = int64(s.Val)
 		for _, st := range c.streams {
 			st.sendWin += delta
 			st.cond.Broadcast()
 		}
-		c.mu.Unlock()
 	case http2.SettingMaxFrameSize:
 		c.mu.Lock()
 		c.peerFrame = int(s.Val)
@@ -245,9 +254,11 @@ func (c *h2conn) applySetting(s http2.Setting) error {
 func (c *h2conn) windowUpdate(id uint32, inc int64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// A window past the maximum is a connection error for the
+	// connection's window, a stream error for a stream's (RFC 9113 §6.9.1).
 	if id == 0 {
 		c.sendWin += inc
-		if c.sendWin > 1<<31-1 {
+		if c.sendWin > maxWindow {
 			return connErr(http2.ErrCodeFlowControl)
 		}
 		for _, st := range c.streams {
@@ -256,6 +267,9 @@ func (c *h2conn) windowUpdate(id uint32, inc int64) error {
 		return nil
 	}
 	if st := c.streams[id]; st != nil {
+		if st.sendWin+inc > maxWindow {
+			return http2.StreamError{StreamID: id, Code: http2.ErrCodeFlowControl}
+		}
 		st.sendWin += inc
 		st.cond.Broadcast()
 	}

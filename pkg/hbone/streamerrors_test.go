@@ -26,6 +26,10 @@ func TestStreamErrorEndsTheStream(t *testing.T) {
 			c.fr.AllowIllegalWrites = true
 			return c.fr.WriteWindowUpdate(1, 0)
 		}},
+		// §6.9.1: a stream's window may not exceed 2^31-1.
+		{name: "WINDOW_UPDATE past 2^31-1", want: http2.ErrCodeFlowControl, send: func(c *rawClient) error {
+			return c.fr.WriteWindowUpdate(1, 1<<31-1)
+		}},
 		// §8.2.1: an upper-case field name makes the message malformed.
 		{name: "trailers with an upper-case name", want: http2.ErrCodeProtocol, send: func(c *rawClient) error {
 			c.hbuf.Reset()
@@ -66,6 +70,46 @@ func TestStreamErrorEndsTheStream(t *testing.T) {
 				defer hc.mu.Unlock()
 				return len(hc.streams) == 0
 			})
+		})
+	}
+}
+
+// A window past 2^31-1 is a connection error when it is the connection's
+// (RFC 9113 §6.9.1), or a stream's through a new SETTINGS_INITIAL_WINDOW_SIZE
+// (§6.9.2): the node sends GOAWAY with FLOW_CONTROL_ERROR.
+func TestWindowOverflowEndsTheConnection(t *testing.T) {
+	m := newMesh(t)
+	dest := netip.MustParseAddrPort("127.0.0.1:9")
+	cases := []struct {
+		name string
+		send func(c *rawClient) error // with stream 1 open, at the initial 65535
+	}{
+		{name: "connection WINDOW_UPDATE", send: func(c *rawClient) error {
+			return c.fr.WriteWindowUpdate(0, 1<<31-1)
+		}},
+		{name: "SETTINGS_INITIAL_WINDOW_SIZE", send: func(c *rawClient) error {
+			// Stream 1's window at the limit, then one more.
+			if err := c.fr.WriteWindowUpdate(1, 1<<31-1-65535); err != nil {
+				return err
+			}
+			return c.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 65535 + 1})
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			gate := make(dialGate)
+			n := oneWorkloadNode(t, m, dest, nodeOpts{dial: gate.dial})
+			c := dialRaw(t, m, n.at("127.0.0.2"))
+			c.connect(1, dest)
+			gate.next(t).connect(t)
+			c.until(http2.FrameHeaders, 1)
+
+			if err := tc.send(c); err != nil {
+				t.Fatal(err)
+			}
+			if g := c.until(http2.FrameGoAway, 0).(*http2.GoAwayFrame); g.ErrCode != http2.ErrCodeFlowControl {
+				t.Errorf("GOAWAY %v, want %v", g.ErrCode, http2.ErrCodeFlowControl)
+			}
 		})
 	}
 }
