@@ -309,6 +309,7 @@ func (c *h2conn) headers(f *http2.MetaHeadersFrame) error {
 		return nil
 	}
 	st := &h2stream{c: c, id: id, sendWin: c.initWin, recvWin: streamWindow, remoteDone: f.StreamEnded()}
+	st.ctx, st.cancel = context.WithCancel(c.ctx)
 	st.cond.L = &c.mu
 	c.streams[id] = st
 	c.wg.Add(1)
@@ -518,6 +519,7 @@ func (c *h2conn) teardown() {
 // streamDone forgets a finished stream, and closes a draining connection
 // after its last one.
 func (c *h2conn) streamDone(st *h2stream) {
+	st.cancel()
 	c.mu.Lock()
 	delete(c.streams, st.id)
 	last := c.goingAway && len(c.streams) == 0 && !c.closed

@@ -1,6 +1,7 @@
 package hbone
 
 import (
+	"context"
 	"io"
 	"net"
 	"strconv"
@@ -16,6 +17,10 @@ type h2stream struct {
 	c    *h2conn
 	id   uint32
 	cond sync.Cond
+	// ctx ends when the stream is reset, so that its authorization and
+	// dial stop with it.
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	in         [][]byte // DATA received, not yet written to the destination
 	recvWin    int64    // what the peer may still send on this stream
@@ -211,9 +216,7 @@ func (st *h2stream) reset(code http2.ErrCode) {
 	defer c.wmu.Unlock()
 	c.mu.Lock()
 	skip := st.isReset || c.closed || (st.localDone && st.remoteDone)
-	st.isReset = true
-	st.cond.Broadcast()
-	up := st.up
+	up := st.stop()
 	c.mu.Unlock()
 	if up != nil {
 		up.Close()
@@ -230,13 +233,21 @@ func (st *h2stream) reset(code http2.ErrCode) {
 func (st *h2stream) abort() {
 	c := st.c
 	c.mu.Lock()
-	st.isReset = true
-	st.cond.Broadcast()
-	up := st.up
+	up := st.stop()
 	c.mu.Unlock()
 	if up != nil {
 		up.Close()
 	}
+}
+
+// stop marks the stream reset, wakes its goroutines and cancels its
+// context, and returns the destination's connection for the caller to
+// close outside mu. Call with c.mu held.
+func (st *h2stream) stop() net.Conn {
+	st.isReset = true
+	st.cond.Broadcast()
+	st.cancel()
+	return st.up
 }
 
 // setUpstream records the destination's connection so a reset closes it;

@@ -81,7 +81,7 @@ func (s *Server) serveStream(h *h2stream, method, authority string) {
 	info.Dest = netip.AddrPortFrom(dest.Addr().Unmap(), dest.Port())
 
 	if s.cfg.Authorize != nil {
-		if err := s.cfg.Authorize(c.ctx, info); err != nil {
+		if err := s.cfg.Authorize(h.ctx, info); err != nil {
 			s.refuse(h, info, http.StatusForbidden, ReasonPolicy, err)
 			return
 		}
@@ -93,9 +93,17 @@ func (s *Server) serveStream(h *h2stream, method, authority string) {
 	}
 	defer s.unregister(st)
 
-	up, err := s.cfg.Dial(c.ctx, info.Dest)
+	// A stream reset by now is not dialled, and a dial its reset cancels
+	// is no refusal: HEADERS each followed at once by RST_STREAM ("rapid
+	// reset", CVE-2023-44487) must not open destination connections.
+	if h.ctx.Err() != nil {
+		return
+	}
+	up, err := s.cfg.Dial(h.ctx, info.Dest)
 	if err != nil {
-		s.refuse(h, info, http.StatusServiceUnavailable, ReasonDial, err)
+		if h.ctx.Err() == nil {
+			s.refuse(h, info, http.StatusServiceUnavailable, ReasonDial, err)
+		}
 		return
 	}
 	if !h.setUpstream(up) {
