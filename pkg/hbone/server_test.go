@@ -166,37 +166,7 @@ func TestServerRefusesHandshake(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			before := n.counters.Refusals(Inbound, ReasonHandshake)
-			cfg := &tls.Config{InsecureSkipVerify: true, NextProtos: tc.alpn}
-			if tc.cert != nil {
-				cfg.Certificates = []tls.Certificate{*tc.cert}
-			}
-			conn, err := tls.Dial("tcp", n.at("127.0.0.2").String(), cfg)
-			if err == nil {
-				// In TLS 1.3 the server judges the client's certificate
-				// after the client's handshake returns: the refusal
-				// arrives as an alert, or a close, on the first read.
-				conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-				_, err = conn.Read(make([]byte, 1))
-				conn.Close()
-			}
-			if err == nil {
-				t.Fatal("handshake accepted")
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				t.Fatalf("server neither refused nor closed: %v", err)
-			}
-			eventually(t, "the refusal to be counted", func() bool {
-				return n.counters.Refusals(Inbound, ReasonHandshake) == before+1
-			})
-			if n.counters.Conns[Inbound].Load() != 0 {
-				t.Errorf("an HTTP/2 connection was opened")
-			}
-			// The refusal is counted before it is logged.
-			if !waitUntil(5*time.Second, func() bool { return strings.Contains(n.log.String(), tc.refer) }) {
-				t.Errorf("log does not say why (%q):\n%s", tc.refer, n.log.String())
-			}
+			refusesHandshake(t, n, tc.cert, tc.alpn, tc.refer)
 		})
 	}
 	// The foreign HTTP/2 client with a foreign certificate fails too.
@@ -206,5 +176,43 @@ func TestServerRefusesHandshake(t *testing.T) {
 	}
 	if n.dials.Load() != 0 {
 		t.Errorf("a refused client made the node dial")
+	}
+}
+
+// refusesHandshake checks that n refuses a TLS client with cert (nil for
+// none) offering alpn, counts the refusal, opens no HTTP/2 connection and
+// logs why, in words containing refer.
+func refusesHandshake(t *testing.T, n *node, cert *tls.Certificate, alpn []string, refer string) {
+	t.Helper()
+	before := n.counters.Refusals(Inbound, ReasonHandshake)
+	cfg := &tls.Config{InsecureSkipVerify: true, NextProtos: alpn}
+	if cert != nil {
+		cfg.Certificates = []tls.Certificate{*cert}
+	}
+	conn, err := tls.Dial("tcp", n.at("127.0.0.2").String(), cfg)
+	if err == nil {
+		// In TLS 1.3 the server judges the client's certificate
+		// after the client's handshake returns: the refusal
+		// arrives as an alert, or a close, on the first read.
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err = conn.Read(make([]byte, 1))
+		conn.Close()
+	}
+	if err == nil {
+		t.Fatal("handshake accepted")
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("server neither refused nor closed: %v", err)
+	}
+	eventually(t, "the refusal to be counted", func() bool {
+		return n.counters.Refusals(Inbound, ReasonHandshake) == before+1
+	})
+	if n.counters.Conns[Inbound].Load() != 0 {
+		t.Errorf("an HTTP/2 connection was opened")
+	}
+	// The refusal is counted before it is logged.
+	if !waitUntil(5*time.Second, func() bool { return strings.Contains(n.log.String(), refer) }) {
+		t.Errorf("log does not say why (%q):\n%s", refer, n.log.String())
 	}
 }
