@@ -30,6 +30,11 @@ func SpiffeID(cert *x509.Certificate) (string, error) {
 	return id, nil
 }
 
+// errNoRoots refuses a peer when the mesh roots are missing: nil roots
+// would mean the system pool to crypto/tls and x509, trusting every public
+// CA.
+var errNoRoots = errors.New("no mesh roots to verify the peer against")
+
 // verifyPeer checks a peer's chain against the mesh roots for the given use
 // and returns its SPIFFE ID. SPIFFE certificates carry no DNS names, so
 // crypto/tls's own hostname check cannot be used on the client side; this
@@ -39,7 +44,7 @@ func verifyPeer(cs tls.ConnectionState, roots *x509.CertPool, usage x509.ExtKeyU
 		return "", errors.New("peer sent no certificate")
 	}
 	if roots == nil {
-		return "", errors.New("no mesh roots to verify the peer against")
+		return "", errNoRoots
 	}
 	inter := x509.NewCertPool()
 	for _, c := range cs.PeerCertificates[1:] {

@@ -36,7 +36,8 @@ type ServerConfig struct {
 	// of the workload that owns that address; an error fails the handshake.
 	Certificate func(local netip.AddrPort) (*tls.Certificate, error)
 	// Roots returns the mesh roots that client certificates must chain to.
-	// It is called per handshake, so a rotated root takes effect at once.
+	// It is called per handshake, so a rotated root takes effect at once;
+	// while it returns nil every handshake is refused.
 	Roots func() *x509.CertPool
 	// Authorize decides whether a stream may reach its destination. An
 	// error refuses it with 403 and nothing is dialled. Nil allows all,
@@ -206,6 +207,13 @@ func (s *Server) ServeConn(c net.Conn) {
 
 func (s *Server) tlsConfig(local netip.AddrPort) *tls.Config {
 	roots := s.cfg.Roots()
+	if roots == nil {
+		// With ClientCAs nil, crypto/tls would check client
+		// certificates against the system pool.
+		return &tls.Config{GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			return nil, errNoRoots
+		}}
+	}
 	return &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		NextProtos: []string{ALPN},
