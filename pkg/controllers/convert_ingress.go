@@ -122,6 +122,7 @@ func ConvertIngressClass(class *k8snetworkingv1.IngressClass) *model.IngressClas
 		Name:       class.Name,
 		Controller: class.Spec.Controller,
 		// Kubernetes' own admission plugin accepts exactly "true".
-		IsDefault: class.Annotations[annotationDefaultIngressClass] == "true",
+		IsDefault:    class.Annotations[annotationDefaultIngressClass] == "true",
+		CreationTime: class.CreationTimestamp.Time,
 	}
 }

@@ -81,6 +81,8 @@ type IngressClass struct {
 	Controller string
 	// IsDefault is the ingressclass.kubernetes.io/is-default-class annotation.
 	IsDefault bool
+	// CreationTime decides among several default classes (see Owns).
+	CreationTime time.Time
 }
 
 // Secret is a TLS certificate held in a Kubernetes Secret. Only the fields

@@ -29,7 +29,9 @@ type IngressOwnership struct {
 //   - spec.ingressClassName names a class: ours if that class exists and
 //     its controller is istio.io/ingress-controller;
 //   - else the legacy annotation: ours if it equals Class;
-//   - else a default IngressClass decides, if there is one;
+//   - else the default IngressClass decides, if there is one: of several,
+//     the newest (ties broken by name), the one Kubernetes' DefaultIngressClass
+//     admission plugin gives such Ingresses;
 //   - else only in DEFAULT mode.
 //
 // In OFF mode nothing is ours.
@@ -48,10 +50,24 @@ func (o IngressOwnership) Owns(ing *Ingress, classes []*IngressClass) bool {
 	if ing.ClassAnnotation != "" {
 		return ing.ClassAnnotation == o.Class
 	}
-	for _, c := range classes {
-		if c.IsDefault {
-			return c.Controller == IngressController
-		}
+	if c := defaultIngressClass(classes); c != nil {
+		return c.Controller == IngressController
 	}
 	return o.Mode == IngressModeDefault
+}
+
+// defaultIngressClass is the newest class marked default, the first by
+// name among equally new ones; nil when no class is marked.
+func defaultIngressClass(classes []*IngressClass) *IngressClass {
+	var best *IngressClass
+	for _, c := range classes {
+		if !c.IsDefault {
+			continue
+		}
+		if best == nil || c.CreationTime.After(best.CreationTime) ||
+			(c.CreationTime.Equal(best.CreationTime) && c.Name < best.Name) {
+			best = c
+		}
+	}
+	return best
 }

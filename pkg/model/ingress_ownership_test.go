@@ -1,12 +1,23 @@
 package model
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 func TestIngressOwnership(t *testing.T) {
 	ours := &IngressClass{Name: "istio", Controller: IngressController}
 	theirs := &IngressClass{Name: "nginx", Controller: "k8s.io/ingress-nginx"}
 	defaultOurs := &IngressClass{Name: "mesh", Controller: IngressController, IsDefault: true}
 	defaultTheirs := &IngressClass{Name: "other", Controller: "example.com/other", IsDefault: true}
+	// Several default classes: the API server gives an Ingress without a
+	// class the newest, the first by name among equally new ones.
+	older, newer := time.Unix(1_700_000_000, 0), time.Unix(1_700_000_100, 0)
+	newerTheirs := &IngressClass{Name: "a-nginx", Controller: "k8s.io/ingress-nginx", IsDefault: true, CreationTime: newer}
+	olderOurs := &IngressClass{Name: "istio", Controller: IngressController, IsDefault: true, CreationTime: older}
+	newerOurs := &IngressClass{Name: "istio", Controller: IngressController, IsDefault: true, CreationTime: newer}
+	olderTheirs := &IngressClass{Name: "a-nginx", Controller: "k8s.io/ingress-nginx", IsDefault: true, CreationTime: older}
+	tiedOurs := &IngressClass{Name: "b-istio", Controller: IngressController, IsDefault: true, CreationTime: older}
 	cases := []struct {
 		name    string
 		ing     Ingress
@@ -22,6 +33,9 @@ func TestIngressOwnership(t *testing.T) {
 		{"class name wins over annotation", Ingress{ClassName: "nginx", ClassAnnotation: "istio"}, []*IngressClass{theirs}, IngressModeDefault, false},
 		{"no class, our default class", Ingress{}, []*IngressClass{defaultOurs}, IngressModeStrict, true},
 		{"no class, another default class", Ingress{}, []*IngressClass{defaultTheirs}, IngressModeDefault, false},
+		{"no class, two defaults, the newer another controller's", Ingress{}, []*IngressClass{newerTheirs, olderOurs}, IngressModeStrict, false},
+		{"no class, two defaults, the newer ours", Ingress{}, []*IngressClass{olderTheirs, newerOurs}, IngressModeStrict, true},
+		{"no class, two defaults as new, the first by name another's", Ingress{}, []*IngressClass{olderTheirs, tiedOurs}, IngressModeDefault, false},
 		{"no class, strict", Ingress{}, []*IngressClass{ours}, IngressModeStrict, false},
 		{"no class, default mode", Ingress{}, []*IngressClass{ours}, IngressModeDefault, true},
 		{"off takes nothing", Ingress{ClassName: "istio"}, []*IngressClass{ours}, IngressModeOff, false},
