@@ -23,6 +23,10 @@ const FileSourceName = "file"
 // reload, so an editor's or kubectl's burst of writes loads once.
 const DefaultFileDebounce = 100 * time.Millisecond
 
+// DefaultFileRecheck is how often the source checks what its watches
+// cannot see: that the directory at its path is still the one watched.
+const DefaultFileRecheck = 5 * time.Second
+
 // FileSourceOptions configures a FileSource.
 type FileSourceOptions struct {
 	// Dir is read recursively for *.yaml, *.yml and *.json files, as
@@ -40,13 +44,20 @@ type FileSourceOptions struct {
 	Ingester *Ingester
 	// Debounce is the quiet period before a reload; DefaultFileDebounce if 0.
 	Debounce time.Duration
+	// Recheck is how often the source checks that the directory at Dir is
+	// still the one it watches; DefaultFileRecheck if 0.
+	Recheck time.Duration
 }
 
 // FileSource loads Kubernetes and Istio objects from a directory of YAML
 // files and keeps the store in step as the files change.
 type FileSource struct {
+	// dir is the directory's path as given. Files are named under it, not
+	// under what its symlinks resolve to, which a ConfigMap volume changes
+	// on every update.
 	dir      string
 	debounce time.Duration
+	recheck  time.Duration
 	log      *slog.Logger
 	metrics  *Metrics
 	ingester *Ingester
@@ -100,8 +111,9 @@ func NewFileSource(opts FileSourceOptions) (*FileSource, error) {
 		return nil, errors.New("file source: Store or Ingester is required")
 	}
 	s := &FileSource{
-		dir:      opts.Dir,
+		dir:      filepath.Clean(opts.Dir),
 		debounce: cmp.Or(opts.Debounce, DefaultFileDebounce),
+		recheck:  cmp.Or(opts.Recheck, DefaultFileRecheck),
 		log:      cmp.Or(opts.Logger, slog.New(slog.DiscardHandler)).With("source", FileSourceName),
 		metrics:  opts.Metrics,
 		ingester: opts.Ingester,
@@ -141,23 +153,32 @@ func isConfigFile(name string) bool {
 
 // listFiles returns the config files under the directory, sorted.
 func (s *FileSource) listFiles() []string {
+	root, _, err := s.resolveRoot()
+	if err != nil {
+		s.log.Warn("cannot read config directory", "dir", s.dir, "error", err)
+		return nil
+	}
 	var out []string
-	err := filepath.WalkDir(s.dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if path == s.dir {
-				return err
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if path == root {
+			if err == nil && !d.IsDir() {
+				err = s.notADirectory() // replaced since resolved
 			}
-			s.log.Warn("cannot read config path", "file", path, "error", err)
+			return err
+		}
+		name := filepath.Join(s.dir, strings.TrimPrefix(path, root))
+		if err != nil {
+			s.log.Warn("cannot read config path", "file", name, "error", err)
 			return nil
 		}
-		if path != s.dir && hidden(d.Name()) {
+		if hidden(d.Name()) {
 			if d.IsDir() {
 				return filepath.SkipDir
 			}
 			return nil
 		}
 		if !d.IsDir() && isConfigFile(d.Name()) {
-			out = append(out, path)
+			out = append(out, name)
 		}
 		return nil
 	})

@@ -125,13 +125,19 @@ type fileHarness struct {
 	source  *FileSource
 }
 
-func startFileSource(t *testing.T, dir string) *fileHarness {
+// startFileSource runs a source for dir until the test ends, after each of
+// opts has adjusted its options, and waits for its first load.
+func startFileSource(t *testing.T, dir string, opts ...func(*FileSourceOptions)) *fileHarness {
 	t.Helper()
 	h := &fileHarness{t: t, store: model.NewStore(), metrics: NewMetrics(prometheus.NewRegistry()), logs: &testlog.Buffer{}}
-	src, err := NewFileSource(FileSourceOptions{
+	o := FileSourceOptions{
 		Dir: dir, Store: h.store, Metrics: h.metrics, Debounce: 20 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(h.logs, nil)),
-	})
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	src, err := NewFileSource(o)
 	if err != nil {
 		t.Fatal(err)
 	}
