@@ -45,7 +45,8 @@ type FileSourceOptions struct {
 	// Debounce is the quiet period before a reload; DefaultFileDebounce if 0.
 	Debounce time.Duration
 	// Recheck is how often the source checks that the directory at Dir is
-	// still the one it watches; DefaultFileRecheck if 0.
+	// still the one it watches, and retries one it could not read;
+	// DefaultFileRecheck if 0.
 	Recheck time.Duration
 }
 
@@ -67,6 +68,9 @@ type FileSource struct {
 	// Only the Run goroutine touches the fields below.
 	files   map[string]*loadedFile
 	applied map[objectKey]appliedObject
+	// unreadable are the directories the last reload could not read, with
+	// why: the files last loaded from them are kept.
+	unreadable map[string]error
 }
 
 // loadedFile is what the source holds of one file.
@@ -151,50 +155,16 @@ func isConfigFile(name string) bool {
 	return false
 }
 
-// listFiles returns the config files under the directory, sorted.
-func (s *FileSource) listFiles() []string {
-	root, _, err := s.resolveRoot()
-	if err != nil {
-		s.log.Warn("cannot read config directory", "dir", s.dir, "error", err)
-		return nil
-	}
-	var out []string
-	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if path == root {
-			if err == nil && !d.IsDir() {
-				err = s.notADirectory() // replaced since resolved
-			}
-			return err
-		}
-		name := filepath.Join(s.dir, strings.TrimPrefix(path, root))
-		if err != nil {
-			s.log.Warn("cannot read config path", "file", name, "error", err)
-			return nil
-		}
-		if hidden(d.Name()) {
-			if d.IsDir() {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !d.IsDir() && isConfigFile(d.Name()) {
-			out = append(out, name)
-		}
-		return nil
-	})
-	if err != nil {
-		s.log.Warn("cannot read config directory", "dir", s.dir, "error", err)
-	}
-	return out
-}
-
 // reload reads the directory and applies what changed since the last load.
 // Only files whose bytes changed are decoded again, so a broken document
 // is reported once, not on every unrelated edit. A file that does not parse
 // changes nothing: its objects stay as they were in its last version that
-// parsed (none if it never did) until it parses again or is deleted.
+// parsed (none if it never did) until it parses again or is deleted. Nor
+// does a directory that is missing or cannot be read: that is a failure,
+// not the deletion of its files. An empty directory that can be read does
+// delete them: it is what deleting every file looks like.
 func (s *FileSource) reload() {
-	paths := s.listFiles()
+	paths, unreadable := s.listFiles()
 	files := make(map[string]*loadedFile, len(paths))
 	changed := map[string]bool{}
 	for _, path := range paths {
@@ -230,7 +200,19 @@ func (s *FileSource) reload() {
 		files[path] = &loadedFile{hash: hash, docs: docs}
 		changed[path] = true
 	}
+	// Nothing was listed in a directory that cannot be read: what was
+	// loaded from it stays as it was.
+	was := s.unreadable
+	s.unreadable = unreadable
+	for path, lf := range s.files {
+		if _, listed := files[path]; !listed && s.unread(path) {
+			files[path] = lf
+			paths = append(paths, path)
+		}
+	}
+	slices.Sort(paths)
 	s.files = files
+	s.reportUnreadable(was)
 
 	desired := make(map[objectKey]appliedObject)
 	var duplicates []model.SourceProblem
@@ -289,14 +271,22 @@ func countObjects(docs []decodedDoc) int {
 }
 
 // publishProblems hands every current problem of the directory to the
-// store, for /debug/pushcontext, and counts the files that do not parse.
+// store, for /debug/pushcontext, and counts the files that do not parse or
+// cannot be read.
 // extra are problems found across files (duplicates).
 func (s *FileSource) publishProblems(extra []model.SourceProblem) {
 	problems := extra
 	rejected := 0
+	for dir, err := range s.unreadable {
+		files, objects := s.keptIn(dir)
+		problems = append(problems, model.SourceProblem{File: dir, Message: fmt.Sprintf(
+			"cannot be read: %v; the %d objects last loaded from its %d files are served", err, objects, files)})
+	}
 	for path, lf := range s.files {
-		if lf.broken != nil {
+		if lf.broken != nil || s.unread(path) {
 			rejected++
+		}
+		if lf.broken != nil {
 			p := model.SourceProblem{File: path, Message: fmt.Sprintf(
 				"does not parse: %v; the %d objects of its last version that did are served", lf.broken, countObjects(lf.docs))}
 			var parseErr *ParseError

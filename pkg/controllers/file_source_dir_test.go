@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -32,6 +33,145 @@ func symlink(t *testing.T, target, link string) {
 	t.Helper()
 	if err := os.Symlink(target, link); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// chmod changes dir's mode until the test ends, when it is restored so that
+// the test's directory can be removed.
+func chmod(t *testing.T, dir string, mode os.FileMode) {
+	t.Helper()
+	if err := os.Chmod(dir, mode); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Chmod(dir, 0o755) })
+}
+
+// TestFileSourceKeepsConfigOfUnreadableDir: a directory that cannot be read
+// is not an empty one. The objects last loaded from it stay, the failure is
+// reported (log, problems, gauge), and the directory is loaded again once
+// it can be read. Emptied but readable, it does withdraw them.
+func TestFileSourceKeepsConfigOfUnreadableDir(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// link points the source at a symlink to the directory.
+		link bool
+		// sub is the directory that cannot be read, under the root; files
+		// and objects are what it held, and is kept.
+		sub            string
+		files, objects int
+		// nonRoot: the failure is one root is immune to.
+		nonRoot        bool
+		unread, reread func(t *testing.T, dir string)
+	}{{
+		name:   "missing",
+		files:  2,
+		unread: func(t *testing.T, dir string) { rename(t, dir, dir+".away") },
+		reread: func(t *testing.T, dir string) { rename(t, dir+".away", dir) },
+	}, {
+		name:  "a file, not a directory",
+		files: 2,
+		unread: func(t *testing.T, dir string) {
+			rename(t, dir, dir+".away")
+			if err := os.WriteFile(dir, []byte("not a directory"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		},
+		reread: func(t *testing.T, dir string) {
+			if err := os.Remove(dir); err != nil {
+				t.Fatal(err)
+			}
+			rename(t, dir+".away", dir)
+		},
+	}, {
+		name:   "a symlink to a missing directory",
+		link:   true,
+		files:  2,
+		unread: func(t *testing.T, dir string) { rename(t, dir, dir+".away") },
+		reread: func(t *testing.T, dir string) { rename(t, dir+".away", dir) },
+	}, {
+		name:    "permission denied",
+		files:   2,
+		nonRoot: true,
+		unread:  func(t *testing.T, dir string) { chmod(t, dir, 0) },
+		reread:  func(t *testing.T, dir string) { chmod(t, dir, 0o755) },
+	}, {
+		name:    "a subdirectory, permission denied",
+		sub:     "sub",
+		files:   1,
+		nonRoot: true,
+		unread:  func(t *testing.T, dir string) { chmod(t, filepath.Join(dir, "sub"), 0) },
+		reread:  func(t *testing.T, dir string) { chmod(t, filepath.Join(dir, "sub"), 0o755) },
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.nonRoot && os.Geteuid() == 0 {
+				t.Skip("root reads any directory")
+			}
+			base := t.TempDir()
+			dir := filepath.Join(base, "config")
+			writeFile(t, dir, "dr.yaml", dirRule("first.example.com"))
+			writeFile(t, dir, "sub/echo.yaml", echoFile)
+			path := dir
+			if tc.link {
+				path = filepath.Join(base, "link")
+				symlink(t, dir, path)
+			}
+			h := startFileSource(t, path, eventsOnly)
+			const good = "service reviews.ns.svc.cluster.local:[10.0.0.10], endpoint 10.244.1.5:8080 v1, " +
+				"pod reviews-v1, rule ns/reviews=first.example.com"
+			if got := storeState(h.store); got != good {
+				t.Fatalf("initial load: %s", got)
+			}
+
+			tc.unread(t, dir)
+			eventually(t, "the failure reported, or the objects withdrawn", func() bool {
+				return len(h.store.SourceProblems()) > 0 || storeState(h.store) != good
+			})
+			if got := storeState(h.store); got != good {
+				t.Errorf("while the directory cannot be read: %s", got)
+			}
+			broken := filepath.Join(path, tc.sub)
+			objects := 4
+			if tc.sub != "" {
+				objects = 3
+			}
+			want := fmt.Sprintf("the %d objects last loaded from its %d files are served", objects, tc.files)
+			if p := h.store.SourceProblems(); len(p) != 1 || p[0].File != broken || !strings.Contains(p[0].Message, want) {
+				t.Errorf("problems %+v, want one for %s saying %q", p, broken, want)
+			}
+			if got := gaugeValue(t, h.metrics.FilesRejected); got != float64(tc.files) {
+				t.Errorf("files rejected = %v, want %d", got, tc.files)
+			}
+			if !strings.Contains(h.logs.String(), "cannot read config directory") {
+				t.Errorf("logs lack the failure:\n%s", h.logs)
+			}
+
+			tc.reread(t, dir)
+			writeFile(t, broken, "beta.yaml", betaDRYAML)
+			eventually(t, "the directory read again, with its change", func() bool {
+				return slices.Contains(drHosts(h.store), "default/ratings=ratings") && len(h.store.SourceProblems()) == 0
+			})
+			if got := gaugeValue(t, h.metrics.FilesRejected); got != 0 {
+				t.Errorf("files rejected = %v, want 0", got)
+			}
+			if tc.sub == "" && !strings.Contains(h.logs.String(), "config directory can be read again") {
+				t.Errorf("logs lack the recovery:\n%s", h.logs)
+			}
+
+			// Every file deleted: the directory can be read and says there
+			// is no config, which is what the user meant.
+			entries, err := os.ReadDir(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range entries {
+				if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+					t.Fatal(err)
+				}
+			}
+			eventually(t, "every object withdrawn", func() bool {
+				return storeState(h.store) == "" && len(h.store.SourceProblems()) == 0
+			})
+		})
 	}
 }
 

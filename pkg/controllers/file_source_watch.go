@@ -16,8 +16,9 @@ import (
 
 // Run loads the directory, then reloads it whenever it changes, until ctx
 // is done. It fails only if the directory is missing at start or nothing
-// can be watched; once running, a directory replaced at its path is
-// watched and loaded in place of the old one.
+// can be watched; once running, a directory that goes missing or cannot be
+// read keeps the objects last loaded from it, and is loaded again when it
+// is back.
 func (s *FileSource) Run(ctx context.Context) error {
 	root, _, err := s.resolveRoot()
 	if err != nil {
@@ -79,8 +80,10 @@ func (s *FileSource) Run(ctx context.Context) error {
 			w = s.rewatch(w)
 			s.reload()
 		case <-recheck.C:
-			// What no watch sees: an ancestor replaced.
-			if s.moved(w) {
+			// What no watch sees: an ancestor replaced, or a directory that
+			// failed to read for want of file descriptors, say, and now
+			// would not.
+			if len(s.unreadable) > 0 || s.moved(w) {
 				schedule()
 			}
 		}

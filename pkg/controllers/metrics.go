@@ -27,9 +27,9 @@ type Metrics struct {
 	// have no unit or _total suffix.
 	IstioConfigEvents   *prometheus.CounterVec
 	IstioRegistryEvents *prometheus.CounterVec
-	// FilesRejected is the number of config files that do not parse (or
-	// cannot be read) now; the file source serves the objects of their last
-	// version that did.
+	// FilesRejected is the number of config files that do not parse or
+	// cannot be read now, their directory included; the file source serves
+	// the objects of their last version that did.
 	FilesRejected prometheus.Gauge
 }
 
@@ -128,7 +128,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"type", "event"}),
 		FilesRejected: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "meshpilot_config_files_rejected",
-			Help: "Config files that do not parse now; the objects of their last version that did are served.",
+			Help: "Config files that do not parse or cannot be read now; the objects of their last version that did are served.",
 		}),
 	}
 	if reg != nil {
