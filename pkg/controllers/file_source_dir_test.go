@@ -3,9 +3,12 @@ package controllers
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -104,7 +107,9 @@ func TestFileSourceKeepsConfigOfUnreadableDir(t *testing.T) {
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.nonRoot && os.Geteuid() == 0 {
-				t.Skip("root reads any directory")
+				// Root reads any directory: the case runs as nobody.
+				runAsNobody(t)
+				return
 			}
 			base := t.TempDir()
 			dir := filepath.Join(base, "config")
@@ -274,4 +279,41 @@ func swapLink(t *testing.T, base string) {
 	writeFile(t, base, "v2/dr.yaml", dirRule("second.example.com"))
 	symlink(t, "v2", filepath.Join(base, "config.tmp"))
 	rename(t, filepath.Join(base, "config.tmp"), filepath.Join(base, "config"))
+}
+
+// runAsNobody runs the test t in a child process of the test binary as
+// user nobody, and fails t if it does not pass there. The binary is copied
+// where nobody may run it: go test builds it in a directory only its user
+// can enter.
+func runAsNobody(t *testing.T) {
+	t.Helper()
+	// Not t.TempDir: its parent is open to its user alone.
+	dir, err := os.MkdirTemp("", "nobody")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "test")
+	data, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var pattern []string
+	for _, part := range strings.Split(t.Name(), "/") {
+		pattern = append(pattern, "^"+regexp.QuoteMeta(part)+"$")
+	}
+	cmd := exec.Command(bin, "-test.run="+strings.Join(pattern, "/"), "-test.v", "-test.count=1")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "TMPDIR="+os.TempDir(), "HOME="+dir)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: "+t.Name()) {
+		t.Fatalf("as nobody: %v\n%s", err, out)
+	}
 }
