@@ -1,6 +1,7 @@
 package ca
 
 import (
+	"bytes"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -11,6 +12,7 @@ import (
 	"encoding/pem"
 	"math/big"
 	"net/url"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -52,15 +54,30 @@ func csrFor(t testing.TB, key crypto.Signer, uris []string, dns ...string) []byt
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
 }
 
-// caCert makes a CA certificate for key, signed by parent (self-signed when
-// parent is nil), and returns it with its PEM.
+// validity is a certificate's NotBefore and NotAfter.
+type validity struct{ notBefore, notAfter time.Time }
+
+// aYear is valid from an hour ago for a year: a CA certificate nobody
+// worries about.
+func aYear() validity {
+	return validity{time.Now().Add(-time.Hour), time.Now().Add(365 * 24 * time.Hour)}
+}
+
+// caCert makes a CA certificate for key, valid for aYear, signed by parent
+// (self-signed when parent is nil), and returns it with its PEM.
 func caCert(t testing.TB, name string, key crypto.Signer, parent *x509.Certificate, parentKey crypto.Signer) (*x509.Certificate, []byte) {
+	t.Helper()
+	return caCertValid(t, name, key, parent, parentKey, aYear())
+}
+
+// caCertValid is caCert with an explicit validity.
+func caCertValid(t testing.TB, name string, key crypto.Signer, parent *x509.Certificate, parentKey crypto.Signer, v validity) (*x509.Certificate, []byte) {
 	t.Helper()
 	tmpl := &x509.Certificate{
 		SerialNumber:          big.NewInt(time.Now().UnixNano()),
 		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(365 * 24 * time.Hour),
+		NotBefore:             v.notBefore,
+		NotAfter:              v.notAfter,
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
 		BasicConstraintsValid: true,
 		IsCA:                  true,
@@ -97,15 +114,48 @@ type pluggedCA struct {
 
 func newPluggedCA(t testing.TB) pluggedCA {
 	t.Helper()
-	rootKey := ecKey(t, elliptic.P256())
-	root, rootPEM := caCert(t, "plugged root", rootKey, nil, nil)
-	interKey := ecKey(t, elliptic.P256())
-	inter, interPEM := caCert(t, "plugged intermediate", interKey, root, rootKey)
-	return pluggedCA{
-		root: root, inter: inter,
-		caCert: interPEM, caKey: keyPEM(t, interKey),
-		certChain: append(append([]byte{}, interPEM...), rootPEM...), rootCert: rootPEM,
+	return newCAChain(t, aYear(), aYear())
+}
+
+// newCAChain makes a chain of CA certificates, one per validity, root
+// first and signer last, in the plug-in layout: cert-chain.pem holds the
+// signer, the intermediates, then the root. With a single validity the
+// signer is the root; inter is always the signer.
+func newCAChain(t testing.TB, v ...validity) pluggedCA {
+	t.Helper()
+	var (
+		parent    *x509.Certificate
+		parentKey crypto.Signer
+		p         pluggedCA
+		chain     [][]byte
+	)
+	for i, valid := range v {
+		key := ecKey(t, elliptic.P256())
+		name := "plugged intermediate " + strconv.Itoa(i)
+		if i == 0 {
+			name = "plugged root"
+		}
+		c, pemBytes := caCertValid(t, name, key, parent, parentKey, valid)
+		if i == 0 {
+			p.root, p.rootCert = c, pemBytes
+		}
+		p.inter, p.caCert, p.caKey = c, pemBytes, keyPEM(t, key)
+		chain = append([][]byte{pemBytes}, chain...)
+		parent, parentKey = c, key
 	}
+	p.certChain = bytes.Join(chain, nil)
+	return p
+}
+
+// loadedAt loads p as a CA that was valid at the moment at, as a running
+// CA whose certificates expire later (or start later) than its loading.
+func loadedAt(t testing.TB, at time.Time, p pluggedCA) *Authority {
+	t.Helper()
+	a, err := newAuthority(Options{}.withDefaults(), SourcePlugged, p.caCert, p.caKey, p.certChain, p.rootCert, at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
 }
 
 func mustSelfSigned(t testing.TB, opts Options) *Authority {

@@ -174,14 +174,14 @@ func NewSelfSigned(opts Options) (*Authority, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newAuthority(opts, SourceMemory, certPEM, keyPEM, nil, nil)
+	return newAuthority(opts, SourceMemory, certPEM, keyPEM, nil, nil, time.Now())
 }
 
 // NewFromPEM builds an Authority from Istio's four files (the contents of
 // the cacerts Secret). certChain and root may be empty when caCert is a
 // self-signed root.
 func NewFromPEM(opts Options, caCert, caKey, certChain, root []byte) (*Authority, error) {
-	return newAuthority(opts.withDefaults(), SourcePlugged, caCert, caKey, certChain, root)
+	return newAuthority(opts.withDefaults(), SourcePlugged, caCert, caKey, certChain, root, time.Now())
 }
 
 // generateRoot makes a self-signed root with an ECDSA P-256 key. We pick
@@ -229,7 +229,10 @@ func randomSerial() (*big.Int, error) {
 	return rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 128))
 }
 
-func newAuthority(opts Options, source Source, caCertPEM, caKeyPEM, chainPEM, rootPEM []byte) (*Authority, error) {
+// newAuthority checks the key material as of now, the moment it is loaded:
+// a parameter, so that a test can load a CA whose certificates have expired
+// since, as a running CA's do.
+func newAuthority(opts Options, source Source, caCertPEM, caKeyPEM, chainPEM, rootPEM []byte, now time.Time) (*Authority, error) {
 	if len(caCertPEM) == 0 || len(caKeyPEM) == 0 {
 		return nil, fmt.Errorf("%s and %s are both required", CACertKey, CAKeyKey)
 	}
@@ -248,7 +251,6 @@ func newAuthority(opts Options, source Source, caCertPEM, caKeyPEM, chainPEM, ro
 	if !cert.IsCA || (cert.KeyUsage != 0 && cert.KeyUsage&x509.KeyUsageCertSign == 0) {
 		return nil, fmt.Errorf("%s (%s) may not sign certificates: it is not a CA certificate with the certSign key usage", CACertKey, cert.Subject)
 	}
-	now := time.Now()
 	if now.After(cert.NotAfter) {
 		return nil, fmt.Errorf("%s (%s) expired at %s", CACertKey, cert.Subject, cert.NotAfter.Format(time.RFC3339))
 	}
@@ -371,7 +373,7 @@ func LoadOrCreate(ctx context.Context, kube kubernetes.Interface, opts Options) 
 		opts.Logger.Info("another replica created the CA root first; using it", "secret", opts.Namespace+"/"+SelfSignedSecretName)
 		return loadSelfSigned(ctx, kube, opts)
 	}
-	a, err := newAuthority(opts, SourceSelfSigned, certPEM, keyPEM, nil, nil)
+	a, err := newAuthority(opts, SourceSelfSigned, certPEM, keyPEM, nil, nil, time.Now())
 	if err != nil {
 		return nil, err
 	}
@@ -403,7 +405,7 @@ func authorityFromSecret(opts Options, s *corev1.Secret) (*Authority, error) {
 	if s.Name == PluggedSecretName {
 		source, what = SourcePlugged, "plugged-in CA Secret"
 	}
-	a, err := newAuthority(opts, source, s.Data[CACertKey], s.Data[CAKeyKey], s.Data[CertChainKey], s.Data[RootCertKey])
+	a, err := newAuthority(opts, source, s.Data[CACertKey], s.Data[CAKeyKey], s.Data[CertChainKey], s.Data[RootCertKey], time.Now())
 	if err != nil {
 		return nil, fmt.Errorf("%s %s/%s: %w", what, s.Namespace, s.Name, err)
 	}
