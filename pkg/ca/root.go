@@ -104,9 +104,12 @@ type Authority struct {
 	// signing certificate when it is not itself a root, then intermediates.
 	chain    []*x509.Certificate
 	chainPEM []string
-	roots    []*x509.Certificate
-	rootPEM  []byte
-	rootPool *x509.CertPool
+	// signerRoot is the root that cert chains up to: a leaf is only as
+	// valid as it (see signingPath).
+	signerRoot *x509.Certificate
+	roots      []*x509.Certificate
+	rootPEM    []byte
+	rootPool   *x509.CertPool
 }
 
 // Source is where the signing key came from.
@@ -302,16 +305,18 @@ func newAuthority(opts Options, source Source, caCertPEM, caKeyPEM, chainPEM, ro
 	for _, c := range chain {
 		inter.AddCert(c)
 	}
-	if _, err := cert.Verify(x509.VerifyOptions{
+	verified, err := cert.Verify(x509.VerifyOptions{
 		Roots: pool, Intermediates: inter, CurrentTime: now,
 		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny},
-	}); err != nil {
+	})
+	if err != nil {
 		return nil, fmt.Errorf("%s does not chain up to %s: %w", CACertKey, RootCertKey, err)
 	}
+	path := verified[0]
 
 	a := &Authority{
 		opts: opts, source: source, signer: key, cert: cert,
-		chain: chain, roots: roots, rootPEM: rootPEM, rootPool: pool,
+		chain: chain, signerRoot: path[len(path)-1], roots: roots, rootPEM: rootPEM, rootPool: pool,
 	}
 	for _, c := range chain {
 		a.chainPEM = append(a.chainPEM, string(encodeCertificate(c)))

@@ -16,8 +16,9 @@ import (
 // own listeners (15012, the webhooks) from this CA, with a fresh ECDSA P-256
 // key, so that clients trusting the mesh root (istio-ca-root-cert) trust it.
 // Each name is a DNS name or an IP literal (for an API server that calls a
-// webhook by address). ttl ≤ 0 means DefaultCertTTL; RotatingServingCert
-// re-issues before NotAfter.
+// webhook by address). ttl ≤ 0 means DefaultCertTTL, capped as Sign caps
+// it; like Sign it refuses (ErrCANotValid) when the CA's chain is not valid
+// now. RotatingServingCert re-issues before NotAfter.
 func (a *Authority) ServingCertificate(names []string, ttl time.Duration) (*tls.Certificate, error) {
 	if len(names) == 0 {
 		return nil, errors.New("ca: a serving certificate needs at least one name")
@@ -36,6 +37,10 @@ func (a *Authority) ServingCertificate(names []string, ttl time.Duration) (*tls.
 	if ttl <= 0 {
 		ttl = a.opts.DefaultCertTTL
 	}
+	notBefore, notAfter, err := a.leafValidity(time.Now(), ttl)
+	if err != nil {
+		return nil, fmt.Errorf("ca: serving certificate: %w", err)
+	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
@@ -44,14 +49,9 @@ func (a *Authority) ServingCertificate(names []string, ttl time.Duration) (*tls.
 	if err != nil {
 		return nil, err
 	}
-	now := time.Now()
-	notAfter := now.Add(ttl)
-	if notAfter.After(a.cert.NotAfter) {
-		notAfter = a.cert.NotAfter
-	}
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial,
-		NotBefore:             now.Add(-clockSkew),
+		NotBefore:             notBefore,
 		NotAfter:              notAfter,
 		DNSNames:              dnsNames,
 		IPAddresses:           ips,

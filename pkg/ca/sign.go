@@ -66,6 +66,10 @@ type Certificate struct {
 //   - ttl ≤ 0 means the default (24 h); above the maximum is refused, as
 //     istiod refuses it, rather than clamped behind the caller's back.
 //
+// A CA whose chain has expired, or is not valid yet, refuses (ErrCertGen,
+// wrapping ErrCANotValid); a leaf never outlives any certificate of the
+// chain.
+//
 // The leaf has id as its only (URI) SAN, an empty subject (so the SAN is
 // critical, per the X.509-SVID spec), and client and server auth usages.
 func (a *Authority) Sign(csrPEM []byte, id Identity, ttl time.Duration) (*Certificate, error) {
@@ -86,20 +90,17 @@ func (a *Authority) Sign(csrPEM []byte, id Identity, ttl time.Duration) (*Certif
 		return nil, signErr(ErrTTL, "requested TTL %s is greater than the max allowed TTL %s", ttl, a.opts.MaxCertTTL)
 	}
 
+	notBefore, notAfter, err := a.leafValidity(time.Now(), ttl)
+	if err != nil {
+		return nil, err
+	}
 	serial, err := randomSerial()
 	if err != nil {
 		return nil, signErr(ErrCertGen, "serial number: %v", err)
 	}
-	now := time.Now()
-	notAfter := now.Add(ttl)
-	// A leaf must not outlive its issuer: peers would reject it early and
-	// the caller would think it had more time than it has.
-	if notAfter.After(a.cert.NotAfter) {
-		notAfter = a.cert.NotAfter
-	}
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial,
-		NotBefore:             now.Add(-clockSkew),
+		NotBefore:             notBefore,
 		NotAfter:              notAfter,
 		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},

@@ -111,18 +111,6 @@ func TestSignIssues(t *testing.T) {
 	}
 }
 
-// A leaf never outlives the certificate that signs it.
-func TestSignCapsAtSignerExpiry(t *testing.T) {
-	a := mustSelfSigned(t, Options{RootTTL: 2 * time.Hour, MaxCertTTL: 10 * time.Hour})
-	cert, err := a.Sign(csrFor(t, ecKey(t, elliptic.P256()), nil), testID, 5*time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !cert.Leaf.NotAfter.Equal(a.cert.NotAfter) {
-		t.Errorf("leaf NotAfter %s, want the signer's %s", cert.Leaf.NotAfter, a.cert.NotAfter)
-	}
-}
-
 func TestSignWithPluggedCA(t *testing.T) {
 	p := newPluggedCA(t)
 	a, err := NewFromPEM(Options{}, p.caCert, p.caKey, p.certChain, p.rootCert)

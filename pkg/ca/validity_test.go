@@ -1,0 +1,105 @@
+package ca
+
+import (
+	"crypto/elliptic"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A CA loaded while valid, whose signer, intermediate or root has expired
+// since (or that is not valid yet), issues nothing: neither a workload
+// certificate nor a serving certificate. Before, it issued certificates
+// that were already expired. The certificates carry explicit validities
+// in the past or the future, so no test waits for one to expire.
+func TestCAOutsideItsValidityRefusesToSign(t *testing.T) {
+	now := time.Now()
+	expired := validity{now.Add(-48 * time.Hour), now.Add(-24 * time.Hour)}
+	future := validity{now.Add(24 * time.Hour), now.Add(48 * time.Hour)}
+	// Valid at every moment a CA below is loaded, and now.
+	long := validity{now.Add(-72 * time.Hour), now.Add(365 * 24 * time.Hour)}
+	yesterday, tomorrow := now.Add(-36*time.Hour), now.Add(36*time.Hour)
+	for _, tc := range []struct {
+		name   string
+		chain  []validity // root first, signer last
+		loaded time.Time
+		want   string // the certificate named, and what is wrong with it
+	}{
+		{"self-signed root expired", []validity{expired}, yesterday, `"CN=plugged root" expired at`},
+		{"signer expired", []validity{long, expired}, yesterday, `"CN=plugged intermediate 1" expired at`},
+		{"intermediate expired", []validity{long, expired, long}, yesterday, `"CN=plugged intermediate 1" expired at`},
+		{"root expired", []validity{expired, long}, yesterday, `"CN=plugged root" expired at`},
+		{"signer not valid yet", []validity{long, future}, tomorrow, `"CN=plugged intermediate 1" is not valid before`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := loadedAt(t, tc.loaded, newCAChain(t, tc.chain...))
+			cert, err := a.Sign(csrFor(t, ecKey(t, elliptic.P256()), nil), testID, 0)
+			if err == nil {
+				t.Fatalf("issued a certificate valid %s to %s", cert.Leaf.NotBefore, cert.Leaf.NotAfter)
+			}
+			if !errors.Is(err, ErrCertGen) || !errors.Is(err, ErrCANotValid) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Sign: %v, want a CERT_GEN_ERROR (ErrCANotValid) saying %s", err, tc.want)
+			}
+			serving, err := a.ServingCertificate([]string{"istiod.istio-system.svc"}, 0)
+			if err == nil {
+				t.Fatalf("issued a serving certificate valid %s to %s", serving.Leaf.NotBefore, serving.Leaf.NotAfter)
+			}
+			if !errors.Is(err, ErrCANotValid) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("ServingCertificate: %v, want ErrCANotValid saying %s", err, tc.want)
+			}
+		})
+	}
+}
+
+// A leaf never outlives any certificate of the chain a peer verifies it
+// with: not the signer, an intermediate, or the root. Before, only the
+// signer's own expiry capped it.
+func TestLeafNeverOutlivesItsChain(t *testing.T) {
+	now := time.Now()
+	soon := validity{now.Add(-time.Hour), now.Add(2 * time.Hour)}
+	// X.509 times have whole seconds; the encoding drops the rest.
+	want := soon.notAfter.Truncate(time.Second)
+	for _, tc := range []struct {
+		name  string
+		chain []validity // root first, signer last
+	}{
+		{"self-signed root", []validity{soon}},
+		{"signer", []validity{aYear(), soon}},
+		{"intermediate", []validity{aYear(), soon, aYear()}},
+		{"root", []validity{soon, aYear()}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := loadedAt(t, now, newCAChain(t, tc.chain...))
+			cert, err := a.Sign(csrFor(t, ecKey(t, elliptic.P256()), nil), testID, 5*time.Hour)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !cert.Leaf.NotAfter.Equal(want) {
+				t.Errorf("leaf NotAfter %s, want the chain's first expiry %s", cert.Leaf.NotAfter, want)
+			}
+			serving, err := a.ServingCertificate([]string{"istiod.istio-system.svc"}, 5*time.Hour)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !serving.Leaf.NotAfter.Equal(want) {
+				t.Errorf("serving NotAfter %s, want the chain's first expiry %s", serving.Leaf.NotAfter, want)
+			}
+		})
+	}
+}
+
+// A leaf is not valid before its signer either: backdating for clock skew
+// stops at the signer's NotBefore.
+func TestLeafNotValidBeforeItsSigner(t *testing.T) {
+	now := time.Now()
+	signer := validity{now.Add(-10 * time.Second), now.Add(time.Hour)}
+	a := loadedAt(t, now, newCAChain(t, aYear(), signer))
+	cert, err := a.Sign(csrFor(t, ecKey(t, elliptic.P256()), nil), testID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := signer.notBefore.Truncate(time.Second); !cert.Leaf.NotBefore.Equal(want) {
+		t.Errorf("leaf NotBefore %s, want the signer's %s", cert.Leaf.NotBefore, want)
+	}
+}
