@@ -122,7 +122,13 @@ func (s *Server) CreateCertificate(ctx context.Context, req *pb.IstioCertificate
 			s.metrics.CSRParseErrors.Inc()
 		}
 		log.Warn("CA refused to sign", "identity", id.String(), "reason", err.Error())
-		if errors.Is(err, ErrCertGen) {
+		switch {
+		case errors.Is(err, ErrCANotValid):
+			// Not the caller's fault, and not a passing failure: nothing is
+			// signed until an operator replaces the CA's key material. The
+			// reason names a certificate and a date, no secret.
+			return nil, status.Error(codes.FailedPrecondition, err.Error())
+		case errors.Is(err, ErrCertGen):
 			return nil, status.Error(codes.Internal, "the CA failed to sign")
 		}
 		return nil, status.Error(codes.InvalidArgument, err.Error())

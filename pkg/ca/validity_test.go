@@ -1,11 +1,17 @@
 package ca
 
 import (
+	"context"
 	"crypto/elliptic"
 	"errors"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	pb "istio.io/api/security/v1alpha1"
 )
 
 // A CA loaded while valid, whose signer, intermediate or root has expired
@@ -102,4 +108,37 @@ func TestLeafNotValidBeforeItsSigner(t *testing.T) {
 	if want := signer.notBefore.Truncate(time.Second); !cert.Leaf.NotBefore.Equal(want) {
 		t.Errorf("leaf NotBefore %s, want the signer's %s", cert.Leaf.NotBefore, want)
 	}
+}
+
+// A caller of an expired CA is told so (FailedPrecondition, naming the
+// expired certificate), and the refusal is counted as a CERT_GEN_ERROR,
+// never as an issuance.
+func TestCreateCertificateFromAnExpiredCA(t *testing.T) {
+	now := time.Now()
+	expired := validity{now.Add(-48 * time.Hour), now.Add(-24 * time.Hour)}
+	a := loadedAt(t, now.Add(-36*time.Hour), newCAChain(t, expired))
+	metrics := NewMetrics(nil)
+	s, err := NewServer(ServerOptions{Authority: a, Authenticators: []Authenticator{proven{testID}}, Metrics: metrics, Logger: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.CreateCertificate(context.Background(), &pb.IstioCertificateRequest{Csr: string(csrFor(t, ecKey(t, elliptic.P256()), nil))})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "expired at") {
+		t.Errorf("got %v, want FailedPrecondition saying the CA expired", err)
+	}
+	if got := testutil.ToFloat64(metrics.SignErrors.WithLabelValues(ErrCertGen.Label)); got != 1 {
+		t.Errorf("citadel_server_csr_sign_err_count{error=CERT_GEN_ERROR} = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(metrics.Success); got != 0 {
+		t.Errorf("citadel_server_success_cert_issuance_count = %v, want 0", got)
+	}
+}
+
+// proven is an Authenticator that accepts every caller as id.
+type proven struct{ id Identity }
+
+func (proven) Name() string { return "test" }
+
+func (p proven) Authenticate(context.Context) (*Caller, error) {
+	return &Caller{Identity: p.id, Method: "test"}, nil
 }
