@@ -39,6 +39,9 @@ type Metrics struct {
 	// ServingCertExpiry is the NotAfter of each listener's serving
 	// certificate (listener: xds-tls, webhook), in Unix seconds.
 	ServingCertExpiry *prometheus.GaugeVec
+	// ServingCertFailures counts failed issuances of each listener's
+	// serving certificate (an expired CA, for one); the one in use stays.
+	ServingCertFailures *prometheus.CounterVec
 	// AuthzFailures counts calls refused with PermissionDenied
 	// (impersonation). istiod has no such counter, so it has our prefix.
 	AuthzFailures prometheus.Counter
@@ -76,11 +79,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "meshpilot_serving_cert_expiry_timestamp_seconds",
 			Help: "When the control plane's serving certificate of each TLS listener expires, in Unix seconds.",
 		}, []string{"listener"}),
+		ServingCertFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meshpilot_serving_cert_issue_failures_total",
+			Help: "Failed issuances of the serving certificate of each TLS listener.",
+		}, []string{"listener"}),
 		AuthzFailures: counter("meshpilot_ca_authorization_failure_count", "CreateCertificate calls refused with PermissionDenied (impersonation)."),
 	}
 	if reg != nil {
 		reg.MustRegister(m.CSRs, m.Success, m.AuthnFailures, m.CSRParseErrors, m.IDExtractionErrors,
-			m.SignErrors, m.RootExpiry, m.CertChainExpiry, m.RootReloads, m.ServingCertExpiry, m.AuthzFailures)
+			m.SignErrors, m.RootExpiry, m.CertChainExpiry, m.RootReloads, m.ServingCertExpiry, m.ServingCertFailures, m.AuthzFailures)
 	}
 	return m
 }

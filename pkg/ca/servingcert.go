@@ -15,8 +15,25 @@ import (
 // lifetime left for retries, late enough not to churn.
 const ServingRenewFraction = 0.8
 
-// servingRetry is the wait after a failed issuance.
-const servingRetry = time.Minute
+// After a failed issuance the first retry comes soon, as a passing
+// failure heals quickly; the wait then doubles up to servingRetryMax, so a
+// CA that stays unusable (its chain expired) costs an attempt every few
+// minutes, not one a second. New key material (Changed) retries at once.
+const (
+	servingRetryMin = time.Second
+	servingRetryMax = 5 * time.Minute
+)
+
+// servingRetry is the wait after the n-th failed issuance in a row.
+func servingRetry(n int) time.Duration {
+	if n < 1 {
+		n = 1
+	}
+	if n > 30 { // far past the cap; the shift would overflow
+		return servingRetryMax
+	}
+	return min(servingRetryMin<<(n-1), servingRetryMax)
+}
 
 // ServingCertOptions configure a RotatingServingCert.
 type ServingCertOptions struct {
@@ -45,6 +62,10 @@ type RotatingServingCert struct {
 	opts ServingCertOptions
 	log  *slog.Logger
 	cert atomic.Pointer[tls.Certificate]
+
+	// The failures in a row and the last one's reason; Run's alone.
+	failures int
+	failing  string
 }
 
 func NewRotatingServingCert(opts ServingCertOptions) (*RotatingServingCert, error) {
@@ -87,7 +108,7 @@ func (r *RotatingServingCert) Issue() (renewAt time.Time, err error) {
 	r.cert.Store(cert)
 	r.opts.Metrics.ServingCertExpiry.WithLabelValues(r.opts.Listener).Set(unixSeconds(cert.Leaf.NotAfter))
 	// The lifetime is measured from now, not from the backdated NotBefore,
-	// and NotAfter may be capped by the signing certificate's own expiry.
+	// and NotAfter may be capped by the first expiry of the CA's chain.
 	life := cert.Leaf.NotAfter.Sub(issued)
 	renewAt = issued.Add(time.Duration(float64(life) * ServingRenewFraction))
 	r.log.Info("serving certificate issued", "names", r.opts.Names, "notAfter", cert.Leaf.NotAfter, "renewAt", renewAt)
@@ -95,7 +116,7 @@ func (r *RotatingServingCert) Issue() (renewAt time.Time, err error) {
 }
 
 // Run issues the first certificate unless Issue already did, then keeps it
-// current until ctx ends. A failed issuance is logged and retried; the
+// current until ctx ends. A failed issuance is retried (see renew); the
 // certificate in use stays until then.
 func (r *RotatingServingCert) Run(ctx context.Context) {
 	var renewAt time.Time // zero: issue now
@@ -119,11 +140,33 @@ func (r *RotatingServingCert) Run(ctx context.Context) {
 			r.log.Info("the CA's key material changed; issuing a new serving certificate")
 		case <-timer.C:
 		}
-		next, err := r.Issue()
-		if err != nil {
-			r.log.Error("serving certificate not issued; retrying", "error", err, "in", servingRetry)
-			next = time.Now().Add(servingRetry)
-		}
-		renewAt = next
+		renewAt = r.renew()
 	}
+}
+
+// renew issues a certificate and says when to try next: at its renewal
+// time, or servingRetry after a failure. Every failure is counted, but
+// logged only when issuance starts failing or fails for another reason,
+// and the recovery is logged: an expired CA would otherwise repeat the
+// same error for as long as it stays expired.
+func (r *RotatingServingCert) renew() time.Time {
+	next, err := r.Issue()
+	if err == nil {
+		if r.failures > 0 {
+			r.log.Info("serving certificate issued again", "failedAttempts", r.failures)
+			r.failures, r.failing = 0, ""
+		}
+		return next
+	}
+	r.failures++
+	r.opts.Metrics.ServingCertFailures.WithLabelValues(r.opts.Listener).Inc()
+	wait := servingRetry(r.failures)
+	if reason := err.Error(); reason != r.failing {
+		r.failing = reason
+		r.log.Error("serving certificate not issued; retrying with backoff, and at once when the CA's key material changes",
+			"error", err, "in", wait)
+	} else {
+		r.log.Debug("serving certificate still not issued", "error", err, "failedAttempts", r.failures, "in", wait)
+	}
+	return time.Now().Add(wait)
 }
