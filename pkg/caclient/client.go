@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/structpb"
 	pb "istio.io/api/security/v1alpha1"
 )
@@ -30,7 +29,8 @@ type Options struct {
 	// Conn reaches the CA (15012, over TLS that trusts the mesh root).
 	Conn grpc.ClientConnInterface
 	// Token returns the caller's ServiceAccount token (audience istio-ca),
-	// sent as a bearer token; nil sends none, for a caller that proves
+	// sent as a bearer token, only over a secure Conn (a call over a
+	// plaintext one fails); nil sends none, for a caller that proves
 	// itself with the client certificate of Conn.
 	Token func(ctx context.Context) (string, error)
 	// TTL is the lifetime asked for; 0 leaves it to the CA (24 h by
@@ -103,14 +103,14 @@ func (c *Client) Certificate(ctx context.Context, req Request) (*Certificate, er
 			impersonatedIdentityKey: structpb.NewStringValue(req.Identity),
 		}}
 	}
+	var callOpts []grpc.CallOption
 	if c.opts.Token != nil {
-		token, err := c.opts.Token(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("caclient: token: %w", err)
-		}
-		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+		// As per-RPC credentials, not plain metadata: they require
+		// transport security, so grpc-go refuses to send the token over a
+		// plaintext connection rather than send it in the clear.
+		callOpts = append(callOpts, grpc.PerRPCCredentials(BearerToken(c.opts.Token)))
 	}
-	resp, err := c.ca.CreateCertificate(ctx, msg)
+	resp, err := c.ca.CreateCertificate(ctx, msg, callOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("caclient: certificate for %s: %w", req.Identity, err)
 	}
