@@ -118,7 +118,8 @@ func (c *Client) Certificate(ctx context.Context, req Request) (*Certificate, er
 }
 
 // assemble checks the CA's answer: PEM certificates, the leaf first and
-// the root last, the leaf naming the identity asked for and holding key.
+// the root last, the leaf naming the identity asked for, holding key,
+// valid now and chaining up to the root sent with it.
 func assemble(identity string, key *ecdsa.PrivateKey, pems []string) (*Certificate, error) {
 	if len(pems) < 2 {
 		return nil, fmt.Errorf("caclient: the CA sent %d certificates, want the leaf and the root at least", len(pems))
@@ -141,10 +142,44 @@ func assemble(identity string, key *ecdsa.PrivateKey, pems []string) (*Certifica
 	if pub, ok := leaf.PublicKey.(*ecdsa.PublicKey); !ok || !pub.Equal(&key.PublicKey) {
 		return nil, errors.New("caclient: the leaf does not certify the key sent")
 	}
+	if err := verifyChain(leaf, chain[1:], []byte(pems[len(pems)-1])); err != nil {
+		return nil, err
+	}
 	return &Certificate{
 		Identity: identity,
 		TLS:      tls.Certificate{Certificate: chain, PrivateKey: key, Leaf: leaf},
 		Leaf:     leaf,
 		RootPEM:  []byte(pems[len(pems)-1]),
 	}, nil
+}
+
+// verifyChain refuses a leaf that is not valid now, or that does not chain
+// up to rootPEM through the intermediates sent with it. Such a certificate
+// would only fail later, in every handshake of its holder, far from the
+// cause; refused here, the caller retries and the reason is in its error.
+func verifyChain(leaf *x509.Certificate, intermediates [][]byte, rootPEM []byte) error {
+	now := time.Now()
+	if now.Before(leaf.NotBefore) || now.After(leaf.NotAfter) {
+		return fmt.Errorf("caclient: the CA sent a certificate valid from %s to %s, not now",
+			leaf.NotBefore.Format(time.RFC3339), leaf.NotAfter.Format(time.RFC3339))
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(rootPEM) {
+		return errors.New("caclient: the CA sent a root that is not a PEM certificate")
+	}
+	inter := x509.NewCertPool()
+	for _, der := range intermediates {
+		c, err := x509.ParseCertificate(der)
+		if err != nil {
+			return fmt.Errorf("caclient: intermediate: %w", err)
+		}
+		inter.AddCert(c)
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{
+		Roots: roots, Intermediates: inter, CurrentTime: now,
+		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny},
+	}); err != nil {
+		return fmt.Errorf("caclient: the certificate does not chain up to the root the CA sent: %w", err)
+	}
+	return nil
 }

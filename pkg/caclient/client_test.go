@@ -7,7 +7,9 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/pem"
+	"math/big"
 	"net"
 	"net/url"
 	"os"
@@ -184,6 +186,16 @@ func TestAssembleRefusesBadAnswers(t *testing.T) {
 		return c.ChainPEM[0]
 	}
 	root := string(authority.RootPEM())
+	otherCA, err := ca.NewSelfSigned(ca.Options{TrustDomain: "cluster.local"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A leaf of explicit validity, as no CA of ours would issue it.
+	testRoot, testRootPEM, testRootKey := selfSignedRoot(t)
+	now := time.Now()
+	leafValid := func(notBefore, notAfter time.Time) string {
+		return leafPEM(t, testRoot, testRootKey, &key.PublicKey, webID, notBefore, notAfter)
+	}
 	cases := []struct {
 		name string
 		pems []string
@@ -193,6 +205,10 @@ func TestAssembleRefusesBadAnswers(t *testing.T) {
 		{"not PEM", []string{"junk", root}, "not a PEM certificate"},
 		{"another identity", []string{sign(key, "spiffe://cluster.local/ns/app/sa/db"), root}, "not " + webID},
 		{"another key", []string{sign(other, webID), root}, "does not certify the key"},
+		{"expired", []string{leafValid(now.Add(-2*time.Hour), now.Add(-time.Hour)), testRootPEM}, "not now"},
+		{"not valid yet", []string{leafValid(now.Add(time.Hour), now.Add(2*time.Hour)), testRootPEM}, "not now"},
+		{"root of another CA", []string{sign(key, webID), string(otherCA.RootPEM())}, "does not chain up to the root"},
+		{"root not PEM", []string{sign(key, webID), "junk"}, "root that is not a PEM certificate"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -201,9 +217,54 @@ func TestAssembleRefusesBadAnswers(t *testing.T) {
 			}
 		})
 	}
-	if got, err := assemble(webID, key, []string{sign(key, webID), root}); err != nil || got.Identity != webID {
-		t.Errorf("a good answer: %v", err)
+	for _, good := range [][]string{
+		{sign(key, webID), root},
+		{leafValid(now.Add(-time.Hour), now.Add(time.Hour)), testRootPEM},
+	} {
+		if got, err := assemble(webID, key, good); err != nil || got.Identity != webID {
+			t.Errorf("a good answer: %v", err)
+		}
 	}
+}
+
+// selfSignedRoot is a CA certificate with its PEM and key.
+func selfSignedRoot(t *testing.T) (*x509.Certificate, string, *ecdsa.PrivateKey) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test root"},
+		NotBefore: time.Now().Add(-24 * time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true, IsCA: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})), key
+}
+
+// leafPEM is a workload leaf for pub and identity, of the given validity,
+// signed by root.
+func leafPEM(t *testing.T, root *x509.Certificate, rootKey *ecdsa.PrivateKey, pub *ecdsa.PublicKey, identity string, notBefore, notAfter time.Time) string {
+	t.Helper()
+	u, _ := url.Parse(identity)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2), NotBefore: notBefore, NotAfter: notAfter, URIs: []*url.URL{u},
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, root, pub, rootKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
 }
 
 func TestTokenFile(t *testing.T) {
