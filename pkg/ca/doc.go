@@ -17,7 +17,8 @@
 //   - Signing (sign.go). Authority.Sign turns a CSR into a leaf for exactly
 //     one SPIFFE identity, refusing malformed, oversized, unsigned or
 //     weak-keyed CSRs, CSRs that name another identity, and lifetimes above
-//     the maximum.
+//     the maximum. No leaf outlives the CA's chain, and a CA whose chain
+//     has expired signs nothing (validity.go).
 //   - Proving who the caller is (authn.go, impersonation.go). A caller is
 //     authenticated by a Kubernetes ServiceAccount token checked with
 //     TokenReview, or by a client certificate this CA issued. A node proxy
