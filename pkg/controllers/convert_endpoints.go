@@ -92,15 +92,18 @@ type slicePort struct {
 	port uint32
 }
 
-// slicePorts keeps the ports that have a number; a slice port without one
-// means "all ports", which a proxy cannot dial.
+// slicePorts keeps the TCP ports that have a number. A slice port without
+// one means "all ports", which a proxy cannot dial. The mesh proxies TCP
+// alone (see servicePorts): a UDP or SCTP port's endpoints would join a
+// TCP port of the same name (a selectorless Service's mirrored Endpoints can
+// have one unnamed port of each) and be dialled over TCP. No protocol is TCP.
 func slicePorts(in []discoveryv1.EndpointPort) []slicePort {
 	out := make([]slicePort, 0, len(in))
 	for _, p := range in {
 		if p.Port == nil || *p.Port <= 0 {
 			continue
 		}
-		if p.Protocol != nil && *p.Protocol == corev1.ProtocolSCTP {
+		if p.Protocol != nil && *p.Protocol != corev1.ProtocolTCP {
 			continue
 		}
 		sp := slicePort{port: uint32(*p.Port)}

@@ -41,28 +41,47 @@ func ConvertService(svc *corev1.Service, domainSuffix string) *model.Service {
 	if len(svc.Spec.ExternalIPs) > 0 {
 		out.ExternalIPs = svc.Spec.ExternalIPs
 	}
-	if len(svc.Spec.Ports) > 0 {
-		ports := make([]model.Port, len(svc.Spec.Ports))
-		out.Ports = make([]*model.Port, len(svc.Spec.Ports))
-		for i := range svc.Spec.Ports {
-			sp := &svc.Spec.Ports[i]
-			ports[i] = model.Port{
-				Name:     sp.Name,
-				Port:     uint32(sp.Port),
-				Protocol: PortProtocol(sp.Name, sp.Protocol, sp.AppProtocol),
-			}
-			if sp.TargetPort.StrVal != "" {
-				ports[i].TargetPortName = sp.TargetPort.StrVal
-			} else if sp.TargetPort.IntVal > 0 {
-				ports[i].TargetPort = uint32(sp.TargetPort.IntVal)
-			} else {
-				// Kubernetes defaults an unset targetPort to the port.
-				ports[i].TargetPort = uint32(sp.Port)
-			}
-			out.Ports[i] = &ports[i]
+	out.Ports = servicePorts(svc.Spec.Ports)
+	return out
+}
+
+// servicePorts converts the ports the mesh proxies, sorted by number. Its
+// proxies carry TCP alone, as Istio's do, so a UDP or SCTP port, or a TCP
+// port Istio reads as UDP by its name, is left out: the model then holds at
+// most one port per number, and every lookup by number (cluster names,
+// route destinations, Ingress backends, target ports) finds the one the
+// mesh serves, where kube-dns lists UDP 53 before TCP 53. Of two TCP ports
+// of one number, which only an unvalidated file can hold, the first stays.
+func servicePorts(in []corev1.ServicePort) []*model.Port {
+	var backing []model.Port // one allocation for all the ports
+	var out []*model.Port
+	for i := range in {
+		sp := &in[i]
+		if sp.Protocol != "" && sp.Protocol != corev1.ProtocolTCP {
+			continue
 		}
-		slices.SortStableFunc(out.Ports, func(a, b *model.Port) int { return cmp.Compare(a.Port, b.Port) })
+		proto := PortProtocol(sp.Name, sp.Protocol, sp.AppProtocol)
+		if proto == model.ProtocolUDP || slices.ContainsFunc(out, func(p *model.Port) bool { return p.Port == uint32(sp.Port) }) {
+			continue
+		}
+		if backing == nil {
+			backing = make([]model.Port, 0, len(in))
+			out = make([]*model.Port, 0, len(in))
+		}
+		p := model.Port{Name: sp.Name, Port: uint32(sp.Port), Protocol: proto}
+		switch {
+		case sp.TargetPort.StrVal != "":
+			p.TargetPortName = sp.TargetPort.StrVal
+		case sp.TargetPort.IntVal > 0:
+			p.TargetPort = uint32(sp.TargetPort.IntVal)
+		default:
+			// Kubernetes defaults an unset targetPort to the port.
+			p.TargetPort = uint32(sp.Port)
+		}
+		backing = append(backing, p)
+		out = append(out, &backing[len(backing)-1])
 	}
+	slices.SortFunc(out, func(a, b *model.Port) int { return cmp.Compare(a.Port, b.Port) })
 	return out
 }
 

@@ -36,14 +36,19 @@ type Port struct {
 	TargetPortName string
 }
 
-// Service is a Kubernetes Service as the mesh sees it.
+// Service is a Kubernetes Service as the mesh sees it. Its Ports are the
+// ones the mesh proxies: TCP ports only, as in Istio, whose proxies neither
+// capture nor carry UDP or SCTP (nor a port named udp-*, which Istio reads
+// as UDP). So a number names at most one port, and no lookup by number can
+// find the UDP twin of a TCP port (kube-dns has UDP and TCP 53); a Service
+// with only UDP ports has none. Conversion decides which ports these are.
 type Service struct {
 	Name      string
 	Namespace string
 	// Hostname is the fully qualified name, <name>.<namespace>.svc.<domain>.
 	Hostname     string
 	ClusterIPs   []string
-	Ports        []*Port // sorted by port number
+	Ports        []*Port // sorted by port number; TCP only (see Service)
 	Labels       map[string]string
 	Selector     map[string]string
 	ExportTo     ExportTo
@@ -60,7 +65,8 @@ func (s *Service) Key() NamespacedName {
 	return NamespacedName{Namespace: s.Namespace, Name: s.Name}
 }
 
-// PortByNumber returns the service port with the given number, or nil.
+// PortByNumber returns the service port with the given number, or nil: the
+// one port the mesh serves on that number (see Service).
 func (s *Service) PortByNumber(port uint32) *Port {
 	i, found := slices.BinarySearchFunc(s.Ports, port, func(p *Port, n uint32) int {
 		return int(int64(p.Port) - int64(n))
