@@ -24,7 +24,14 @@ import (
 // simulation by TestProxy name.
 func simulations(t *testing.T, name string) map[string]*xdstest.Simulation {
 	t.Helper()
-	f := loadFixture(t, filepath.Join("testdata", "simulation", name+".yaml"))
+	return simulationsOf(t, filepath.Join("testdata", "simulation", name+".yaml"))
+}
+
+// simulationsOf is simulations of the fixture at path, so that a golden
+// input can be routed through as well as rendered.
+func simulationsOf(t *testing.T, path string) map[string]*xdstest.Simulation {
+	t.Helper()
+	f := loadFixture(t, path)
 	set := New(Options{})
 	push := pushcontext.Build(f.store, gatewayTestPushOptions(), nil, nil)
 	sims := map[string]*xdstest.Simulation{}
