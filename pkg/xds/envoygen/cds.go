@@ -105,9 +105,6 @@ func (r *cdsRun) outbound(svc *model.Service) {
 	rule := r.push.DestinationRuleForProxy(r.proxy, svc.Hostname)
 	peer := peerTLSFor(r.push, svc)
 	for _, p := range svc.Ports {
-		if p.Protocol == model.ProtocolUDP {
-			continue // Envoy sidecars do not proxy UDP, nor does Istio.
-		}
 		r.emit(outboundCluster{svc: svc, port: p, rule: rule, proxyType: r.proxy.Type, peer: peer})
 		if rule == nil {
 			continue
@@ -141,9 +138,6 @@ func (r *cdsRun) inbound() {
 	for _, svc := range r.push.ServiceTargets(w) {
 		rule := r.push.DestinationRuleForProxy(r.proxy, svc.Hostname)
 		for _, p := range svc.Ports {
-			if p.Protocol == model.ProtocolUDP {
-				continue
-			}
 			target := targetPort(r.push, svc, p, w)
 			if target == 0 || containsPort(seen, target) {
 				continue

@@ -107,9 +107,6 @@ func (r *edsRun) wants(name string) bool {
 func (r *edsRun) service(svc *model.Service) error {
 	rule := r.push.DestinationRuleForProxy(r.proxy, svc.Hostname)
 	for _, p := range svc.Ports {
-		if p.Protocol == model.ProtocolUDP {
-			continue
-		}
 		if err := r.emit(svc, p, nil, rule, false); err != nil {
 			return err
 		}
@@ -137,7 +134,7 @@ func (r *edsRun) named(name string) error {
 		return nil
 	}
 	p := svc.PortByNumber(port)
-	if p == nil || p.Protocol == model.ProtocolUDP {
+	if p == nil {
 		return nil
 	}
 	rule := r.push.DestinationRuleForProxy(r.proxy, host)

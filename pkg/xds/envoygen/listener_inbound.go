@@ -52,9 +52,6 @@ func inboundChainsFor(push *pushcontext.PushContext, proxy *model.Proxy) inbound
 	var chains []inboundChain
 	for _, svc := range push.ServiceTargets(w) {
 		for _, p := range svc.Ports {
-			if p.Protocol == model.ProtocolUDP {
-				continue
-			}
 			// The same resolution as the inbound clusters' (cds.go), so
 			// that every chain finds its cluster.
 			target := targetPort(push, svc, p, w)

@@ -43,8 +43,6 @@ func buildOutboundView(push *pushcontext.PushContext, namespace string) *outboun
 	for _, svc := range push.ServicesVisibleTo(namespace) {
 		for _, p := range svc.Ports {
 			switch {
-			case p.Protocol == model.ProtocolUDP:
-				continue
 			case reservedListenerPort(p.Port):
 				v.reserved = append(v.reserved, serviceTarget{svc: svc, port: p})
 			case p.Protocol.IsHTTP():
