@@ -223,6 +223,9 @@ func TestOddResourceNamesKeepTheStream(t *testing.T) {
 	}
 	for _, tc := range odd {
 		t.Run("sotw/"+tc.name, func(t *testing.T) {
+			if tc.resource == wildcardName {
+				t.Skip(`"*" beside names is a wildcard, in SotW as in delta: see TestSotWSubscriptions`)
+			}
 			h := newHarness(t, harnessConfig{seed: seedAB})
 			c := h.sotw("sotw-" + strings.ReplaceAll(tc.name, " ", "-"))
 			eds := c.subscribe(EndpointType, hostname("a"), tc.resource)

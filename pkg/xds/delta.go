@@ -10,7 +10,9 @@ import (
 	"github.com/meshpilot/meshpilot/pkg/model"
 )
 
-// wildcardName subscribes a delta stream to every resource of a type.
+// wildcardName subscribes a stream, SotW or delta, to every resource of a
+// type, and may come with other names ("How the client specifies what
+// resources to return" in the xDS protocol).
 const wildcardName = "*"
 
 // DeltaAggregatedResources serves an incremental (delta) ADS stream.

@@ -44,6 +44,7 @@ func (c *sotwStream) handle(req *discoveryv3.DiscoveryRequest) error {
 	w := c.watches[typeURL]
 	nonce := req.GetResponseNonce()
 	names, sent := w.namesOf(req.GetResourceNames())
+	names, star, sent := splitWildcard(names, sent)
 
 	if nonce == "" || w == nil {
 		// A new subscription, or the client starting over for this type (a
@@ -52,7 +53,7 @@ func (c *sotwStream) handle(req *discoveryv3.DiscoveryRequest) error {
 		if w == nil {
 			w = c.addWatch(typeURL)
 		}
-		c.setNames(w, names, fullStateType(typeURL) && len(names) == 0, sent)
+		c.setNames(w, names, star || (fullStateType(typeURL) && len(names) == 0), sent)
 		w.subscribedBy(sent)
 		if !c.admitSync() {
 			return nil
@@ -74,11 +75,11 @@ func (c *sotwStream) handle(req *discoveryv3.DiscoveryRequest) error {
 	}
 	c.syncAnswered()
 	// gRPC changes its subscription inside ACKs (and after NACKs).
-	if w.resource.Wildcard || sameNames(names, w.resource.ResourceNames) {
+	if w.resource.Wildcard || (!star && sameNames(names, w.resource.ResourceNames)) {
 		w.subscribedBy(sent)
 		return nil
 	}
-	c.setNames(w, names, false, sent)
+	c.setNames(w, names, star, sent)
 	w.subscribedBy(sent)
 	if !c.admitSync() {
 		return nil

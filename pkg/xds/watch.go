@@ -112,6 +112,22 @@ func (w *watch) namesOf(names []string) ([]string, requestNames) {
 	return sorted, r
 }
 
+// splitWildcard takes the explicit wildcard "*" out of a request's sorted
+// names, and reports whether it was there. "*" is no resource name: it asks
+// for every resource of the type, and the other names beside it are
+// subscribed to as well. r, returned for the remaining names, no longer
+// says they are the request's own sorted list.
+func splitWildcard(names []string, r requestNames) ([]string, bool, requestNames) {
+	i, found := slices.BinarySearch(names, wildcardName)
+	if !found {
+		return names, false, r
+	}
+	// names may be the client's list or a subscription other streams
+	// share: it is not modified.
+	r.sorted = false
+	return slices.Concat(names[:i], names[i+1:]), true, r
+}
+
 // sameNames reports whether a and b hold the same names in the same order.
 // A request that repeats a subscription gets the subscription itself back
 // from namesOf, and thousands of names need no comparing with themselves.
