@@ -49,11 +49,11 @@ func (c *sotwStream) handle(req *discoveryv3.DiscoveryRequest) error {
 	if nonce == "" || w == nil {
 		// A new subscription, or the client starting over for this type (a
 		// client that reconnects may still carry a nonce of the previous
-		// stream): the legacy wildcard rule applies to a request with no names.
+		// stream): always answered.
 		if w == nil {
 			w = c.addWatch(typeURL)
 		}
-		c.setNames(w, names, star || (fullStateType(typeURL) && len(names) == 0), sent)
+		c.setNames(w, names, w.sotwRequest(names, star), sent)
 		w.subscribedBy(sent)
 		if !c.admitSync() {
 			return nil
@@ -75,11 +75,12 @@ func (c *sotwStream) handle(req *discoveryv3.DiscoveryRequest) error {
 	}
 	c.syncAnswered()
 	// gRPC changes its subscription inside ACKs (and after NACKs).
-	if w.resource.Wildcard || (!star && sameNames(names, w.resource.ResourceNames)) {
+	wildcard := w.sotwRequest(names, star)
+	if wildcard == w.resource.Wildcard && sameNames(names, w.resource.ResourceNames) {
 		w.subscribedBy(sent)
 		return nil
 	}
-	c.setNames(w, names, star, sent)
+	c.setNames(w, names, wildcard, sent)
 	w.subscribedBy(sent)
 	if !c.admitSync() {
 		return nil

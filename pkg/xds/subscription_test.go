@@ -90,6 +90,46 @@ func TestSotWSubscriptions(t *testing.T) {
 			{want: []string{"a", "b"}, wildcard: true},
 			{names: []string{"*"}, ack: true, wildcard: true},
 		}},
+		// Envoy asks for listeners and clusters with no names, always.
+		{"legacy wildcard kept", ClusterType, []sotwStep{
+			{want: []string{"a", "b"}, wildcard: true},
+			{ack: true, wildcard: true},
+			{want: []string{"a", "b"}, wildcard: true},
+		}},
+		// A list replaces the legacy wildcard, and an explicit one.
+		{"legacy wildcard, then a name", ClusterType, []sotwStep{
+			{want: []string{"a", "b"}, wildcard: true},
+			{names: []string{"a"}, ack: true, want: []string{"a"}},
+		}},
+		{"legacy LDS wildcard, then a name", ListenerType, []sotwStep{
+			{want: []string{"a", "b"}, wildcard: true},
+			{names: []string{"b"}, ack: true, want: []string{"b"}},
+		}},
+		{"wildcard and a name, then the name alone", ClusterType, []sotwStep{
+			{names: []string{"*", "a"}, want: []string{"a", "b"}, wildcard: true},
+			{names: []string{"a"}, ack: true, want: []string{"a"}},
+		}},
+		// Once the client named something, no names means none, with a
+		// nonce or without one (grpc-go dropping its last listener before
+		// any response of the type reached it).
+		{"names, then none", ClusterType, []sotwStep{
+			{names: []string{"a"}, want: []string{"a"}},
+			{ack: true},
+		}},
+		{"names, then none without a nonce", ClusterType, []sotwStep{
+			{names: []string{"a"}, want: []string{"a"}},
+			{},
+		}},
+		{"the explicit wildcard, then none", ClusterType, []sotwStep{
+			{names: []string{"*"}, want: []string{"a", "b"}, wildcard: true},
+			{ack: true},
+			{},
+		}},
+		{"the legacy wildcard made explicit, then none", ClusterType, []sotwStep{
+			{want: []string{"a", "b"}, wildcard: true},
+			{names: []string{"*"}, ack: true, wildcard: true},
+			{ack: true},
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) { runSotWSteps(t, tc.typeURL, tc.steps) })
 	}

@@ -22,6 +22,9 @@ type watch struct {
 	// requested identifies the names, as the client sent them, of the last
 	// request that set or repeated a named subscription; zero if none.
 	requested requestNames
+	// named: a SotW request of the type named a resource, or "*", on this
+	// stream, which ends the legacy wildcard (see sotwRequest).
+	named bool
 
 	// sent is what the client holds, as far as the server knows: the last
 	// resources sent (or, for delta, announced in initial_resource_versions).
@@ -61,6 +64,20 @@ func (w *watch) setSubscription(names []string, wildcard bool) {
 func (w *watch) setSharedSubscription(list *nameList) {
 	w.resource.ResourceNames, w.resource.Wildcard = list.names, false
 	w.nameList, w.namesHash, w.namesHashed, w.requested = list, list.hash, true, requestNames{}
+}
+
+// sotwRequest takes a SotW request that is applied to w, of names
+// (without "*") and star (whether it named "*" too), and reports whether
+// it subscribes to every resource of the type. "*" does, beside any names.
+// A request of no names does only for LDS and CDS, and only while the
+// client has never named anything of the type on the stream: once it has,
+// an empty list means no resources, and a list without "*" ends the
+// wildcard ("How the client specifies what resources to return"). Envoy,
+// which never names listeners or clusters, keeps its legacy wildcard;
+// grpc-go names them, and sends an empty list when it drops the last one.
+func (w *watch) sotwRequest(names []string, star bool) (wildcard bool) {
+	w.named = w.named || star || len(names) > 0
+	return star || (!w.named && fullStateType(w.typeURL))
 }
 
 // subscriptionHash hashes the subscribed names, once per subscription.
