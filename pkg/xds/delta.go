@@ -87,8 +87,9 @@ func (c *deltaStream) flushWarming(start time.Time) error {
 	return nil
 }
 
-// applySubscriptions updates w from the request; it returns the names newly
-// subscribed and whether the wildcard was just turned on.
+// applySubscriptions updates w from the request; it returns the names it
+// subscribes to, new or again, and whether it subscribes to the wildcard,
+// for the first time or again.
 func (c *deltaStream) applySubscriptions(w *watch, req *discoveryv3.DeltaDiscoveryRequest, first bool) ([]string, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -98,17 +99,37 @@ func (c *deltaStream) applySubscriptions(w *watch, req *discoveryv3.DeltaDiscove
 		wildcard = true
 	}
 	names := w.resource.ResourceNames
-	var added []string
+	// A name subscribed to again, or one the wildcard already brought, is
+	// sent again, changed or not: "the client may have 'forgotten' those
+	// resources despite apparently remaining subscribed" ("Subscribing to
+	// Resources" under Incremental xDS). What the server believes the
+	// client holds does not spare it; only the client's own word does, its
+	// initial_resource_versions, which come with the first request, before
+	// anything is held.
+	var added, again []string
+	wildcardAgain := false
 	for _, name := range req.GetResourceNamesSubscribe() {
 		if name == wildcardName {
+			if wasWildcard && !wildcardAgain {
+				wildcardAgain = true
+				for held := range w.sent.all() {
+					again = append(again, held)
+				}
+			}
 			wildcard = true
 			continue
 		}
 		if i, found := slices.BinarySearch(names, name); !found {
 			names = slices.Insert(names, i, name)
-			added = append(added, name)
+		}
+		added = append(added, name)
+		if _, held := w.sent.get(name); held {
+			again = append(again, name)
 		}
 	}
+	w.resend(again)
+	slices.Sort(added)
+	added = slices.Compact(added)
 	for _, name := range req.GetResourceNamesUnsubscribe() {
 		if name == wildcardName {
 			wildcard = false
@@ -128,7 +149,7 @@ func (c *deltaStream) applySubscriptions(w *watch, req *discoveryv3.DeltaDiscove
 		}
 	}
 	w.setSubscription(names, wildcard)
-	return added, wildcard && !wasWildcard
+	return added, wildcard && (!wasWildcard || wildcardAgain)
 }
 
 // push regenerates the watched types that the plan can affect for this

@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 
@@ -132,5 +133,102 @@ func TestSotWSubscriptions(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) { runSotWSteps(t, tc.typeURL, tc.steps) })
+	}
+}
+
+// deltaStep is one delta request of a type and what it must bring.
+type deltaStep struct {
+	subscribe, unsubscribe []string // short service names or "*"
+	// holds are initial_resource_versions: these names at the versions
+	// the server serves now.
+	holds []string
+	ack   bool // carries the nonce of the type's last response
+	// want and removed are what the one response to the request holds;
+	// both nil: no response.
+	want, removed []string
+}
+
+// runDeltaSteps sends steps of typeURL on one delta stream of seedAB,
+// checking each answer.
+func runDeltaSteps(t *testing.T, typeURL string, steps []deltaStep) {
+	t.Helper()
+	h := newHarness(t, harnessConfig{seed: seedAB})
+	versions := map[string]string{}
+	ref := h.delta("reference")
+	ref.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: typeURL, ResourceNamesSubscribe: []string{wildcardName}})
+	for _, r := range ref.expect(typeURL).GetResources() {
+		versions[r.GetName()] = r.GetVersion()
+	}
+	c := h.delta("client")
+	var last *discoveryv3.DeltaDiscoveryResponse
+	for i, s := range steps {
+		req := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: typeURL,
+			ResourceNamesSubscribe: hosts(s.subscribe...), ResourceNamesUnsubscribe: hosts(s.unsubscribe...)}
+		if s.ack {
+			req.ResponseNonce = last.GetNonce()
+		}
+		for _, name := range hosts(s.holds...) {
+			if req.InitialResourceVersions == nil {
+				req.InitialResourceVersions = map[string]string{}
+			}
+			req.InitialResourceVersions[name] = versions[name]
+		}
+		c.send(req)
+		got := c.barrier()
+		what := fmt.Sprintf("step %d +%v -%v", i, s.subscribe, s.unsubscribe)
+		switch {
+		case s.want == nil && s.removed == nil && len(got) > 0:
+			t.Fatalf("%s: unexpected response %s", what, describeDelta(got[0]))
+		case s.want == nil && s.removed == nil:
+		case len(got) != 1:
+			t.Fatalf("%s: %d responses, want 1", what, len(got))
+		default:
+			checkDelta(t, what, got[0], hosts(s.want...), hosts(s.removed...))
+			last = got[0]
+		}
+	}
+}
+
+// TestDeltaSubscribeAgain: the server must send what a client subscribes
+// to even when it believes the client holds its latest version ("Subscribing
+// to Resources" under Incremental xDS), unless the client itself says so.
+func TestDeltaSubscribeAgain(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		typeURL string
+		steps   []deltaStep
+	}{
+		{"a held name", EndpointType, []deltaStep{
+			{subscribe: []string{"a"}, want: []string{"a"}},
+			{subscribe: []string{"a"}, ack: true, want: []string{"a"}},
+		}},
+		{"a held name beside a new one", EndpointType, []deltaStep{
+			{subscribe: []string{"a"}, want: []string{"a"}},
+			{subscribe: []string{"b", "a"}, ack: true, want: []string{"a", "b"}},
+		}},
+		{"a name the wildcard brought", ClusterType, []deltaStep{
+			{want: []string{"a", "b"}},
+			{subscribe: []string{"a"}, ack: true, want: []string{"a"}},
+		}},
+		{"the wildcard", ClusterType, []deltaStep{
+			{subscribe: []string{"*"}, want: []string{"a", "b"}},
+			{subscribe: []string{"*"}, ack: true, want: []string{"a", "b"}},
+		}},
+		{"a name that does not exist", EndpointType, []deltaStep{
+			{subscribe: []string{"nope"}, removed: []string{"nope"}},
+			{subscribe: []string{"nope"}, ack: true, removed: []string{"nope"}},
+		}},
+		{"a name dropped in between", EndpointType, []deltaStep{
+			{subscribe: []string{"a"}, want: []string{"a"}},
+			{unsubscribe: []string{"a"}, ack: true},
+			{subscribe: []string{"a"}, want: []string{"a"}},
+		}},
+		// A reconnecting client that says which versions it holds is not
+		// sent them again.
+		{"held by the client's own word", EndpointType, []deltaStep{
+			{subscribe: []string{"a", "b"}, holds: []string{"a"}, want: []string{"b"}},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { runDeltaSteps(t, tc.typeURL, tc.steps) })
 	}
 }

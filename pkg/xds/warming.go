@@ -102,6 +102,18 @@ func (c *connection) markWarming(parent *watch, gen *generation, sending []gener
 	c.mu.Unlock()
 }
 
+// resend makes the next response of w carry the resources named, which
+// its client may no longer hold, whether or not they changed; the caller
+// holds c.mu.
+func (w *watch) resend(names []string) {
+	if len(names) == 0 {
+		return
+	}
+	w.warming = append(slices.Clip(w.warming), names...)
+	slices.Sort(w.warming)
+	w.warming = slices.Compact(w.warming)
+}
+
 // dropUnservable forgets the names w's client waits for when the generator
 // produced none of them (a name that is no load assignment, say): nothing
 // can be sent for them, and keeping them would regenerate w on every push.

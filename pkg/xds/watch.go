@@ -38,7 +38,8 @@ type watch struct {
 	ackedNonce   string
 
 	// warming are the names the client waits for after a CDS or LDS update
-	// (see warming.go), sorted; the next response carries them.
+	// (see warming.go), or has subscribed to again (delta), sorted; the
+	// next response carries them.
 	warming []string
 
 	// metrics are the type's metric children.
