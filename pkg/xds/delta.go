@@ -63,7 +63,10 @@ func (c *deltaStream) handle(req *discoveryv3.DeltaDiscoveryRequest) error {
 		}
 		c.syncAnswered()
 	}
-	added, wildcardAdded := c.applySubscriptions(w, req, first)
+	added, wildcardAdded, err := c.applySubscriptions(w, req, first)
+	if err != nil {
+		return err
+	}
 	if first || wildcardAdded || len(added) > 0 {
 		if !c.admitSync() {
 			return nil
@@ -89,16 +92,25 @@ func (c *deltaStream) flushWarming(start time.Time) error {
 
 // applySubscriptions updates w from the request; it returns the names it
 // subscribes to, new or again, and whether it subscribes to the wildcard,
-// for the first time or again.
-func (c *deltaStream) applySubscriptions(w *watch, req *discoveryv3.DeltaDiscoveryRequest, first bool) ([]string, bool) {
+// for the first time or again. Each list is sorted once and merged into
+// the subscription in one pass: inserted one name at a time, 100,000 names
+// took seconds under c.mu.
+func (c *deltaStream) applySubscriptions(w *watch, req *discoveryv3.DeltaDiscoveryRequest, first bool) ([]string, bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	wildcard := w.resource.Wildcard
-	wasWildcard := wildcard
-	if first && deltaWildcardType(w.typeURL) && len(req.GetResourceNamesSubscribe()) == 0 {
-		wildcard = true
+	wasWildcard := w.resource.Wildcard
+	legacy := first && deltaWildcardType(w.typeURL) && len(req.GetResourceNamesSubscribe()) == 0
+	added, star := splitWildcard(sortedNames(req.GetResourceNamesSubscribe()))
+	dropped, unstar := splitWildcard(sortedNames(req.GetResourceNamesUnsubscribe()))
+	wildcard := (wasWildcard || legacy || star) && !unstar
+	names := sortedUnion(w.resource.ResourceNames, added)
+	if len(dropped) > 0 {
+		names = sortedDifference(names, dropped)
 	}
-	names := w.resource.ResourceNames
+	if err := c.checkSubscribed(w, len(names)); err != nil {
+		return nil, false, err
+	}
+
 	// A name subscribed to again, or one the wildcard already brought, is
 	// sent again, changed or not: "the client may have 'forgotten' those
 	// resources despite apparently remaining subscribed" ("Subscribing to
@@ -106,40 +118,21 @@ func (c *deltaStream) applySubscriptions(w *watch, req *discoveryv3.DeltaDiscove
 	// client holds does not spare it; only the client's own word does, its
 	// initial_resource_versions, which come with the first request, before
 	// anything is held.
-	var added, again []string
-	wildcardAgain := false
-	for _, name := range req.GetResourceNamesSubscribe() {
-		if name == wildcardName {
-			if wasWildcard && !wildcardAgain {
-				wildcardAgain = true
-				for held := range w.sent.all() {
-					again = append(again, held)
-				}
-			}
-			wildcard = true
-			continue
+	var again []string
+	if star && wasWildcard {
+		for held := range w.sent.all() {
+			again = append(again, held)
 		}
-		if i, found := slices.BinarySearch(names, name); !found {
-			names = slices.Insert(names, i, name)
-		}
-		added = append(added, name)
+	}
+	for _, name := range added {
 		if _, held := w.sent.get(name); held {
 			again = append(again, name)
 		}
 	}
 	w.resend(again)
-	slices.Sort(added)
-	added = slices.Compact(added)
-	for _, name := range req.GetResourceNamesUnsubscribe() {
-		if name == wildcardName {
-			wildcard = false
-			continue
-		}
-		if i, found := slices.BinarySearch(names, name); found {
-			names = slices.Delete(names, i, i+1)
-		}
-		if !wildcard {
-			// The client forgets what it unsubscribed from.
+	if !wildcard {
+		// The client forgets what it unsubscribed from.
+		for _, name := range dropped {
 			w.sent.remove(name)
 		}
 	}
@@ -149,7 +142,7 @@ func (c *deltaStream) applySubscriptions(w *watch, req *discoveryv3.DeltaDiscove
 		}
 	}
 	w.setSubscription(names, wildcard)
-	return added, wildcard && (!wasWildcard || wildcardAgain)
+	return added, wildcard && (!wasWildcard || star), nil
 }
 
 // push regenerates the watched types that the plan can affect for this

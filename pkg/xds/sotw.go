@@ -44,7 +44,10 @@ func (c *sotwStream) handle(req *discoveryv3.DiscoveryRequest) error {
 	w := c.watches[typeURL]
 	nonce := req.GetResponseNonce()
 	names, sent := w.namesOf(req.GetResourceNames())
-	names, star, sent := splitWildcard(names, sent)
+	names, star := splitWildcard(names)
+	if err := c.checkSubscribed(w, len(names)); err != nil {
+		return err
+	}
 
 	if nonce == "" || w == nil {
 		// A new subscription, or the client starting over for this type (a

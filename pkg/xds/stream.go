@@ -181,7 +181,8 @@ func clip(msg string) string {
 }
 
 func (c *connection) streamError(err error) error {
-	if status.Code(err) == codes.InvalidArgument {
+	// Both are the client's mistake, as in recvError.
+	if code := status.Code(err); code == codes.InvalidArgument || code == codes.ResourceExhausted {
 		c.s.metrics.streamErrors.WithLabelValues(reasonInvalidArgument).Inc()
 		c.log.Warn("invalid request; closing the stream", "err", err)
 	}

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // hosts are the hostnames of the fixture services named, "*" left as it is.
@@ -230,5 +232,160 @@ func TestDeltaSubscribeAgain(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) { runDeltaSteps(t, tc.typeURL, tc.steps) })
+	}
+}
+
+// TestDeltaSubscriptionLists: a request's lists, in any order and with
+// repeats, are merged into the subscription, which stays sorted and
+// without repeats; "*" is the wildcard, never a name.
+func TestDeltaSubscriptionLists(t *testing.T) {
+	for _, tc := range []struct {
+		name                   string
+		had                    []string
+		subscribe, unsubscribe []string
+		want, wantAdded        []string
+		wildcard               bool
+	}{
+		{name: "unsorted, with repeats", subscribe: []string{"c", "a", "c", "b"},
+			want: []string{"a", "b", "c"}, wantAdded: []string{"a", "b", "c"}},
+		{name: "into what it had", had: []string{"b", "d"}, subscribe: []string{"e", "a", "d"},
+			want: []string{"a", "b", "d", "e"}, wantAdded: []string{"a", "d", "e"}},
+		{name: "dropped, and one it never had", had: []string{"a", "b", "c"}, unsubscribe: []string{"c", "x", "a"},
+			want: []string{"b"}},
+		{name: "added and dropped at once", had: []string{"a"}, subscribe: []string{"b"}, unsubscribe: []string{"b", "a"},
+			wantAdded: []string{"b"}},
+		{name: "the wildcard beside names", subscribe: []string{"b", "*", "a"},
+			want: []string{"a", "b"}, wantAdded: []string{"a", "b"}, wildcard: true},
+		{name: "the wildcard dropped", had: []string{"a"}, subscribe: []string{"*"}, unsubscribe: []string{"*"},
+			want: []string{"a"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &deltaStream{connection: &connection{watches: map[string]*watch{}}}
+			w := &watch{typeURL: EndpointType}
+			w.setSubscription(tc.had, false)
+			added, _, err := c.applySubscriptions(w, &discoveryv3.DeltaDiscoveryRequest{TypeUrl: EndpointType,
+				ResourceNamesSubscribe: tc.subscribe, ResourceNamesUnsubscribe: tc.unsubscribe}, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := w.resource.ResourceNames; !slices.Equal(got, tc.want) || w.resource.Wildcard != tc.wildcard {
+				t.Errorf("subscription %v (wildcard %v), want %v (wildcard %v)", got, w.resource.Wildcard, tc.want, tc.wildcard)
+			}
+			if !slices.Equal(added, tc.wantAdded) {
+				t.Errorf("added %v, want %v", added, tc.wantAdded)
+			}
+		})
+	}
+}
+
+// subscribedNames is how many names proxy's stream subscribes to of
+// typeURL, -1 before it asked for the type.
+func subscribedNames(h *harness, proxy, typeURL string) int {
+	for _, st := range h.server.SyncStatus() {
+		for _, ts := range st.Types {
+			if st.ProxyID == proxyID(proxy) && ts.TypeURL == typeURL {
+				return ts.Subscribed
+			}
+		}
+	}
+	return -1
+}
+
+// limitNames are n names from the from-th, sorted.
+func limitNames(from, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("n%07d", from+i)
+	}
+	return out
+}
+
+// limitStep is one request of a limit test: it subscribes to names
+// [from, to) of limitNames (SotW: replaces its type's names with them)
+// and, in delta, drops [0, drop).
+type limitStep struct {
+	typeURL        string
+	from, to, drop int
+	exhausted      bool // the stream ends with ResourceExhausted
+}
+
+// TestSubscriptionLimit: no stream subscribes to more than
+// maxSubscribedNames names over all its types; one that tries ends, with
+// ResourceExhausted, and only it. A delta client could otherwise grow its
+// subscription without end, 4 MiB of names at a time.
+func TestSubscriptionLimit(t *testing.T) {
+	const limit = maxSubscribedNames
+	for _, tc := range []struct {
+		name  string
+		delta bool
+		steps []limitStep
+	}{
+		{"delta, over requests", true, []limitStep{
+			{typeURL: EndpointType, to: limit / 2},
+			{typeURL: EndpointType, from: limit / 2, to: limit},
+			{typeURL: EndpointType, from: limit, to: limit + 1, exhausted: true},
+		}},
+		{"delta, over types", true, []limitStep{
+			{typeURL: EndpointType, to: limit},
+			{typeURL: ClusterType, from: limit, to: limit + 1, exhausted: true},
+		}},
+		{"delta, names again and names dropped", true, []limitStep{
+			{typeURL: EndpointType, to: limit},
+			{typeURL: EndpointType, to: 1},
+			{typeURL: EndpointType, from: limit, to: limit + 1, drop: 1},
+		}},
+		{"sotw, in one request", false, []limitStep{
+			{typeURL: EndpointType, to: limit + 1, exhausted: true},
+		}},
+		{"sotw, a list replaced and over types", false, []limitStep{
+			{typeURL: EndpointType, to: limit},
+			{typeURL: EndpointType, from: 1, to: limit + 1},
+			{typeURL: ClusterType, to: 1, exhausted: true},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, harnessConfig{seed: seedAB})
+			healthy := h.sotw("healthy")
+			healthy.ack(healthy.subscribe(ClusterType))
+			var send func(limitStep)
+			var streamError func() error
+			if tc.delta {
+				c := h.delta("client")
+				send = func(s limitStep) {
+					c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: s.typeURL,
+						ResourceNamesSubscribe: limitNames(s.from, s.to-s.from), ResourceNamesUnsubscribe: limitNames(0, s.drop)})
+				}
+				streamError = c.streamError
+			} else {
+				c := h.sotw("client")
+				send = func(s limitStep) {
+					c.send(&discoveryv3.DiscoveryRequest{TypeUrl: s.typeURL, ResourceNames: limitNames(s.from, s.to-s.from)})
+				}
+				streamError = c.streamError
+			}
+			subscribed := map[string]int{}
+			for i, s := range tc.steps {
+				send(s)
+				if s.exhausted {
+					if err := streamError(); status.Code(err) != codes.ResourceExhausted {
+						t.Fatalf("step %d: stream ended with %v, want ResourceExhausted", i, err)
+					}
+					break
+				}
+				if tc.delta {
+					subscribed[s.typeURL] = max(subscribed[s.typeURL], s.to) - s.drop
+				} else {
+					subscribed[s.typeURL] = s.to - s.from
+				}
+				want := subscribed[s.typeURL]
+				h.eventually(fmt.Sprintf("step %d: %d names subscribed", i, want), func() bool {
+					return subscribedNames(h, "client", s.typeURL) == want
+				})
+			}
+			addService(h.store, "c", "10.1.0.3")
+			if cds := healthy.expect(ClusterType); len(cds.GetResources()) != 3 {
+				t.Fatalf("the stream beside got %d clusters, want 3", len(cds.GetResources()))
+			}
+		})
 	}
 }

@@ -133,17 +133,17 @@ func (w *watch) namesOf(names []string) ([]string, requestNames) {
 // splitWildcard takes the explicit wildcard "*" out of a request's sorted
 // names, and reports whether it was there. "*" is no resource name: it asks
 // for every resource of the type, and the other names beside it are
-// subscribed to as well. r, returned for the remaining names, no longer
-// says they are the request's own sorted list.
-func splitWildcard(names []string, r requestNames) ([]string, bool, requestNames) {
+// subscribed to as well. (A SotW request that names "*" is a wildcard,
+// whose names are neither interned nor recognized in the next request:
+// what namesOf said of the request's list is not used.)
+func splitWildcard(names []string) ([]string, bool) {
 	i, found := slices.BinarySearch(names, wildcardName)
 	if !found {
-		return names, false, r
+		return names, false
 	}
 	// names may be the client's list or a subscription other streams
 	// share: it is not modified.
-	r.sorted = false
-	return slices.Concat(names[:i], names[i+1:]), true, r
+	return slices.Concat(names[:i], names[i+1:]), true
 }
 
 // sameNames reports whether a and b hold the same names in the same order.
@@ -179,6 +179,31 @@ func sortedNames(names []string) []string {
 	out := slices.Clone(names)
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// sortedUnion merges the sorted, de-duplicated lists a and b into a new
+// one, in one pass; a itself when b adds nothing.
+func sortedUnion(a, b []string) []string {
+	if len(b) == 0 {
+		return a
+	}
+	out := make([]string, 0, len(a)+len(b))
+	i, j := 0, 0
+	for i < len(a) && j < len(b) {
+		switch {
+		case a[i] < b[j]:
+			out = append(out, a[i])
+			i++
+		case a[i] > b[j]:
+			out = append(out, b[j])
+			j++
+		default:
+			out = append(out, a[i])
+			i, j = i+1, j+1
+		}
+	}
+	out = append(out, a[i:]...)
+	return append(out, b[j:]...)
 }
 
 func strictlySorted(names []string) bool {
