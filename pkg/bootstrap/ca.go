@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -204,11 +205,13 @@ func (x *secureXDS) tlsConfig(*tls.ClientHelloInfo) (*tls.Config, error) {
 		// Asked on each handshake, which is what lets it rotate without
 		// a restart.
 		GetCertificate: x.serving.GetCertificate,
-		// Not required: a workload's first call has only its token.
-		// Verified against our roots when given; the CA's certificate
-		// authenticator checks the chain and SPIFFE name again itself.
-		ClientAuth: tls.VerifyClientCertIfGiven,
-		ClientCAs:  authority.RootPool(),
+		// Not required: a workload's first call has only its token. Nor
+		// verified here: the certificate authenticator verifies the chain
+		// against the current roots, and the SPIFFE name, itself. Verified
+		// here, a certificate from a root the operator has just replaced
+		// would fail the handshake, and the token the same client sends
+		// could not renew it.
+		ClientAuth: tls.RequestClientCert,
 	}, nil
 }
 
@@ -286,16 +289,23 @@ func (s *Server) authenticateXDS(ctx context.Context) (*model.Identity, error) {
 	if authenticators == nil {
 		return nil, status.Error(codes.Unavailable, "the CA is not loaded yet")
 	}
+	// The first credential that proves an identity wins; one that fails
+	// (a certificate of a replaced root, say) leaves the others to try.
+	var refused []string
 	for _, a := range *authenticators {
 		caller, err := a.Authenticate(ctx)
 		switch {
 		case errors.Is(err, ca.ErrNoCredential):
 			continue
 		case err != nil:
-			return nil, status.Errorf(codes.Unauthenticated, "%s: %v", a.Name(), err)
+			refused = append(refused, a.Name()+": "+err.Error())
+			continue
 		}
 		id := caller.Identity
 		return &model.Identity{TrustDomain: id.TrustDomain, Namespace: id.Namespace, ServiceAccount: id.ServiceAccount}, nil
+	}
+	if len(refused) > 0 {
+		return nil, status.Error(codes.Unauthenticated, strings.Join(refused, "; "))
 	}
 	return nil, status.Error(codes.Unauthenticated,
 		"xDS over TLS needs a client certificate from the mesh CA or a ServiceAccount token (authorization: Bearer)")

@@ -201,7 +201,7 @@ spec:
 		}
 	})
 
-	t.Run("a client certificate from another CA is refused at the handshake", func(t *testing.T) {
+	t.Run("a client certificate from another CA proves nothing", func(t *testing.T) {
 		foreignKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 		tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
 			URIs: []*url.URL{mustURL(t, wantID)}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
@@ -210,20 +210,24 @@ spec:
 			t.Fatal(err)
 		}
 		clientTLS := serverTLS.Clone()
-		// GetClientCertificate, not Certificates: Go's client would hold
-		// back a certificate whose issuer the server did not list.
-		clientTLS.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-			return &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: foreignKey}, nil
+		clientTLS.Certificates = []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: foreignKey}}
+		conn, err := grpc.NewClient(cp.secureXDSAddr, grpc.WithTransportCredentials(credentials.NewTLS(clientTLS)))
+		if err != nil {
+			t.Fatal(err)
 		}
-		conn, err := tls.Dial("tcp", cp.secureXDSAddr, withH2(clientTLS))
-		if err == nil {
-			// TLS 1.3 reports the server's refusal on the first read.
-			_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-			_, err = conn.Read(make([]byte, 1))
-			conn.Close()
+		defer conn.Close()
+		// The handshake takes any certificate; the certificate
+		// authenticator then verifies it against the mesh root, and a
+		// self-made one naming the workload's identity is refused.
+		stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if err == nil || !strings.Contains(err.Error(), "certificate") {
-			t.Errorf("a self-signed client certificate was not refused: %v", err)
+		if err := stream.Send(&discoveryv3.DiscoveryRequest{Node: sidecarNode(ns), TypeUrl: clusterType}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := stream.Recv(); status.Code(err) != codes.Unauthenticated || !strings.Contains(err.Error(), "certificate") {
+			t.Fatalf("CDS with a self-signed client certificate: %v, want Unauthenticated naming the certificate", err)
 		}
 	})
 
@@ -304,6 +308,60 @@ metadata: {name: web, namespace: ca-rotate}
 		return m.expectCABundle(injector, firstRoot)
 	})
 
+	// issue asks 15012 for a workload certificate, presenting the client
+	// certificate given (if any) and a token (if withToken); it returns the
+	// chain, and the certificate with its key.
+	issue := func(serverTLS *tls.Config, client *tls.Certificate, withToken bool) ([]string, *tls.Certificate, error) {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := serverTLS.Clone()
+		if client != nil {
+			// Always presented, as a workload's agent presents its
+			// certificate: with Certificates, Go's client would hold
+			// back one whose issuer the server did not list.
+			cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return client, nil }
+		}
+		conn, err := grpc.NewClient(cp.secureXDSAddr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		call := ctx
+		if withToken {
+			call = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+m.createToken(t, ns, sa, "istio-ca"))
+		}
+		resp, err := pb.NewIstioCertificateServiceClient(conn).CreateCertificate(call, &pb.IstioCertificateRequest{
+			Csr: string(newCSR(t, key, "spiffe://cluster.local/ns/"+ns+"/sa/"+sa)), ValidityDuration: 3600})
+		if err != nil {
+			return nil, nil, err
+		}
+		chain := resp.GetCertChain()
+		keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The leaf and its intermediates; the root comes last.
+		issued, err := tls.X509KeyPair([]byte(strings.Join(chain[:len(chain)-1], "\n")),
+			pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return chain, &issued, nil
+	}
+	serverTLSFor := func(root []byte) *tls.Config {
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(root)
+		return &tls.Config{RootCAs: pool, ServerName: "istiod-" + rev + ".istio-system.svc", MinVersion: tls.VersionTLS12}
+	}
+	// A workload's certificate from the first root, for after the root
+	// has been replaced.
+	_, oldCert, err := issue(serverTLSFor(firstRoot), nil, true)
+	if err != nil {
+		t.Fatalf("CreateCertificate from the first root: %v", err)
+	}
+
 	// everythingTrusts checks each place the root reaches.
 	everythingTrusts := func(t *testing.T, root []byte) {
 		t.Helper()
@@ -320,9 +378,8 @@ metadata: {name: web, namespace: ca-rotate}
 		waitFor(t, 30*time.Second, "a webhook certificate from the root", func() error {
 			return cp.webhookChainVerifies(root)
 		})
-		pool := x509.NewCertPool()
-		pool.AppendCertsFromPEM(root)
-		serverTLS := &tls.Config{RootCAs: pool, ServerName: "istiod-" + rev + ".istio-system.svc", MinVersion: tls.VersionTLS12}
+		serverTLS := serverTLSFor(root)
+		pool := serverTLS.RootCAs
 		waitFor(t, 30*time.Second, "a 15012 certificate from the root", func() error {
 			conn, err := tls.Dial("tcp", cp.secureXDSAddr, withH2(serverTLS.Clone()))
 			if err != nil {
@@ -330,22 +387,10 @@ metadata: {name: web, namespace: ca-rotate}
 			}
 			return conn.Close()
 		})
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		conn, err := grpc.NewClient(cp.secureXDSAddr, grpc.WithTransportCredentials(credentials.NewTLS(serverTLS)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		call := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+m.createToken(t, ns, sa, "istio-ca"))
-		resp, err := pb.NewIstioCertificateServiceClient(conn).CreateCertificate(call, &pb.IstioCertificateRequest{
-			Csr: string(newCSR(t, key, "spiffe://cluster.local/ns/"+ns+"/sa/"+sa)), ValidityDuration: 3600})
+		chain, _, err := issue(serverTLS, nil, true)
 		if err != nil {
 			t.Fatalf("CreateCertificate: %v", err)
 		}
-		chain := resp.GetCertChain()
 		if got := strings.TrimSpace(chain[len(chain)-1]); got != strings.TrimSpace(string(root)) {
 			t.Errorf("a new certificate ends with another root than the published one")
 		}
@@ -375,6 +420,24 @@ metadata: {name: web, namespace: ca-rotate}
 		}
 		if got := cp.metric(t, "citadel_server_cert_chain_expiry_timestamp"); got != float64(operator.intermediate.NotAfter.Unix()) {
 			t.Errorf("citadel_server_cert_chain_expiry_timestamp = %v, want %v", got, operator.intermediate.NotAfter.Unix())
+		}
+	})
+
+	// A workload whose certificate is from the replaced root still reaches
+	// 15012: the handshake does not judge its certificate, the certificate
+	// authenticator refuses it, and its token renews it.
+	t.Run("a certificate of the replaced root does not lock its workload out", func(t *testing.T) {
+		serverTLS := serverTLSFor(operator.files["root-cert.pem"])
+		chain, _, err := issue(serverTLS, oldCert, true)
+		if err != nil {
+			t.Fatalf("CreateCertificate with the old certificate and a token: %v", err)
+		}
+		if got := strings.TrimSpace(chain[len(chain)-1]); got != strings.TrimSpace(string(operator.files["root-cert.pem"])) {
+			t.Error("the renewed certificate does not end with the new root")
+		}
+		_, _, err = issue(serverTLS, oldCert, false)
+		if status.Code(err) != codes.Unauthenticated || !strings.Contains(err.Error(), "certificate") {
+			t.Errorf("CreateCertificate with the old certificate alone: %v, want Unauthenticated, naming the certificate", err)
 		}
 	})
 
