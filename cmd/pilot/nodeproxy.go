@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -112,13 +110,11 @@ func runNodeProxy(f nodeProxyFlags) error {
 	if f.node == "" {
 		return errors.New("--node-name (or NODE_NAME) is required")
 	}
-	rootPEM, err := os.ReadFile(f.caRoot)
+	// Read on each handshake: the mounted istio-ca-root-cert changes when
+	// the mesh's root is rotated.
+	roots, err := caclient.NewRootFile(f.caRoot)
 	if err != nil {
 		return fmt.Errorf("--ca-root-cert: %w", err)
-	}
-	roots := x509.NewCertPool()
-	if !roots.AppendCertsFromPEM(rootPEM) {
-		return fmt.Errorf("--ca-root-cert: %s holds no PEM certificate", f.caRoot)
 	}
 	serverName, _, err := net.SplitHostPort(f.xdsAddress)
 	if err != nil {
@@ -128,7 +124,7 @@ func runNodeProxy(f nodeProxyFlags) error {
 		serverName = f.xdsServerName
 	}
 	conn, err := grpc.NewClient(f.xdsAddress,
-		grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: roots, ServerName: serverName, MinVersion: tls.VersionTLS12})),
+		grpc.WithTransportCredentials(credentials.NewTLS(roots.ClientTLS(serverName))),
 		grpc.WithPerRPCCredentials(caclient.BearerToken(caclient.TokenFile(f.tokenFile))))
 	if err != nil {
 		return err
