@@ -34,7 +34,13 @@ func ConvertService(svc *corev1.Service, domainSuffix string) *model.Service {
 		ExportTo:     parseExportTo(svc.Annotations[annotationExportTo], svc.Namespace),
 		CreationTime: svc.CreationTimestamp.Time,
 	}
-	if svc.Spec.Type != corev1.ServiceTypeExternalName {
+	if svc.Spec.Type == corev1.ServiceTypeExternalName {
+		// Kubernetes makes no endpoints for an ExternalName Service and
+		// ignores its selector. Without a name (which only an unvalidated
+		// file can hold) it is an ordinary service with no address, as in
+		// Istio.
+		out.ExternalName, out.Selector = svc.Spec.ExternalName, nil
+	} else {
 		out.ClusterIPs = clusterIPs(svc)
 	}
 	out.LoadBalancer = loadBalancerIngress(svc.Status.LoadBalancer.Ingress)
@@ -89,7 +95,7 @@ func servicePorts(in []corev1.ServicePort) []*model.Port {
 // everything the model keeps.
 func sameService(a, b *model.Service) bool {
 	return a.Name == b.Name && a.Namespace == b.Namespace && a.Hostname == b.Hostname &&
-		a.CreationTime.Equal(b.CreationTime) &&
+		a.CreationTime.Equal(b.CreationTime) && a.ExternalName == b.ExternalName &&
 		slices.Equal(a.ClusterIPs, b.ClusterIPs) && slices.Equal(a.ExternalIPs, b.ExternalIPs) &&
 		slices.Equal(a.LoadBalancer, b.LoadBalancer) &&
 		// nil (public) and empty (nobody) exportTo differ.

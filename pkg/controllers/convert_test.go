@@ -111,6 +111,11 @@ func TestConvertService(t *testing.T) {
 		s.ExportTo = e
 		return &s
 	}
+	withExternalName := func(name string) *model.Service {
+		s := *full
+		s.ClusterIPs, s.Selector, s.ExternalName = nil, nil, name
+		return &s
+	}
 	cases := []struct {
 		name string
 		in   *corev1.Service
@@ -130,11 +135,34 @@ func TestConvertService(t *testing.T) {
 			want: func() *model.Service { s := *full; s.ClusterIPs = []string{"10.0.0.10"}; return &s }(),
 		},
 		{
+			// Clients reach the name on the service port: no cluster IP,
+			// and the selector means nothing (Kubernetes ignores it).
 			name: "external name",
 			in: base(func(s *corev1.Service) {
-				s.Spec.Type, s.Spec.ExternalName = corev1.ServiceTypeExternalName, "example.com"
+				s.Spec.Type, s.Spec.ExternalName = corev1.ServiceTypeExternalName, "billing.example.com"
 			}),
-			want: func() *model.Service { s := *full; s.ClusterIPs = nil; return &s }(),
+			want: withExternalName("billing.example.com"),
+		},
+		{
+			// Absolute, as Kubernetes allows: kept, so that resolvers do
+			// not try the pod's search domains first.
+			name: "external name with a trailing dot",
+			in: base(func(s *corev1.Service) {
+				s.Spec.Type, s.Spec.ExternalName = corev1.ServiceTypeExternalName, "billing.example.com."
+			}),
+			want: withExternalName("billing.example.com."),
+		},
+		{
+			// Only an unvalidated file can hold it: as in Istio, a service
+			// with no address.
+			name: "external name type without a name",
+			in:   base(func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeExternalName }),
+			want: withExternalName(""),
+		},
+		{
+			name: "external name on a ClusterIP service ignored",
+			in:   base(func(s *corev1.Service) { s.Spec.ExternalName = "billing.example.com" }),
+			want: full,
 		},
 		{
 			name: "exportTo dot and names",

@@ -190,6 +190,17 @@ func TestIngesterPushesOnlyEffectiveChanges(t *testing.T) {
 			want: []model.ConfigKey{svcKey},
 		},
 		{
+			// Proxies resolve the name themselves: a new one is a change.
+			name: "external name moved",
+			before: []any{service(func(s *corev1.Service) {
+				s.Spec.Type, s.Spec.ExternalName = corev1.ServiceTypeExternalName, "old.example.com"
+			})},
+			update: []any{service(func(s *corev1.Service) {
+				s.Spec.Type, s.Spec.ExternalName = corev1.ServiceTypeExternalName, "new.example.com"
+			})},
+			want: []model.ConfigKey{svcKey},
+		},
+		{
 			// Node proxies are sent a workload's readiness (WDS status);
 			// its endpoints take theirs from the EndpointSlice.
 			name:   "pod readiness reaches the workload, not its endpoints",

@@ -58,6 +58,11 @@ type Service struct {
 	// which Ingress status reports.
 	LoadBalancer []LoadBalancerIngress
 	ExternalIPs  []string
+	// ExternalName is spec.externalName of a Service of type ExternalName:
+	// the DNS name that cluster DNS answers the Hostname with (a CNAME),
+	// usually outside the mesh. Such a service has no cluster IP and no
+	// endpoints; proxies resolve the name themselves, on the service port.
+	ExternalName string
 }
 
 // Key identifies the service in the store.
