@@ -2,7 +2,11 @@ package pushcontext
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/meshpilot/meshpilot/pkg/model"
 )
@@ -49,6 +53,11 @@ func buildServiceIndex(services []*model.Service) *serviceIndex {
 		case svc.Hostname == "":
 			idx.problems = append(idx.problems, serviceProblem(svc, "service has no hostname; ignored"))
 			continue
+		case svc.ExternalName != "":
+			if msg := externalNameProblem(svc.ExternalName); msg != "" {
+				idx.problems = append(idx.problems, serviceProblem(svc, msg))
+				continue
+			}
 		}
 		if _, dup := idx.byHost[svc.Hostname]; dup {
 			idx.problems = append(idx.problems, serviceProblem(svc,
@@ -130,4 +139,18 @@ func mergeByHostname(a, b []*model.Service) []*model.Service {
 
 func serviceProblem(svc *model.Service, msg string) Problem {
 	return Problem{Kind: model.KindService.String(), Namespace: svc.Namespace, Name: svc.Name, Message: msg}
+}
+
+// externalNameProblem says why proxies cannot resolve an ExternalName
+// service's name, "" when they can. The Kubernetes API admits only a
+// DNS-1123 subdomain, optionally with a trailing dot; a file can hold
+// anything, and a name like "host:443" or "https://host" would have Envoy
+// resolve a host that does not exist and grpc-go reject the cluster. Such a
+// service is left out of the index, so that no generator refers to it.
+func externalNameProblem(name string) string {
+	msgs := validation.IsDNS1123Subdomain(strings.TrimSuffix(name, "."))
+	if len(msgs) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("spec.externalName %q is not a DNS name (%s); ignored", name, strings.Join(msgs, "; "))
 }

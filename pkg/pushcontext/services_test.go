@@ -1,6 +1,7 @@
 package pushcontext
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -168,5 +169,48 @@ func TestServiceLookups(t *testing.T) {
 	problems := pc.Summary().Problems
 	if len(problems) != 1 || problems[0].Name != "nohost" {
 		t.Errorf("problems = %+v, want one for the service without hostname", problems)
+	}
+}
+
+// TestExternalNameServices: a name proxies can resolve keeps its service
+// (absolute names too); any other is reported on the Service and leaves it
+// out of every lookup, so no generator refers to a host it cannot reach.
+func TestExternalNameServices(t *testing.T) {
+	external := func(name, externalName string) *model.Service {
+		svc := newService("app", name, nil)
+		svc.ExternalName = externalName
+		return svc
+	}
+	store := model.NewStore()
+	for _, svc := range []*model.Service{
+		external("billing", "billing.example.com"),
+		external("absolute", "api.example.com."),
+		external("with-port", "billing.example.com:443"),
+		external("url", "https://billing.example.com"),
+		external("upper", "Billing.Example.com"),
+		external("not-utf8", "bill\xffing.example.com"),
+	} {
+		store.UpsertService(svc)
+	}
+	pc := Build(store, testOpts, nil, nil)
+
+	want := []string{hostname("app", "absolute"), hostname("app", "billing")}
+	if diff := cmp.Diff(want, hostnames(pc.ServicesVisibleTo("app"))); diff != "" {
+		t.Errorf("visible services (-want +got):\n%s", diff)
+	}
+	for _, name := range []string{"with-port", "url", "upper", "not-utf8"} {
+		if pc.ServiceByName("app", name) != nil || pc.ServiceForHostname(hostname("app", name)) != nil {
+			t.Errorf("service %s found, want it left out", name)
+		}
+	}
+	var reported []string
+	for _, p := range pc.Summary().Problems {
+		if p.Kind != model.KindService.String() || !strings.Contains(p.Message, "is not a DNS name") {
+			t.Errorf("unexpected problem %+v", p)
+		}
+		reported = append(reported, p.Name)
+	}
+	if diff := cmp.Diff([]string{"not-utf8", "upper", "url", "with-port"}, reported); diff != "" {
+		t.Errorf("reported services (-want +got):\n%s", diff)
 	}
 }
