@@ -48,11 +48,12 @@ type peerTLS struct {
 	auto bool
 }
 
-// peerTLSFor is peerTLS of svc in push.
+// peerTLSFor is peerTLS of svc in push. Auto mTLS never applies to a DNS
+// service: what its name resolves to is outside the mesh, as in Istio.
 func peerTLSFor(push *pushcontext.PushContext, svc *model.Service) peerTLS {
 	return peerTLS{
 		identities: push.ServiceIdentities(svc.Hostname),
-		auto:       push.AutoMTLS() && push.NamespaceMTLSMode(svc.Namespace) != model.MTLSDisable,
+		auto:       !isDNSService(svc) && push.AutoMTLS() && push.NamespaceMTLSMode(svc.Namespace) != model.MTLSDisable,
 	}
 }
 
@@ -101,10 +102,14 @@ func (r problemReporter) field(field, reason string) {
 func buildOutboundCluster(o outboundCluster, drop problemReporter) *cluster.Cluster {
 	name := OutboundClusterName(o.svc.Hostname, o.port.Port, o.subset)
 	drop.cluster = name
+	discovery := cluster.Cluster_EDS
+	if isDNSService(o.svc) {
+		discovery = cluster.Cluster_STRICT_DNS
+	}
 	b := &clusterBuilder{
 		c: &cluster.Cluster{
 			Name:                 name,
-			ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_EDS},
+			ClusterDiscoveryType: &cluster.Cluster_Type{Type: discovery},
 			ConnectTimeout:       durationpb.New(defaultConnectTimeout),
 		},
 		drop: drop,
@@ -124,9 +129,12 @@ func buildOutboundCluster(o outboundCluster, drop problemReporter) *cluster.Clus
 		sidecar:      o.proxyType == model.SidecarProxy,
 		ruleSelector: o.rule != nil && o.rule.Spec.GetWorkloadSelector() != nil,
 		peer:         o.peer,
+		externalSNI:  externalSNI(o.svc),
 	})
 	b.applyProxyProtocol(policy.GetProxyProtocol())
-	if b.c.GetType() == cluster.Cluster_EDS {
+	if isDNSService(o.svc) {
+		b.resolveExternalName(o)
+	} else if b.c.GetType() == cluster.Cluster_EDS {
 		// No service_name: Envoy then asks EDS for the cluster's own name
 		// (Cluster.EdsClusterConfig.service_name, cluster.proto), which is
 		// the name a service_name would repeat, 45 bytes in each of a

@@ -90,7 +90,7 @@ func (tmpl *clusterTemplate) resource(o outboundCluster) model.Resource {
 }
 
 // plainCluster reports whether o is built from defaults only, so that its
-// template applies.
+// template applies. A DNS service's cluster carries its name and port.
 func plainCluster(o outboundCluster) bool {
-	return o.rule == nil && o.subset == ""
+	return o.rule == nil && o.subset == "" && !isDNSService(o.svc)
 }

@@ -47,6 +47,9 @@ type tlsTarget struct {
 	// ruleSelector is set when the rule has a workloadSelector.
 	ruleSelector bool
 	peer         peerTLS
+	// externalSNI is sent, and checked, for SIMPLE and MUTUAL when the
+	// rule sets no SNI, for a DNS service (see externalSNI).
+	externalSNI string
 }
 
 // applyTLS originates TLS as the rule says. Certificates are always SDS
@@ -80,7 +83,7 @@ func (b *clusterBuilder) applyTLS(tls *networking.ClientTLSSettings, t tlsTarget
 			b.drop.field("tls.credentialName", "sidecars take credentialName only from DestinationRules with a workloadSelector; TLS origination left out")
 			return
 		}
-		ctx = b.originateTLS(tls)
+		ctx = b.originateTLS(tls, t.externalSNI)
 	default: // DISABLE
 		return
 	}
@@ -168,12 +171,24 @@ func autoMTLSMatches(ctx *tlsv3.UpstreamTlsContext) []*cluster.Cluster_Transport
 }
 
 // originateTLS is SIMPLE (server verified only) or MUTUAL (client
-// certificate too).
-func (b *clusterBuilder) originateTLS(tls *networking.ClientTLSSettings) *tlsv3.UpstreamTlsContext {
+// certificate too). Without an SNI in the rule, it sends externalSNI when
+// set and verifies the server against it unless the rule names SANs, else
+// the request's Host (autoSNI).
+func (b *clusterBuilder) originateTLS(tls *networking.ClientTLSSettings, externalSNI string) *tlsv3.UpstreamTlsContext {
 	mutual := tls.GetMode() == networking.ClientTLSSettings_MUTUAL
 	common := defaultUpstreamCommonTLS()
 	ctx := &tlsv3.UpstreamTlsContext{CommonTlsContext: common, Sni: tls.GetSni()}
-	b.autoSNI(tls)
+	sans := tls.GetSubjectAltNames()
+	switch {
+	case ctx.Sni != "":
+	case externalSNI != "":
+		ctx.Sni = externalSNI
+		if len(sans) == 0 {
+			sans = []string{externalSNI}
+		}
+	default:
+		b.autoSNI(tls)
+	}
 
 	credential := tls.GetCredentialName()
 	if mutual {
@@ -198,7 +213,7 @@ func (b *clusterBuilder) originateTLS(tls *networking.ClientTLSSettings) *tlsv3.
 		default:
 			roots = agentSecret(fileRootPrefix + systemRoots)
 		}
-		defaults := &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: sanMatchers(tls.GetSubjectAltNames())}
+		defaults := &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: sanMatchers(sans)}
 		if crl := tls.GetCaCrl(); crl != "" {
 			defaults.Crl = &core.DataSource{Specifier: &core.DataSource_Filename{Filename: crl}}
 		}

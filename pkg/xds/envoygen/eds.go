@@ -103,8 +103,12 @@ func (r *edsRun) wants(name string) bool {
 	return i < len(r.w.ResourceNames) && r.w.ResourceNames[i] == name
 }
 
-// service emits the watched assignments of every cluster of svc.
+// service emits the watched assignments of every cluster of svc. A DNS
+// service has none: its clusters resolve its name themselves.
 func (r *edsRun) service(svc *model.Service) error {
+	if isDNSService(svc) {
+		return nil
+	}
 	rule := r.push.DestinationRuleForProxy(r.proxy, svc.Hostname)
 	for _, p := range svc.Ports {
 		if err := r.emit(svc, p, nil, rule, false); err != nil {
@@ -130,7 +134,7 @@ func (r *edsRun) named(name string) error {
 		return nil
 	}
 	svc := visibleServiceFor(r.push, r.proxy.Namespace, host)
-	if svc == nil {
+	if svc == nil || isDNSService(svc) {
 		return nil
 	}
 	p := svc.PortByNumber(port)

@@ -78,9 +78,7 @@ func (b *outboundBuild) listeners(view *outboundView) (model.Resources, error) {
 	taken := make(map[string]*model.Service, len(view.tcpTargets))
 	for _, t := range view.tcpTargets {
 		if len(t.svc.ClusterIPs) == 0 {
-			b.problems.report(serviceKey(t.svc), fmt.Sprintf(
-				"port %d (%s) has no outbound listener: TCP ports need a cluster IP and the service is headless",
-				t.port.Port, t.port.Protocol))
+			b.problems.report(serviceKey(t.svc), noClusterIPReason(t))
 			continue
 		}
 		name := outboundListenerName(t.svc.ClusterIPs[0], t.port.Port)
@@ -104,6 +102,18 @@ func (b *outboundBuild) listeners(view *outboundView) (model.Resources, error) {
 		out = append(out, res)
 	}
 	return out, nil
+}
+
+// noClusterIPReason says why a TCP port of a service without a cluster IP
+// has no listener. Clients of an ExternalName service connect to what its
+// name resolves to, which the virtual outbound listener passes through
+// unchanged, as before the mesh.
+func noClusterIPReason(t serviceTarget) string {
+	why := "the service is headless"
+	if isDNSService(t.svc) {
+		why = "an ExternalName service has none; connections to its name's addresses pass through"
+	}
+	return fmt.Sprintf("port %d (%s) has no outbound listener: TCP ports need a cluster IP and %s", t.port.Port, t.port.Protocol, why)
 }
 
 // httpListener is the listener every HTTP service on port shares; the
