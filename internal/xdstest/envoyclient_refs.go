@@ -92,7 +92,10 @@ func fetchTimeout(cs *corev3.ConfigSource) time.Duration {
 }
 
 // edsDependency is the load assignment an EDS cluster fetches over ADS:
-// named by eds_cluster_config.service_name, else by the cluster's name.
+// named by eds_cluster_config.service_name, else by the cluster's name. A
+// cluster of another type waits for nothing from the server: a STRICT_DNS
+// or LOGICAL_DNS cluster warms with its first resolution, whatever it
+// finds, which this client takes as done at once.
 func edsDependency(c *clusterv3.Cluster) (dependency, bool) {
 	eds := c.GetEdsClusterConfig()
 	if c.GetType() != clusterv3.Cluster_EDS || eds.GetEdsConfig().GetAds() == nil {

@@ -81,10 +81,12 @@ func (c *connection) markWarming(parent *watch, gen *generation, sending []gener
 	names := slices.Clone(dep.warming)
 	for _, it := range changed {
 		if parent.typeURL == ClusterType {
-			// Our clusters name their load assignment after themselves
-			// (eds_cluster_config.service_name); a cluster of another type
-			// is not in the EDS subscription and drops out below.
-			names = append(names, it.name)
+			// Only an EDS cluster waits, for the assignment it names. A
+			// DNS cluster that was an EDS cluster is still in the EDS
+			// subscription until the client has applied this response.
+			if name, ok := edsAssignment(it.name, it.resource.GetValue()); ok {
+				names = append(names, name)
+			}
 			continue
 		}
 		names = append(names, st.routesOf(it)...)
