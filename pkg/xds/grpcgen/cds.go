@@ -9,8 +9,8 @@ import (
 	"github.com/meshpilot/meshpilot/pkg/pushcontext"
 )
 
-// ClusterGenerator serves CDS: EDS clusters named outbound|port|subset|host,
-// with what grpc-go honours of the DestinationRule the proxy's namespace
+// ClusterGenerator serves CDS: EDS clusters named outbound|port|subset|host
+// (LOGICAL_DNS for an ExternalName Service), with what grpc-go honours of the DestinationRule the proxy's namespace
 // resolves. A cluster depends only on the push context, the proxy namespace,
 // its name and the identities behind its service, so marshalled clusters
 // are shared by all proxies of a namespace for one push context version.
@@ -46,14 +46,14 @@ func (g *ClusterGenerator) Generate(proxy *model.Proxy, push *pushcontext.PushCo
 		for _, svc := range push.ServicesVisibleTo(proxy.Namespace) {
 			dr := push.DestinationRuleFor(proxy.Namespace, svc.Hostname)
 			for _, p := range svc.Ports {
-				if err := b.emit(clusterKey{host: svc.Hostname, port: p.Port}, dr); err != nil {
+				if err := b.emit(svc, clusterKey{host: svc.Hostname, port: p.Port}, dr); err != nil {
 					return nil, err
 				}
 				if dr == nil {
 					continue
 				}
 				for _, s := range dr.Spec.GetSubsets() {
-					if err := b.emit(clusterKey{host: svc.Hostname, port: p.Port, subset: s.GetName()}, dr); err != nil {
+					if err := b.emit(svc, clusterKey{host: svc.Hostname, port: p.Port, subset: s.GetName()}, dr); err != nil {
 						return nil, err
 					}
 				}
@@ -75,7 +75,7 @@ func (g *ClusterGenerator) Generate(proxy *model.Proxy, push *pushcontext.PushCo
 		if key.subset != "" && (dr == nil || dr.Subset(key.subset) == nil) {
 			continue
 		}
-		if err := b.emit(key, dr); err != nil {
+		if err := b.emit(svc, key, dr); err != nil {
 			return nil, err
 		}
 	}
@@ -91,7 +91,7 @@ type clusterBuild struct {
 	out  model.Resources
 }
 
-func (b *clusterBuild) emit(key clusterKey, dr *pushcontext.DestinationRule) error {
+func (b *clusterBuild) emit(svc *model.Service, key clusterKey, dr *pushcontext.DestinationRule) error {
 	ck := cdsCacheKey{namespace: b.ns, cluster: key}
 	if dr != nil {
 		// Without a rule there is no TLS, so no identity to check.
@@ -101,7 +101,7 @@ func (b *clusterBuild) emit(key clusterKey, dr *pushcontext.DestinationRule) err
 		b.out = append(b.out, *cached.(*model.Resource))
 		return nil
 	}
-	c, err := b.buildCluster(key, dr, ck.identities)
+	c, err := b.buildCluster(svc, key, dr, ck.identities)
 	if err != nil {
 		return err
 	}
@@ -114,16 +114,10 @@ func (b *clusterBuild) emit(key clusterKey, dr *pushcontext.DestinationRule) err
 	return nil
 }
 
-func (b *clusterBuild) buildCluster(key clusterKey, dr *pushcontext.DestinationRule, ids pushcontext.WorkloadIdentities) (*cluster.Cluster, error) {
+func (b *clusterBuild) buildCluster(svc *model.Service, key clusterKey, dr *pushcontext.DestinationRule, ids pushcontext.WorkloadIdentities) (*cluster.Cluster, error) {
 	name := key.name()
-	c := &cluster.Cluster{
-		Name:                 name,
-		ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_EDS},
-		EdsClusterConfig: &cluster.Cluster_EdsClusterConfig{
-			EdsConfig:   adsConfigSource(),
-			ServiceName: name,
-		},
-	}
+	c := &cluster.Cluster{Name: name}
+	setDiscovery(c, svc, key.port)
 	if dr == nil {
 		return c, nil
 	}

@@ -42,6 +42,8 @@ type fixtureService struct {
 	// ExportTo as in the Istio annotation: "*", ".", "~" or namespaces.
 	// Omitted means public.
 	ExportTo []string `json:"exportTo"`
+	// ExternalName makes it an ExternalName Service for that name.
+	ExternalName string `json:"externalName"`
 }
 
 type fixturePort struct {
@@ -108,6 +110,7 @@ func (f fixture) store(t testing.TB) model.Store {
 			Hostname:     s.Name + "." + s.Namespace + ".svc.cluster.local",
 			ExportTo:     exportTo(s.ExportTo, s.Namespace),
 			CreationTime: created,
+			ExternalName: s.ExternalName,
 		}
 		for _, p := range s.Ports {
 			proto := model.Protocol(p.Protocol)

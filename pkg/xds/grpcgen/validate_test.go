@@ -161,15 +161,21 @@ func grpcAcceptsAction(a *route.RouteAction) error {
 }
 
 func grpcAcceptsCluster(c *cluster.Cluster) error {
-	if c.GetType() != cluster.Cluster_EDS {
+	switch c.GetType() {
+	case cluster.Cluster_EDS:
+		eds := c.GetEdsClusterConfig()
+		if eds.GetEdsConfig().GetAds() == nil || eds.GetEdsConfig().GetResourceApiVersion() != core.ApiVersion_V3 {
+			return fmt.Errorf("cluster %s: endpoints must come from ADS v3", c.GetName())
+		}
+		if eds.GetServiceName() != c.GetName() {
+			return fmt.Errorf("cluster %s: service_name %q", c.GetName(), eds.GetServiceName())
+		}
+	case cluster.Cluster_LOGICAL_DNS:
+		if err := grpcAcceptsDNSTarget(c.GetLoadAssignment()); err != nil {
+			return fmt.Errorf("cluster %s: %w", c.GetName(), err)
+		}
+	default:
 		return fmt.Errorf("cluster %s: type %s", c.GetName(), c.GetType())
-	}
-	eds := c.GetEdsClusterConfig()
-	if eds.GetEdsConfig().GetAds() == nil || eds.GetEdsConfig().GetResourceApiVersion() != core.ApiVersion_V3 {
-		return fmt.Errorf("cluster %s: endpoints must come from ADS v3", c.GetName())
-	}
-	if eds.GetServiceName() != c.GetName() {
-		return fmt.Errorf("cluster %s: service_name %q", c.GetName(), eds.GetServiceName())
 	}
 	switch c.GetLbPolicy() {
 	case cluster.Cluster_ROUND_ROBIN, cluster.Cluster_LEAST_REQUEST:
@@ -187,6 +193,21 @@ func grpcAcceptsCluster(c *cluster.Cluster) error {
 		if err := grpcAcceptsClientTLS(ts); err != nil {
 			return fmt.Errorf("cluster %s: %w", c.GetName(), err)
 		}
+	}
+	return nil
+}
+
+// grpcAcceptsDNSTarget checks a LOGICAL_DNS cluster's load assignment as
+// grpc-go's dnsHostNameFromCluster does: exactly one locality with exactly
+// one endpoint, a socket address of a host and a non-zero port, with no
+// custom resolver.
+func grpcAcceptsDNSTarget(cla *endpoint.ClusterLoadAssignment) error {
+	if len(cla.GetEndpoints()) != 1 || len(cla.GetEndpoints()[0].GetLbEndpoints()) != 1 {
+		return errors.New("LOGICAL_DNS needs exactly one locality with exactly one endpoint")
+	}
+	sa := cla.GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress()
+	if sa.GetAddress() == "" || sa.GetPortValue() == 0 || sa.GetResolverName() != "" {
+		return fmt.Errorf("LOGICAL_DNS endpoint %v", sa)
 	}
 	return nil
 }
