@@ -146,6 +146,15 @@ func (s *addressSet) build(prev *addressSet, g *AddressGenerator) {
 		}
 	}
 	for _, svc := range services {
+		if svc.ExternalName != "" {
+			// Left out, as Istio does: the workload API has no DNS
+			// service. A node proxy matches a Service by its VIPs, which
+			// an ExternalName Service has none of, and a Workload with a
+			// hostname is reached only through such a VIP. Clients
+			// resolve the name through cluster DNS to its own addresses,
+			// which node proxies pass through, as before the mesh.
+			continue
+		}
 		in := inputs{service: svc, trustDomain: td, clusterID: cluster}
 		emit(serviceName(svc), in, func() *anyAddress { return serviceAddress(svc) })
 	}
