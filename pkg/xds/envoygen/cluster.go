@@ -132,9 +132,12 @@ func buildOutboundCluster(o outboundCluster, drop problemReporter) *cluster.Clus
 		externalSNI:  externalSNI(o.svc),
 	})
 	b.applyProxyProtocol(policy.GetProxyProtocol())
-	if isDNSService(o.svc) {
+	// The rule may have made it another type (PASSTHROUGH: the original
+	// destination).
+	switch b.c.GetType() {
+	case cluster.Cluster_STRICT_DNS:
 		b.resolveExternalName(o)
-	} else if b.c.GetType() == cluster.Cluster_EDS {
+	case cluster.Cluster_EDS:
 		// No service_name: Envoy then asks EDS for the cluster's own name
 		// (Cluster.EdsClusterConfig.service_name, cluster.proto), which is
 		// the name a service_name would repeat, 45 bytes in each of a

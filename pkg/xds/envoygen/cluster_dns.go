@@ -33,12 +33,9 @@ const dnsLookupFamily = cluster.Cluster_V4_PREFERRED
 // fetching endpoints.
 func isDNSService(svc *model.Service) bool { return svc.ExternalName != "" }
 
-// resolveExternalName makes the cluster resolve o's external name, unless
-// the rule made it another type (PASSTHROUGH: the original destination).
+// resolveExternalName makes the STRICT_DNS cluster resolve o's external
+// name on the service port.
 func (b *clusterBuilder) resolveExternalName(o outboundCluster) {
-	if b.c.GetType() != cluster.Cluster_STRICT_DNS {
-		return
-	}
 	b.c.DnsLookupFamily = dnsLookupFamily
 	b.c.LoadAssignment = &endpoint.ClusterLoadAssignment{
 		ClusterName: b.c.GetName(),
