@@ -170,6 +170,8 @@ func TestEDSAssignment(t *testing.T) {
 	spliced := append(marshal(named), marshal(&clusterv3.Cluster{Name: "c",
 		EdsClusterConfig: &clusterv3.Cluster_EdsClusterConfig{EdsConfig: &corev3.ConfigSource{}}})...)
 	retyped := append(marshal(eds), marshal(dns)...)
+	truncated := marshal(named)
+	truncated = truncated[:len(truncated)-1] // inside the last field
 	cases := []struct {
 		name  string
 		value []byte
@@ -183,7 +185,7 @@ func TestEDSAssignment(t *testing.T) {
 		{"a cluster_type extension", marshal(custom), "", false},
 		{"merged service_name", spliced, "assignment", true},
 		{"type overridden", retyped, "", false},
-		{"truncated", marshal(named)[:5], "", false},
+		{"truncated", truncated, "", false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
