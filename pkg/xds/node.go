@@ -28,13 +28,15 @@ func parseNode(node *corev3.Node) (*model.Proxy, error) {
 	if node == nil {
 		return nil, errors.New("the first request of a stream must carry a node")
 	}
-	parts := strings.Split(node.GetId(), "~")
+	// At most five parts: a client may send a megabyte of "~", which
+	// Split would make a million strings of.
+	parts := strings.SplitN(node.GetId(), "~", 5)
 	if len(parts) != 4 {
-		return nil, fmt.Errorf("node id %q: want type~ip~pod.namespace~namespace.svc.domain", node.GetId())
+		return nil, fmt.Errorf("node id %q: want type~ip~pod.namespace~namespace.svc.domain", clip(node.GetId()))
 	}
 	p := &model.Proxy{ID: node.GetId(), Type: model.NodeType(parts[0]), DNSDomain: parts[3]}
 	if p.Type != model.SidecarProxy && p.Type != model.Router && p.Type != model.NodeProxy {
-		return nil, fmt.Errorf("node id %q: type %q is not sidecar, router or ztunnel", p.ID, parts[0])
+		return nil, fmt.Errorf("node id %q: type %q is not sidecar, router or ztunnel", clip(p.ID), clip(parts[0]))
 	}
 
 	meta := node.GetMetadata().GetFields()
@@ -48,7 +50,7 @@ func parseNode(node *corev3.Node) (*model.Proxy, error) {
 	for ip := range strings.SplitSeq(ips, ",") {
 		ip = strings.TrimSpace(ip)
 		if _, err := netip.ParseAddr(ip); err != nil {
-			return nil, fmt.Errorf("node %q: invalid IP address %q", p.ID, ip)
+			return nil, fmt.Errorf("node %q: invalid IP address %q", clip(p.ID), clip(ip))
 		}
 		p.IPAddresses = append(p.IPAddresses, ip)
 	}
@@ -60,7 +62,7 @@ func parseNode(node *corev3.Node) (*model.Proxy, error) {
 		p.Namespace, _, _ = strings.Cut(parts[3], ".")
 	}
 	if p.Namespace == "" {
-		return nil, fmt.Errorf("node %q: no namespace in metadata or id", p.ID)
+		return nil, fmt.Errorf("node %q: no namespace in metadata or id", clip(p.ID))
 	}
 	if p.ClusterID, err = stringField(meta, metaClusterID); err != nil {
 		return nil, err
