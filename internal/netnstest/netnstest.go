@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/google/nftables"
 )
 
 // Namespace is one end of a Pair.
@@ -70,4 +72,21 @@ func run(t testing.TB, name string, args ...string) {
 	if err != nil {
 		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
 	}
+}
+
+// NFTables is a netlink connection to nftables in the namespace at path
+// (no nft binary needed); the namespace's file stays open until the test
+// ends.
+func NFTables(t testing.TB, path string) *nftables.Conn {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	c, err := nftables.New(nftables.WithNetNSFd(int(f.Fd())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

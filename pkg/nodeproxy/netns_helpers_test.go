@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"os"
 	"testing"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 
+	"github.com/meshpilot/meshpilot/internal/netnstest"
 	"github.com/meshpilot/meshpilot/pkg/netns"
 )
 
@@ -24,15 +24,7 @@ import (
 // should ever be sent.
 func countSelfDials(t *testing.T, path string) func(*testing.T) uint64 {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() })
-	c, err := nftables.New(nftables.WithNetNSFd(int(f.Fd())))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := netnstest.NFTables(t, path)
 	table := c.AddTable(&nftables.Table{Family: nftables.TableFamilyIPv4, Name: "meshpilot_loop_test"})
 	chain := c.AddChain(&nftables.Chain{Name: "output", Table: table, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter})

@@ -6,7 +6,6 @@ import (
 	"context"
 	"net"
 	"net/netip"
-	"os"
 	"testing"
 	"time"
 
@@ -27,15 +26,7 @@ const capturedPort = 9999
 // is needed.
 func redirect(t *testing.T, path string, proxyPort uint16) {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	c, err := nftables.New(nftables.WithNetNSFd(int(f.Fd())))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := netnstest.NFTables(t, path)
 	for _, fam := range []nftables.TableFamily{nftables.TableFamilyIPv4, nftables.TableFamilyIPv6} {
 		table := c.AddTable(&nftables.Table{Family: fam, Name: "meshpilot_test"})
 		chain := c.AddChain(&nftables.Chain{

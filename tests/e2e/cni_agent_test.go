@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/meshpilot/meshpilot/internal/netnstest"
 	"github.com/meshpilot/meshpilot/internal/pilotbin"
 	"github.com/meshpilot/meshpilot/internal/testlog"
 	"github.com/meshpilot/meshpilot/pkg/capture"
@@ -285,23 +286,9 @@ func annotation(t *testing.T, kube kubernetes.Interface, ns, name string) string
 // the capture replaces the table, and the canary with it.
 const canaryChain = "test-canary"
 
-func nftConn(t *testing.T, path string) *nftables.Conn {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() })
-	c, err := nftables.New(nftables.WithNetNSFd(int(f.Fd())))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
 func addCanary(t *testing.T, path string) {
 	t.Helper()
-	c := nftConn(t, path)
+	c := netnstest.NFTables(t, path)
 	c.AddChain(&nftables.Chain{Name: canaryChain, Table: &nftables.Table{Family: nftables.TableFamilyIPv4, Name: capture.Table}})
 	if err := c.Flush(); err != nil {
 		t.Fatal(err)
@@ -310,7 +297,7 @@ func addCanary(t *testing.T, path string) {
 
 func hasCanary(t *testing.T, path string) bool {
 	t.Helper()
-	chains, err := nftConn(t, path).ListChainsOfTableFamily(nftables.TableFamilyIPv4)
+	chains, err := netnstest.NFTables(t, path).ListChainsOfTableFamily(nftables.TableFamilyIPv4)
 	if err != nil {
 		t.Fatal(err)
 	}
