@@ -141,16 +141,20 @@ func (s *Server) serveH2(nc *batchedTLS, ci connInfo) {
 
 func (c *h2conn) readLoop() error {
 	for {
-		f, err := c.fr.ReadFrame()
+		// ReadFrame in two steps: a malformed frame's error does not say
+		// what type of frame it was, and streamError needs to know.
+		fh, err := c.fr.ReadFrameHeader()
 		if err == nil {
-			err = c.handle(f)
-		}
-		if err == nil {
-			continue
+			var f http2.Frame
+			if f, err = c.fr.ReadFrameForHeader(fh); err == nil {
+				err = c.handle(f)
+			}
 		}
 		var se http2.StreamError
 		if errors.As(err, &se) {
-			c.streamError(se.StreamID, se.Code)
+			err = c.streamError(fh.Type, se.StreamID, se.Code)
+		}
+		if err == nil {
 			continue
 		}
 		var ce http2.ConnectionError
@@ -161,18 +165,28 @@ func (c *h2conn) readLoop() error {
 	}
 }
 
-// streamError ends a stream the peer broke (RFC 9113 §5.4.2). RST_STREAM
-// alone would leave an open stream relaying: its slot taken, its
-// destination connected, and DATA still sent after our own reset.
-func (c *h2conn) streamError(id uint32, code http2.ErrCode) {
+// streamError ends a stream the peer broke with a frame of type typ (RFC
+// 9113 §5.4.2). RST_STREAM alone would leave an open stream relaying: its
+// slot taken, its destination connected, and DATA still sent after our own
+// reset. A malformed HEADERS that would open a stream uses up its ID as
+// a valid one does, and is a connection error where one would be.
+func (c *h2conn) streamError(typ http2.FrameType, id uint32, code http2.ErrCode) error {
 	c.mu.Lock()
 	st := c.streams[id]
+	var err error
+	if st == nil && typ == http2.FrameHeaders {
+		err = c.openIDLocked(id)
+	}
 	c.mu.Unlock()
-	if st != nil {
+	switch {
+	case err != nil:
+		return err
+	case st != nil:
 		st.reset(code)
-	} else {
+	default:
 		c.resetID(id, code)
 	}
+	return nil
 }
 
 func connErr(code http2.ErrCode) error { return http2.ConnectionError(code) }
@@ -289,11 +303,10 @@ func (c *h2conn) headers(f *http2.MetaHeadersFrame) error {
 		st.cond.Broadcast()
 		return nil
 	}
-	if id%2 == 0 || id <= c.lastID {
+	if err := c.openIDLocked(id); err != nil {
 		c.mu.Unlock()
-		return connErr(http2.ErrCodeProtocol)
+		return err
 	}
-	c.lastID = id
 	if c.goingAway || c.closed || len(c.streams) >= int(c.s.cfg.MaxConcurrentStreams) {
 		c.mu.Unlock()
 		c.resetID(id, http2.ErrCodeRefusedStream)

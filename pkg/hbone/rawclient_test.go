@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/tls"
 	"encoding/binary"
+	"errors"
 	"io"
 	"net/netip"
 	"testing"
@@ -61,11 +62,14 @@ func dialRaw(t *testing.T, m *mesh, node netip.AddrPort, settings ...http2.Setti
 }
 
 // connect opens stream id as a CONNECT to dest, its request left open.
-func (c *rawClient) connect(id uint32, dest netip.AddrPort) {
+func (c *rawClient) connect(id uint32, dest netip.AddrPort, extra ...hpack.HeaderField) {
 	c.t.Helper()
 	c.hbuf.Reset()
 	c.enc.WriteField(hpack.HeaderField{Name: ":method", Value: "CONNECT"})
 	c.enc.WriteField(hpack.HeaderField{Name: ":authority", Value: dest.String()})
+	for _, f := range extra {
+		c.enc.WriteField(f)
+	}
 	if err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: c.hbuf.Bytes(), EndHeaders: true}); err != nil {
 		c.t.Fatal(err)
 	}
@@ -136,6 +140,23 @@ func (c *rawClient) until(typ http2.FrameType, id uint32) http2.Frame {
 			return f
 		} else if g, ok := f.(*http2.GoAwayFrame); ok && typ != http2.FrameGoAway {
 			c.t.Fatalf("GOAWAY (%v) while waiting for a %v frame", g.ErrCode, typ)
+		}
+	}
+}
+
+// goneAway reads up to the server's GOAWAY, checks its error code, and
+// checks that the server then ends the connection (RFC 9113 §5.4.1).
+func (c *rawClient) goneAway(code http2.ErrCode) {
+	c.t.Helper()
+	if g := c.until(http2.FrameGoAway, 0).(*http2.GoAwayFrame); g.ErrCode != code {
+		c.t.Errorf("GOAWAY %v, want %v", g.ErrCode, code)
+	}
+	for {
+		if _, err := c.read(); err != nil {
+			if !errors.Is(err, io.EOF) {
+				c.t.Errorf("after GOAWAY the connection ended with %v, want EOF", err)
+			}
+			return
 		}
 	}
 }

@@ -107,9 +107,7 @@ func TestWindowOverflowEndsTheConnection(t *testing.T) {
 			if err := tc.send(c); err != nil {
 				t.Fatal(err)
 			}
-			if g := c.until(http2.FrameGoAway, 0).(*http2.GoAwayFrame); g.ErrCode != http2.ErrCodeFlowControl {
-				t.Errorf("GOAWAY %v, want %v", g.ErrCode, http2.ErrCodeFlowControl)
-			}
+			c.goneAway(http2.ErrCodeFlowControl)
 		})
 	}
 }
