@@ -169,13 +169,19 @@ func (c *h2conn) readLoop() error {
 // 9113 §5.4.2). RST_STREAM alone would leave an open stream relaying: its
 // slot taken, its destination connected, and DATA still sent after our own
 // reset. A malformed HEADERS that would open a stream uses up its ID as
-// a valid one does, and is a connection error where one would be.
+// a valid one does, and is a connection error where one would be; any
+// other frame on an idle stream is one too (RFC 9113 §5.1), and no
+// RST_STREAM may name an idle stream (§6.4).
 func (c *h2conn) streamError(typ http2.FrameType, id uint32, code http2.ErrCode) error {
 	c.mu.Lock()
 	st := c.streams[id]
 	var err error
-	if st == nil && typ == http2.FrameHeaders {
+	switch {
+	case st != nil:
+	case typ == http2.FrameHeaders:
 		err = c.openIDLocked(id)
+	case c.idleLocked(id):
+		err = connErr(http2.ErrCodeProtocol)
 	}
 	c.mu.Unlock()
 	switch {
@@ -214,9 +220,11 @@ func (c *h2conn) handle(f http2.Frame) error {
 	case *http2.DataFrame:
 		return c.data(f)
 	case *http2.RSTStreamFrame:
+		// On an idle stream a connection error (RFC 9113 §6.4); on a
+		// closed one ignored, as it may have crossed our own.
 		c.mu.Lock()
 		st := c.streams[f.StreamID]
-		idle := f.StreamID > c.lastID
+		idle := c.idleLocked(f.StreamID)
 		c.mu.Unlock()
 		if idle {
 			return connErr(http2.ErrCodeProtocol)
@@ -280,13 +288,21 @@ func (c *h2conn) windowUpdate(id uint32, inc int64) error {
 		}
 		return nil
 	}
-	if st := c.streams[id]; st != nil {
-		if st.sendWin+inc > maxWindow {
-			return http2.StreamError{StreamID: id, Code: http2.ErrCodeFlowControl}
+	st := c.streams[id]
+	if st == nil {
+		// On a closed stream it is no error: the peer may have sent it
+		// before our END_STREAM or RST_STREAM reached it (RFC 9113
+		// §5.1, §6.9). On an idle one it is.
+		if c.idleLocked(id) {
+			return connErr(http2.ErrCodeProtocol)
 		}
-		st.sendWin += inc
-		st.cond.Broadcast()
+		return nil
 	}
+	if st.sendWin+inc > maxWindow {
+		return http2.StreamError{StreamID: id, Code: http2.ErrCodeFlowControl}
+	}
+	st.sendWin += inc
+	st.cond.Broadcast()
 	return nil
 }
 
@@ -352,7 +368,7 @@ func (c *h2conn) data(f *http2.DataFrame) error {
 	c.recvWin -= n
 	st := c.streams[f.StreamID]
 	if st == nil || st.remoteDone || st.isReset || n > st.recvWin {
-		idle := f.StreamID > c.lastID
+		idle := c.idleLocked(f.StreamID)
 		code := http2.ErrCodeStreamClosed
 		if st != nil && !st.remoteDone && !st.isReset {
 			code = http2.ErrCodeFlowControl

@@ -19,3 +19,14 @@ func (c *h2conn) openIDLocked(id uint32) error {
 	c.lastID = id
 	return nil
 }
+
+// idleLocked reports whether stream id is idle, never opened (RFC 9113
+// §5.1): above every ID the client has used, or even, as the node opens
+// (pushes) no streams of its own. Only HEADERS and PRIORITY may come on
+// an idle stream; any other frame is a connection error PROTOCOL_ERROR.
+// A stream at or below lastID that is not open is closed instead, and
+// frames on it are answered or ignored as §5.1 says for that state.
+// Call with c.mu held.
+func (c *h2conn) idleLocked(id uint32) bool {
+	return id%2 == 0 || id > c.lastID
+}

@@ -16,43 +16,73 @@ import (
 func TestStreamStates(t *testing.T) {
 	m := newMesh(t)
 	dest := netip.MustParseAddrPort("127.0.0.1:9")
+	upper := hpack.HeaderField{Name: "X-Upper", Value: "1"} // malformed, §8.2.1
 	// refused5 sends HEADERS on stream 5 that the node refuses as
-	// malformed (§8.2.1: an upper-case field name).
-	refused5 := func(t *testing.T, c *rawClient, _ dialGate) {
-		c.connect(5, dest, hpack.HeaderField{Name: "X-Upper", Value: "1"})
+	// malformed.
+	refused5 := func(c *rawClient, _ *node, _ dialGate) {
+		c.connect(5, dest, upper)
 		if r := c.until(http2.FrameRSTStream, 5).(*http2.RSTStreamFrame); r.ErrCode != http2.ErrCodeProtocol {
-			t.Fatalf("malformed HEADERS answered with RST_STREAM %v, want %v", r.ErrCode, http2.ErrCodeProtocol)
+			c.t.Fatalf("malformed HEADERS answered with RST_STREAM %v, want %v", r.ErrCode, http2.ErrCodeProtocol)
 		}
 	}
-	connect := func(id uint32) func(c *rawClient) error {
-		return func(c *rawClient) error { c.connect(id, dest); return nil }
+	// closed5 opens stream 5, which the node ends (its dial fails) and
+	// forgets.
+	closed5 := func(c *rawClient, n *node, gate dialGate) {
+		c.connect(5, dest)
+		gate.next(c.t).fail()
+		c.until(http2.FrameRSTStream, 5) // after the 503 response
+		hc := n.onlyConn(c.t)
+		eventually(c.t, "stream 5 to be forgotten", func() bool {
+			hc.mu.Lock()
+			defer hc.mu.Unlock()
+			return hc.streams[5] == nil
+		})
 	}
+	headers := func(id uint32, extra ...hpack.HeaderField) func(c *rawClient) error {
+		return func(c *rawClient) error { c.connect(id, dest, extra...); return nil }
+	}
+	rst := func(id uint32) func(c *rawClient) error {
+		return func(c *rawClient) error { return c.fr.WriteRSTStream(id, http2.ErrCodeCancel) }
+	}
+	windowUpdate := func(id, inc uint32) func(c *rawClient) error {
+		return func(c *rawClient) error {
+			c.fr.AllowIllegalWrites = inc == 0 // §6.9: a stream error, were the stream open
+			return c.fr.WriteWindowUpdate(id, inc)
+		}
+	}
+	data := func(c *rawClient) error { c.send(5, []byte("x")); return nil }
 	cases := []struct {
 		name   string
-		before func(t *testing.T, c *rawClient, gate dialGate) // nil leaves stream 5 idle
+		before func(c *rawClient, n *node, gate dialGate) // nil leaves stream 5 idle
 		send   func(c *rawClient) error
 		goAway bool
 	}{
+		// §5.1: on an idle stream only HEADERS and PRIORITY may come;
+		// anything else is a connection error.
+		{name: "idle, WINDOW_UPDATE", send: windowUpdate(5, 1), goAway: true},
+		{name: "idle, WINDOW_UPDATE of 0", send: windowUpdate(5, 0), goAway: true},
+		{name: "idle, DATA", send: data, goAway: true},
+		{name: "idle, RST_STREAM", send: rst(5), goAway: true},
+		{name: "idle, PRIORITY", send: func(c *rawClient) error {
+			return c.fr.WritePriority(5, http2.PriorityParam{StreamDep: 1, Weight: 15})
+		}},
 		// §5.1.1: a stream ID is used once, even by HEADERS the node
 		// refused, and its first use closes the lower idle IDs.
-		{name: "refused, HEADERS again", before: refused5, send: connect(5), goAway: true},
-		{name: "refused, HEADERS on a lower ID", before: refused5, send: connect(3), goAway: true},
-		{name: "refused, malformed HEADERS again", before: refused5, goAway: true, send: func(c *rawClient) error {
-			c.connect(5, dest, hpack.HeaderField{Name: "X-Upper", Value: "1"})
-			return nil
-		}},
-		// §5.1: the stream is closed, not idle. The source may not have
-		// read the node's RST_STREAM yet when it sends these.
-		{name: "refused, RST_STREAM", before: refused5, send: func(c *rawClient) error {
-			return c.fr.WriteRSTStream(5, http2.ErrCodeCancel)
-		}},
-		{name: "refused, WINDOW_UPDATE", before: refused5, send: func(c *rawClient) error {
-			return c.fr.WriteWindowUpdate(5, 1)
-		}},
-		{name: "refused, DATA", before: refused5, send: func(c *rawClient) error {
-			c.send(5, []byte("x"))
-			return nil
-		}},
+		{name: "refused, HEADERS again", before: refused5, send: headers(5), goAway: true},
+		{name: "refused, HEADERS on a lower ID", before: refused5, send: headers(3), goAway: true},
+		{name: "refused, malformed HEADERS again", before: refused5, send: headers(5, upper), goAway: true},
+		// §5.1: the stream is closed, not idle; the source may send these
+		// before it has read the node's RST_STREAM or END_STREAM.
+		{name: "refused, RST_STREAM", before: refused5, send: rst(5)},
+		{name: "refused, WINDOW_UPDATE", before: refused5, send: windowUpdate(5, 1)},
+		{name: "refused, DATA", before: refused5, send: data},
+		{name: "closed, RST_STREAM", before: closed5, send: rst(5)},
+		{name: "closed, WINDOW_UPDATE", before: closed5, send: windowUpdate(5, 1)},
+		{name: "closed, HEADERS again", before: closed5, send: headers(5), goAway: true},
+		// Even IDs are the server's, and the node opens none: stream 4
+		// is idle though below stream 5 (§5.1.1 closes only the lower
+		// IDs of the side that opened 5).
+		{name: "closed, RST_STREAM on the server's stream 4", before: closed5, send: rst(4), goAway: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -63,7 +93,7 @@ func TestStreamStates(t *testing.T) {
 			gate.next(t).connect(t)
 			c.until(http2.FrameHeaders, 1)
 			if tc.before != nil {
-				tc.before(t, c, gate)
+				tc.before(c, n, gate)
 			}
 
 			if err := tc.send(c); err != nil {
