@@ -25,6 +25,15 @@ type serviceIndex struct {
 	// exported to, the public services merged with those extra services.
 	restricted map[string][]*model.Service
 	problems   []Problem
+	aliases    *aliasIndex
+}
+
+// sees reports whether namespace ns sees the service with hostname host.
+func (s *serviceIndex) sees(ns, host string) bool {
+	_, found := slices.BinarySearchFunc(s.visibleTo(ns), host, func(svc *model.Service, h string) int {
+		return strings.Compare(svc.Hostname, h)
+	})
+	return found
 }
 
 func (s *serviceIndex) visibleTo(ns string) []*model.Service {
@@ -35,6 +44,12 @@ func (s *serviceIndex) visibleTo(ns string) []*model.Service {
 }
 
 func buildServiceIndex(services []*model.Service) *serviceIndex {
+	idx := indexByHostname(services)
+	idx.aliases = buildAliasIndex(idx)
+	return idx
+}
+
+func indexByHostname(services []*model.Service) *serviceIndex {
 	byHostname := func(a, b *model.Service) int { return cmp.Compare(a.Hostname, b.Hostname) }
 	if !slices.IsSortedFunc(services, byHostname) {
 		services = slices.Clone(services)
@@ -143,12 +158,13 @@ func serviceProblem(svc *model.Service, msg string) Problem {
 
 // externalNameProblem says why proxies cannot resolve an ExternalName
 // service's name, "" when they can. The Kubernetes API admits only a
-// DNS-1123 subdomain, optionally with a trailing dot; a file can hold
-// anything, and a name like "host:443" or "https://host" would have Envoy
-// resolve a host that does not exist and grpc-go reject the cluster. Such a
-// service is left out of the index, so that no generator refers to it.
+// DNS-1123 subdomain, optionally with a trailing dot. A file may spell one
+// in upper case, which DNS ignores, or hold anything: a name like
+// "host:443" or "https://host" would have Envoy resolve a host that does
+// not exist and grpc-go reject the cluster. Such a service is left out of
+// the index, so that no generator refers to it.
 func externalNameProblem(name string) string {
-	msgs := validation.IsDNS1123Subdomain(strings.TrimSuffix(name, "."))
+	msgs := validation.IsDNS1123Subdomain(aliasName(name))
 	if len(msgs) == 0 {
 		return ""
 	}
