@@ -107,6 +107,7 @@ func newPushPlan(id uint64, req *model.PushRequest, prev, cur *pushcontext.PushC
 			for _, pc := range []*pushcontext.PushContext{cur, prev} {
 				if svc := pc.ServiceByName(key.Namespace, key.Name); svc != nil {
 					p.services = append(p.services, changedService{namespace: svc.Namespace, hostname: svc.Hostname})
+					p.services = appendAliasesReading(p.services, prev, cur, svc.Hostname)
 					break
 				}
 			}
@@ -153,6 +154,19 @@ func newPushPlan(id uint64, req *model.PushRequest, prev, cur *pushcontext.PushC
 		p.eds = &model.PushRequest{ConfigsUpdated: edsKeys, Start: req.Start}
 	}
 	return p
+}
+
+// appendAliasesReading adds to changed the ExternalName Services whose
+// resolution, before or after the push, read host: their clients are
+// routed as the target's, by its ports and names, or fall back to a DNS
+// cluster when it goes, so they must be pushed as if the alias changed.
+func appendAliasesReading(changed []changedService, prev, cur *pushcontext.PushContext, host string) []changedService {
+	for _, pc := range []*pushcontext.PushContext{prev, cur} {
+		for _, a := range pc.AliasesReading(host) {
+			changed = append(changed, changedService{namespace: a.Namespace, hostname: a.Hostname})
+		}
+	}
+	return changed
 }
 
 // mergePlans combines a plan a connection has not taken yet (older) with a

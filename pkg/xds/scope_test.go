@@ -82,6 +82,13 @@ func upsertService(s model.Store, name string, exportTo model.ExportTo, labels m
 	})
 }
 
+func upsertExternalName(s model.Store, name string, exportTo model.ExportTo, externalName string) {
+	s.UpsertService(&model.Service{
+		Name: name, Namespace: "default", Hostname: hostname(name), ExportTo: exportTo, ExternalName: externalName,
+		Ports: []*model.Port{{Name: "http", Port: 80, Protocol: model.ProtocolHTTP}},
+	})
+}
+
 func setHTTPEndpoints(s model.Store, name string, ips ...string) {
 	eps := make([]*model.Endpoint, len(ips))
 	for i, ip := range ips {
@@ -176,6 +183,22 @@ func TestPushScopes(t *testing.T) {
 			change: func(s model.Store) []model.ConfigKey {
 				upsertService(s, "private", model.ExportTo{"default", "other"}, nil)
 				return []model.ConfigKey{{Kind: model.KindService, Namespace: "default", Name: "private"}}
+			},
+			mine: all, other: all,
+		},
+		{
+			// "alias" (seen from other only) names "hop" (seen from default
+			// only), an alias of "a": other's proxies route alias's names as
+			// a's. When hop stops naming a, alias is a DNS service again, so
+			// other must be pushed though it sees neither hop nor a change of a.
+			name: "a hop of an alias chain that the alias's clients do not see",
+			seed: func(s model.Store) {
+				upsertExternalName(s, "hop", model.ExportTo{"default"}, hostname("a"))
+				upsertExternalName(s, "alias", model.ExportTo{"other"}, hostname("hop"))
+			},
+			change: func(s model.Store) []model.ConfigKey {
+				upsertExternalName(s, "hop", model.ExportTo{"default"}, "a.example.com")
+				return []model.ConfigKey{{Kind: model.KindService, Namespace: "default", Name: "hop"}}
 			},
 			mine: all, other: all,
 		},
