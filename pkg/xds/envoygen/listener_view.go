@@ -41,6 +41,12 @@ func reservedListenerPort(port uint32) bool {
 func buildOutboundView(push *pushcontext.PushContext, namespace string) *outboundView {
 	v := &outboundView{httpServices: map[uint32][]*model.Service{}}
 	for _, svc := range push.ServicesVisibleTo(namespace) {
+		if push.AliasTarget(namespace, svc) != nil {
+			// An alias has no listener and no virtual host of its own: its
+			// names are the target's (see vhostHosts), on the target's
+			// ports; its own ports do not matter, as in Kubernetes.
+			continue
+		}
 		for _, p := range svc.Ports {
 			switch {
 			case reservedListenerPort(p.Port):

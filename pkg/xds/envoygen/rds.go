@@ -232,7 +232,8 @@ func (b *routeBuild) appendVirtualHosts(out []byte, services []*model.Service, p
 		portStr  = strconv.FormatUint(uint64(port), 10)
 	)
 	for _, svc := range services {
-		hosts = vhostHosts(hosts[:0], svc, b.proxy.Namespace)
+		aliases := b.push.AliasesOf(b.proxy.Namespace, svc)
+		hosts = vhostHosts(hosts[:0], svc, aliases, b.proxy.Namespace)
 		names := len(hosts) - len(svc.ClusterIPs)
 		kept := hosts[:0]
 		for i, h := range hosts {
@@ -256,8 +257,10 @@ func (b *routeBuild) appendVirtualHosts(out []byte, services []*model.Service, p
 		vs := b.push.VirtualServiceFor(b.proxy.Namespace, svc.Hostname)
 		// A virtual host that lost domains is particular to this route
 		// configuration and is not shared, nor is one whose routes depend
-		// on the proxy's labels.
-		shared := len(kept) == len(hosts) && (vs == nil || !vs.UsesSourceLabels)
+		// on the proxy's labels, nor one with aliases: which of them the
+		// namespace sees, and their short names there, are not in the key
+		// (aliases are few).
+		shared := len(kept) == len(hosts) && (vs == nil || !vs.UsesSourceLabels) && len(aliases) == 0
 		key := vhostKey{svc: svc, port: port, viewer: relation(b.proxy.Namespace, svc.Namespace), rule: dr, vs: vs}
 		if shared {
 			if vb, ok := b.gen.vhosts.get(key); ok {

@@ -49,7 +49,7 @@ func TestVirtualHostDomains(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.desc, func(t *testing.T) {
-			vh := encodeVhostForTest(t, tt.svc.Hostname, 80, vhostHosts(nil, tt.svc, tt.proxyNs), nil)
+			vh := encodeVhostForTest(t, tt.svc.Hostname, 80, vhostHosts(nil, tt.svc, nil, tt.proxyNs), nil)
 			if got := strings.Join(vh.GetDomains(), " "); got != tt.want {
 				t.Errorf("got  %s\nwant %s", got, tt.want)
 			}

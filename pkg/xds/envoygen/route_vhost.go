@@ -102,9 +102,27 @@ func inboundDefaultRoute(cluster, operation string) *route.Route {
 // vhostHosts appends the host names (without port) by which a proxy in
 // proxyNamespace may address svc, in Istio's order: the FQDN, the short
 // names its DNS search path resolves (name, name.ns.svc and name.ns in the
-// same namespace; name.ns and name.ns.svc from others), then the cluster
-// IPs (IPv6 in brackets, as in a Host header).
-func vhostHosts(dst []string, svc *model.Service, proxyNamespace string) []string {
+// same namespace; name.ns and name.ns.svc from others), then the same for
+// each of svc's aliases (ExternalName Services whose CNAME leads to svc,
+// so requests for them arrive with their names), then svc's cluster IPs
+// (IPv6 in brackets, as in a Host header).
+func vhostHosts(dst []string, svc *model.Service, aliases []*model.Service, proxyNamespace string) []string {
+	dst = appendServiceNames(dst, svc, proxyNamespace)
+	for _, a := range aliases {
+		dst = appendServiceNames(dst, a, proxyNamespace)
+	}
+	for _, ip := range svc.ClusterIPs {
+		if addr, err := netip.ParseAddr(ip); err == nil && addr.Is6() {
+			ip = "[" + ip + "]"
+		}
+		dst = append(dst, ip)
+	}
+	return dst
+}
+
+// appendServiceNames appends svc's FQDN and the short names that a proxy
+// in proxyNamespace may use for it.
+func appendServiceNames(dst []string, svc *model.Service, proxyNamespace string) []string {
 	dst = append(dst, svc.Hostname)
 	if proxyNamespace != "" && hasKubernetesHostname(svc) {
 		nameNs := svc.Hostname[:len(svc.Name)+1+len(svc.Namespace)]
@@ -114,12 +132,6 @@ func vhostHosts(dst []string, svc *model.Service, proxyNamespace string) []strin
 		} else {
 			dst = append(dst, nameNs, nameNsSvc)
 		}
-	}
-	for _, ip := range svc.ClusterIPs {
-		if addr, err := netip.ParseAddr(ip); err == nil && addr.Is6() {
-			ip = "[" + ip + "]"
-		}
-		dst = append(dst, ip)
 	}
 	return dst
 }

@@ -232,6 +232,11 @@ func (k clusterKey) cluster() string { return loadassign.ClusterName(k.host, k.p
 func (t *translation) destination(d *networking.Destination, field string) clusterKey {
 	key := clusterKey{host: t.in.VS.ResolveHost(d.GetHost()), port: d.GetPort().GetNumber(), subset: d.GetSubset()}
 	svc := t.in.Push.ServiceForHostname(key.host)
+	if target := t.in.Push.AliasTarget(t.in.Proxy.Namespace, svc); target != nil {
+		// An alias has no clusters: its clients use its target's, as Istio
+		// routes a destination that names an ExternalName alias.
+		key.host, svc = target.Hostname, target
+	}
 	if key.port == 0 {
 		key.port = t.in.Port
 		if svc != nil && len(svc.Ports) == 1 {
