@@ -44,6 +44,9 @@ func (g *ClusterGenerator) Generate(proxy *model.Proxy, push *pushcontext.PushCo
 	b := clusterBuild{g: g, gen: g.cache.generation(push.Version()), push: push, ns: proxy.Namespace}
 	if w.Wildcard {
 		for _, svc := range push.ServicesVisibleTo(proxy.Namespace) {
+			if servedAs(push, proxy.Namespace, svc) != svc {
+				continue // an alias: its clients use its target's clusters
+			}
 			dr := push.DestinationRuleFor(proxy.Namespace, svc.Hostname)
 			for _, p := range svc.Ports {
 				if err := b.emit(svc, clusterKey{host: svc.Hostname, port: p.Port}, dr); err != nil {
@@ -68,7 +71,7 @@ func (g *ClusterGenerator) Generate(proxy *model.Proxy, push *pushcontext.PushCo
 			continue
 		}
 		svc := visibleService(push, proxy.Namespace, key.host)
-		if svc == nil || svc.PortByNumber(key.port) == nil {
+		if svc == nil || svc.PortByNumber(key.port) == nil || servedAs(push, proxy.Namespace, svc) != svc {
 			continue
 		}
 		dr := push.DestinationRuleFor(proxy.Namespace, key.host)

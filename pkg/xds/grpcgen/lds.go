@@ -51,7 +51,8 @@ func (g *ListenerGenerator) Generate(proxy *model.Proxy, push *pushcontext.PushC
 	if w.Wildcard {
 		emitted = nameSet{}
 		for _, svc := range push.ServicesVisibleTo(proxy.Namespace) {
-			for _, p := range svc.Ports {
+			served := servedAs(push, proxy.Namespace, svc)
+			for _, p := range served.Ports {
 				name := hostPort(svc.Hostname, p.Port)
 				res, err := g.clientListener(name)
 				if err != nil {

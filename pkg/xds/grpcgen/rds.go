@@ -36,9 +36,10 @@ func (g *RouteGenerator) Generate(proxy *model.Proxy, push *pushcontext.PushCont
 	if w.Wildcard {
 		emitted = nameSet{}
 		for _, svc := range push.ServicesVisibleTo(proxy.Namespace) {
-			for _, p := range svc.Ports {
+			served := servedAs(push, proxy.Namespace, svc)
+			for _, p := range served.Ports {
 				name := hostPort(svc.Hostname, p.Port)
-				res, err := g.routeConfig(proxy, push, name, svc, p)
+				res, err := g.routeConfig(proxy, push, name, served, p)
 				if err != nil {
 					return nil, err
 				}

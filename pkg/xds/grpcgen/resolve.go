@@ -37,11 +37,24 @@ func resolveTarget(push *pushcontext.PushContext, domainSuffix, ns, target strin
 	if svc == nil {
 		return nil, nil
 	}
+	svc = servedAs(push, ns, svc)
 	p := svc.PortByNumber(port)
 	if p == nil {
 		return nil, nil
 	}
 	return svc, p
+}
+
+// servedAs is the Service whose listener, routes and clusters serve svc's
+// clients in namespace ns: the Service an alias names (an ExternalName
+// Service whose CNAME leads to it), else svc. An alias's clients dial its
+// name, and get the target's routes and clusters on the target's ports,
+// with mutual TLS where the target has it, as Envoy sidecars do.
+func servedAs(push *pushcontext.PushContext, ns string, svc *model.Service) *model.Service {
+	if target := push.AliasTarget(ns, svc); target != nil {
+		return target
+	}
+	return svc
 }
 
 // expandShortName turns a short service name into its FQDN, or "" when host
