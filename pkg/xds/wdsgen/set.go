@@ -152,7 +152,10 @@ func (s *addressSet) build(prev *addressSet, g *AddressGenerator) {
 			// an ExternalName Service has none of, and a Workload with a
 			// hostname is reached only through such a VIP. Clients
 			// resolve the name through cluster DNS to its own addresses,
-			// which node proxies pass through, as before the mesh.
+			// which node proxies pass through, as before the mesh. An
+			// alias of a mesh Service needs nothing either: its CNAME
+			// leads to the target's VIP, which node proxies serve as the
+			// target (HBONE, mutual TLS); Istio sends ztunnel no alias.
 			continue
 		}
 		in := inputs{service: svc, trustDomain: td, clusterID: cluster}
