@@ -108,12 +108,8 @@ func TestQueuedDataHoldsAboutItsSize(t *testing.T) {
 	dest := netip.MustParseAddrPort("127.0.0.1:9")
 	for _, size := range []int{1, 100, 1000, 1025, 8193, 16 << 10} {
 		t.Run(fmt.Sprintf("%d-byte frames", size), func(t *testing.T) {
-			gate := make(dialGate)
-			n := oneWorkloadNode(t, m, dest, nodeOpts{dial: gate.dial})
-			c := dialRaw(t, m, n.at("127.0.0.2"))
-			c.connect(1, dest)
-			up := gate.next(t).connect(t)
-			c.until(http2.FrameHeaders, 1)
+			tun := openTunnel(t, m, dest)
+			n, c, up := tun.n, tun.c, tun.up
 			// The node is stuck writing this frame's second byte, so
 			// the next frames stay queued.
 			c.send(1, []byte("ab"))

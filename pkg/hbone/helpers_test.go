@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/net/http2"
+
 	"github.com/meshpilot/meshpilot/internal/testcerts"
 )
 
@@ -173,6 +175,26 @@ func oneWorkloadNode(t testing.TB, m *mesh, dest netip.AddrPort, o nodeOpts) *no
 	o.allowed = map[netip.Addr]bool{dest.Addr(): true}
 	o.roots = m.roots()
 	return newNode(t, o)
+}
+
+// tunnel is a node whose dials the test answers, a raw client of it, and
+// stream 1 open through it to dest.
+type tunnel struct {
+	n    *node
+	gate dialGate
+	c    *rawClient
+	up   net.Conn // the destination's end of stream 1
+}
+
+func openTunnel(t *testing.T, m *mesh, dest netip.AddrPort) tunnel {
+	t.Helper()
+	gate := make(dialGate)
+	n := oneWorkloadNode(t, m, dest, nodeOpts{dial: gate.dial})
+	c := dialRaw(t, m, n.at("127.0.0.2"))
+	c.connect(1, dest)
+	up := gate.next(t).connect(t)
+	c.until(http2.FrameHeaders, 1)
+	return tunnel{n: n, gate: gate, c: c, up: up}
 }
 
 // dialGate hands each of a node's dials to the test, which connects it to a

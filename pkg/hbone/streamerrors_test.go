@@ -39,12 +39,8 @@ func TestStreamErrorEndsTheStream(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			gate := make(dialGate)
-			n := oneWorkloadNode(t, m, dest, nodeOpts{dial: gate.dial})
-			c := dialRaw(t, m, n.at("127.0.0.2"))
-			c.connect(1, dest)
-			up := gate.next(t).connect(t)
-			c.until(http2.FrameHeaders, 1)
+			tun := openTunnel(t, m, dest)
+			n, c, up := tun.n, tun.c, tun.up
 
 			if err := tc.send(c); err != nil {
 				t.Fatal(err)
@@ -97,12 +93,7 @@ func TestWindowOverflowEndsTheConnection(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			gate := make(dialGate)
-			n := oneWorkloadNode(t, m, dest, nodeOpts{dial: gate.dial})
-			c := dialRaw(t, m, n.at("127.0.0.2"))
-			c.connect(1, dest)
-			gate.next(t).connect(t)
-			c.until(http2.FrameHeaders, 1)
+			c := openTunnel(t, m, dest).c
 
 			if err := tc.send(c); err != nil {
 				t.Fatal(err)

@@ -86,12 +86,8 @@ func TestStreamStates(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			gate := make(dialGate)
-			n := oneWorkloadNode(t, m, dest, nodeOpts{dial: gate.dial})
-			c := dialRaw(t, m, n.at("127.0.0.2"))
-			c.connect(1, dest)
-			gate.next(t).connect(t)
-			c.until(http2.FrameHeaders, 1)
+			tun := openTunnel(t, m, dest)
+			n, gate, c := tun.n, tun.gate, tun.c
 			if tc.before != nil {
 				tc.before(c, n, gate)
 			}
