@@ -70,6 +70,11 @@ func (s *Service) Key() NamespacedName {
 	return NamespacedName{Namespace: s.Namespace, Name: s.Name}
 }
 
+// IsExternalName reports whether s is an ExternalName Service, which proxies
+// reach by resolving its name (or, as an alias, through the Service that
+// name leads to) rather than through endpoints of its own.
+func (s *Service) IsExternalName() bool { return s.ExternalName != "" }
+
 // PortByNumber returns the service port with the given number, or nil: the
 // one port the mesh serves on that number (see Service).
 func (s *Service) PortByNumber(port uint32) *Port {

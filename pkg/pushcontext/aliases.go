@@ -51,7 +51,7 @@ func aliasName(externalName string) string {
 func buildAliasIndex(idx *serviceIndex) *aliasIndex {
 	a := &aliasIndex{}
 	for _, svc := range idx.all {
-		if svc.ExternalName == "" {
+		if !svc.IsExternalName() {
 			continue
 		}
 		target, read, problem := idx.resolveAlias(svc)
@@ -90,7 +90,7 @@ func (idx *serviceIndex) resolveAlias(svc *model.Service) (*model.Service, []str
 		if !ok {
 			return nil, read, ""
 		}
-		if cur = idx.all[i]; cur.ExternalName == "" {
+		if cur = idx.all[i]; !cur.IsExternalName() {
 			return cur, read, ""
 		}
 	}
@@ -104,7 +104,7 @@ func (idx *serviceIndex) resolveAlias(svc *model.Service) (*model.Service, []str
 // that Service (its proxies could not route to it, and keep svc's DNS
 // cluster).
 func (pc *PushContext) AliasTarget(ns string, svc *model.Service) *model.Service {
-	if svc == nil || svc.ExternalName == "" {
+	if svc == nil || !svc.IsExternalName() {
 		return nil
 	}
 	t := pc.services.aliases.target[svc.Hostname]

@@ -68,7 +68,7 @@ func indexByHostname(services []*model.Service) *serviceIndex {
 		case svc.Hostname == "":
 			idx.problems = append(idx.problems, serviceProblem(svc, "service has no hostname; ignored"))
 			continue
-		case svc.ExternalName != "":
+		case svc.IsExternalName():
 			if msg := externalNameProblem(svc.ExternalName); msg != "" {
 				idx.problems = append(idx.problems, serviceProblem(svc, msg))
 				continue

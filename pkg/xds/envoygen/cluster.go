@@ -53,7 +53,7 @@ type peerTLS struct {
 func peerTLSFor(push *pushcontext.PushContext, svc *model.Service) peerTLS {
 	return peerTLS{
 		identities: push.ServiceIdentities(svc.Hostname),
-		auto:       !isDNSService(svc) && push.AutoMTLS() && push.NamespaceMTLSMode(svc.Namespace) != model.MTLSDisable,
+		auto:       !svc.IsExternalName() && push.AutoMTLS() && push.NamespaceMTLSMode(svc.Namespace) != model.MTLSDisable,
 	}
 }
 
@@ -103,7 +103,7 @@ func buildOutboundCluster(o outboundCluster, drop problemReporter) *cluster.Clus
 	name := OutboundClusterName(o.svc.Hostname, o.port.Port, o.subset)
 	drop.cluster = name
 	discovery := cluster.Cluster_EDS
-	if isDNSService(o.svc) {
+	if o.svc.IsExternalName() {
 		discovery = cluster.Cluster_STRICT_DNS
 	}
 	b := &clusterBuilder{

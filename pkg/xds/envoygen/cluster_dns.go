@@ -29,10 +29,6 @@ import (
 // still resolves.
 const dnsLookupFamily = cluster.Cluster_V4_PREFERRED
 
-// isDNSService reports whether svc's clusters resolve a name instead of
-// fetching endpoints.
-func isDNSService(svc *model.Service) bool { return svc.ExternalName != "" }
-
 // resolveExternalName makes the STRICT_DNS cluster resolve o's external
 // name on the service port.
 func (b *clusterBuilder) resolveExternalName(o outboundCluster) {

@@ -92,5 +92,5 @@ func (tmpl *clusterTemplate) resource(o outboundCluster) model.Resource {
 // plainCluster reports whether o is built from defaults only, so that its
 // template applies. A DNS service's cluster carries its name and port.
 func plainCluster(o outboundCluster) bool {
-	return o.rule == nil && o.subset == "" && !isDNSService(o.svc)
+	return o.rule == nil && o.subset == "" && !o.svc.IsExternalName()
 }

@@ -106,7 +106,7 @@ func (r *edsRun) wants(name string) bool {
 // service emits the watched assignments of every cluster of svc. A DNS
 // service has none: its clusters resolve its name themselves.
 func (r *edsRun) service(svc *model.Service) error {
-	if isDNSService(svc) {
+	if svc.IsExternalName() {
 		return nil
 	}
 	rule := r.push.DestinationRuleForProxy(r.proxy, svc.Hostname)
@@ -134,7 +134,7 @@ func (r *edsRun) named(name string) error {
 		return nil
 	}
 	svc := visibleServiceFor(r.push, r.proxy.Namespace, host)
-	if svc == nil || isDNSService(svc) {
+	if svc == nil || svc.IsExternalName() {
 		return nil
 	}
 	p := svc.PortByNumber(port)

@@ -110,7 +110,7 @@ func (b *outboundBuild) listeners(view *outboundView) (model.Resources, error) {
 // unchanged, as before the mesh.
 func noClusterIPReason(t serviceTarget) string {
 	why := "the service is headless"
-	if isDNSService(t.svc) {
+	if t.svc.IsExternalName() {
 		why = "an ExternalName service has none; connections to its name's addresses pass through"
 	}
 	return fmt.Sprintf("port %d (%s) has no outbound listener: TCP ports need a cluster IP and %s", t.port.Port, t.port.Protocol, why)

@@ -10,8 +10,8 @@ import (
 )
 
 // ClusterGenerator serves CDS: EDS clusters named outbound|port|subset|host
-// (LOGICAL_DNS for an ExternalName Service), with what grpc-go honours of the DestinationRule the proxy's namespace
-// resolves. A cluster depends only on the push context, the proxy namespace,
+// (LOGICAL_DNS for an ExternalName Service), with what grpc-go honours of
+// the DestinationRule the proxy's namespace resolves. A cluster depends only on the push context, the proxy namespace,
 // its name and the identities behind its service, so marshalled clusters
 // are shared by all proxies of a namespace for one push context version.
 type ClusterGenerator struct {

@@ -15,15 +15,11 @@ import (
 // resolves with its own DNS resolver, and no EDS (xdsresource's
 // dnsHostNameFromCluster, grpc-go v1.85).
 
-// isDNSService reports whether svc's clusters resolve a name instead of
-// fetching endpoints.
-func isDNSService(svc *model.Service) bool { return svc.ExternalName != "" }
-
 // setDiscovery makes c an EDS cluster fetching its own name over ADS, or
 // for a DNS service a LOGICAL_DNS cluster of its name on port (a subset's
 // labels select Pods, which the name has none of: every subset resolves it).
 func setDiscovery(c *cluster.Cluster, svc *model.Service, port uint32) {
-	if !isDNSService(svc) {
+	if !svc.IsExternalName() {
 		c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_EDS}
 		c.EdsClusterConfig = &cluster.Cluster_EdsClusterConfig{EdsConfig: adsConfigSource(), ServiceName: c.GetName()}
 		return

@@ -57,7 +57,7 @@ func (g *EndpointGenerator) Generate(proxy *model.Proxy, push *pushcontext.PushC
 			continue
 		}
 		svc := visibleService(push, ns, key.host)
-		if svc == nil || isDNSService(svc) || svc.PortByNumber(key.port) == nil {
+		if svc == nil || svc.IsExternalName() || svc.PortByNumber(key.port) == nil {
 			continue
 		}
 		var labels map[string]string
@@ -84,7 +84,7 @@ func (g *EndpointGenerator) Generate(proxy *model.Proxy, push *pushcontext.PushC
 // port, plain and per subset of the rule the proxy's namespace resolves)
 // that w watches; a DNS service's clusters have none.
 func (g *EndpointGenerator) emitClusters(out model.Resources, push *pushcontext.PushContext, ns string, svc *model.Service, w *model.WatchedResource) (model.Resources, error) {
-	if isDNSService(svc) {
+	if svc.IsExternalName() {
 		return out, nil
 	}
 	dr := push.DestinationRuleFor(ns, svc.Hostname)

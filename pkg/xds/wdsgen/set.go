@@ -146,7 +146,7 @@ func (s *addressSet) build(prev *addressSet, g *AddressGenerator) {
 		}
 	}
 	for _, svc := range services {
-		if svc.ExternalName != "" {
+		if svc.IsExternalName() {
 			// Left out, as Istio does: the workload API has no DNS
 			// service. A node proxy matches a Service by its VIPs, which
 			// an ExternalName Service has none of, and a Workload with a
