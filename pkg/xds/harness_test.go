@@ -183,7 +183,12 @@ func (h *harness) dial(opts ...grpc.DialOption) *grpc.ClientConn {
 // eventually polls cond until it holds; it fails the test after waitLimit.
 func (h *harness) eventually(what string, cond func() bool) {
 	h.t.Helper()
-	deadline := time.Now().Add(waitLimit)
+	h.eventuallyWithin(what, waitLimit, cond)
+}
+
+func (h *harness) eventuallyWithin(what string, limit time.Duration, cond func() bool) {
+	h.t.Helper()
+	deadline := time.Now().Add(limit)
 	for !cond() {
 		if time.Now().After(deadline) {
 			h.t.Fatalf("timed out waiting for %s", what)
