@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,8 +16,10 @@ import (
 	k8snetworkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	fakediscovery "k8s.io/client-go/discovery/fake"
 	kubefake "k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/meshpilot/meshpilot/pkg/model"
@@ -258,6 +261,16 @@ func TestKubeSourceWithFakeClients(t *testing.T) {
 		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "reviews", Namespace: "ns"}},
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}},
 	)
+	// The fake's watches do not resume from a resource version: a delete
+	// made after the informer's list but before its watch is lost. The
+	// reactor opens the watch itself and says when it has.
+	serviceWatch := make(chan struct{})
+	var watchOnce sync.Once
+	client.PrependWatchReactor("services", func(a k8stesting.Action) (bool, watch.Interface, error) {
+		w, err := client.Tracker().Watch(a.GetResource(), a.GetNamespace())
+		watchOnce.Do(func() { close(serviceWatch) })
+		return true, w, err
+	})
 	istio := istiofake.NewSimpleClientset()
 	store := model.NewStore()
 	metrics := NewMetrics(prometheus.NewRegistry())
@@ -278,6 +291,11 @@ func TestKubeSourceWithFakeClients(t *testing.T) {
 		if got := counterValue(t, metrics.CRDMissing.WithLabelValues(crd)); got != 1 {
 			t.Errorf("missing CRD %s not counted: %v", crd, got)
 		}
+	}
+	select {
+	case <-serviceWatch:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the Service informer never watched")
 	}
 	if err := client.CoreV1().Services("ns").Delete(ctx, "reviews", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
