@@ -186,18 +186,18 @@ func (c *connection) unservedType(typeURL, nonce string) bool {
 	return nonce == ""
 }
 
-// maxSubscribedNames bounds the resource names one stream may subscribe
-// to, over all its types. A sidecar of a 5,000-service mesh subscribes to
+// defaultMaxSubscribedNames bounds the resource names one stream may
+// subscribe to, over all its types. A sidecar of a 5,000-service mesh subscribes to
 // a load assignment per service port and subset, some 20,000 names, and to
 // fewer routes; ten times that is no real client. Without a bound a delta
 // client could grow its subscription, 4 MiB of names per request, until
 // the server ran out of memory. SotW requests replace their type's list,
 // and are held to the same total.
-const maxSubscribedNames = 200_000
+const defaultMaxSubscribedNames = 200_000
 
 // checkSubscribed refuses, with an error that ends the stream, a
 // subscription of w (nil for a new type) to n names that would take the
-// stream's names over maxSubscribedNames.
+// stream's names over Options.MaxSubscribedNames.
 func (c *connection) checkSubscribed(w *watch, n int) error {
 	total := n
 	for _, other := range c.watches {
@@ -205,11 +205,11 @@ func (c *connection) checkSubscribed(w *watch, n int) error {
 			total += len(other.resource.ResourceNames)
 		}
 	}
-	if total <= maxSubscribedNames {
+	if total <= c.s.opts.MaxSubscribedNames {
 		return nil
 	}
 	return status.Errorf(codes.ResourceExhausted,
-		"the stream would subscribe to %d resource names, more than the %d one stream may", total, maxSubscribedNames)
+		"the stream would subscribe to %d resource names, more than the %d one stream may", total, c.s.opts.MaxSubscribedNames)
 }
 
 // addWatch starts tracking a type URL.

@@ -46,6 +46,7 @@ type harnessConfig struct {
 	debounceAfter time.Duration
 	debounceMax   time.Duration
 	sendTimeout   time.Duration
+	maxNames      int // Options.MaxSubscribedNames
 	// maxSyncs is Options.MaxConcurrentSyncs.
 	maxSyncs int
 	seed     func(model.Store)
@@ -97,6 +98,7 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 		DebounceAfter:      cfg.debounceAfter,
 		DebounceMax:        cfg.debounceMax,
 		SendTimeout:        cfg.sendTimeout,
+		MaxSubscribedNames: cfg.maxNames,
 		MaxConcurrentSyncs: cfg.maxSyncs,
 		Authenticate:       cfg.authenticate,
 		Metrics:            NewMetrics(h.reg),

@@ -35,6 +35,10 @@ type Options struct {
 	// SendTimeout bounds one send on a stream (default 10s); a client that
 	// does not read for that long loses its stream and reconnects.
 	SendTimeout time.Duration
+	// MaxSubscribedNames bounds the resource names one stream may
+	// subscribe to, over all its types (default 200,000; see
+	// checkSubscribed).
+	MaxSubscribedNames int
 	// MaxConcurrentGenerations bounds how many connections generate at once
 	// (default 100), so that a full push to thousands of connections does
 	// not hold thousands of half-built responses in memory. Sends are not
@@ -138,6 +142,9 @@ func NewServer(opts Options) *Server {
 	}
 	if opts.SendTimeout <= 0 {
 		opts.SendTimeout = defaultSendTimeout
+	}
+	if opts.MaxSubscribedNames <= 0 {
+		opts.MaxSubscribedNames = defaultMaxSubscribedNames
 	}
 	if opts.MaxConcurrentGenerations <= 0 {
 		opts.MaxConcurrentGenerations = defaultGenerations

@@ -260,7 +260,7 @@ func TestDeltaSubscriptionLists(t *testing.T) {
 			want: []string{"a"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := &deltaStream{connection: &connection{watches: map[string]*watch{}}}
+			c := &deltaStream{connection: &connection{s: &Server{opts: Options{MaxSubscribedNames: defaultMaxSubscribedNames}}, watches: map[string]*watch{}}}
 			w := &watch{typeURL: EndpointType}
 			w.setSubscription(tc.had, false)
 			added, _, err := c.applySubscriptions(w, &discoveryv3.DeltaDiscoveryRequest{TypeUrl: EndpointType,
@@ -310,11 +310,13 @@ type limitStep struct {
 }
 
 // TestSubscriptionLimit: no stream subscribes to more than
-// maxSubscribedNames names over all its types; one that tries ends, with
-// ResourceExhausted, and only it. A delta client could otherwise grow its
-// subscription without end, 4 MiB of names at a time.
+// Options.MaxSubscribedNames names over all its types; one that tries ends,
+// with ResourceExhausted, and only it. A delta client could otherwise grow
+// its subscription without end, 4 MiB of names at a time. The test's limit
+// is small: 200,000 names a step took over a minute under the race
+// detector.
 func TestSubscriptionLimit(t *testing.T) {
-	const limit = maxSubscribedNames
+	const limit = 2_000
 	for _, tc := range []struct {
 		name  string
 		delta bool
@@ -344,7 +346,7 @@ func TestSubscriptionLimit(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newHarness(t, harnessConfig{seed: seedAB})
+			h := newHarness(t, harnessConfig{seed: seedAB, maxNames: limit})
 			healthy := h.sotw("healthy")
 			healthy.ack(healthy.subscribe(ClusterType))
 			var send func(limitStep)
