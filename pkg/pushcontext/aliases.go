@@ -104,11 +104,15 @@ func (idx *serviceIndex) resolveAlias(svc *model.Service) (*model.Service, []str
 // that Service (its proxies could not route to it, and keep svc's DNS
 // cluster).
 func (pc *PushContext) AliasTarget(ns string, svc *model.Service) *model.Service {
+	return pc.services.aliasTarget(ns, svc)
+}
+
+func (idx *serviceIndex) aliasTarget(ns string, svc *model.Service) *model.Service {
 	if svc == nil || !svc.IsExternalName() {
 		return nil
 	}
-	t := pc.services.aliases.target[svc.Hostname]
-	if t == nil || !pc.services.sees(ns, t.Hostname) {
+	t := idx.aliases.target[svc.Hostname]
+	if t == nil || !idx.sees(ns, t.Hostname) {
 		return nil
 	}
 	return t

@@ -91,6 +91,9 @@ type IngressRoute struct {
 	// ports are resolved through the Service).
 	Host string
 	Port uint32
+	// Via is the FQDN of the ExternalName Service the Ingress named when
+	// that is an alias; Host is then its target.
+	Via string
 	// From is the Ingress the route came from.
 	From model.NamespacedName
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/meshpilot/meshpilot/pkg/model"
 )
@@ -265,4 +266,91 @@ func TestIngressConcurrentReads(t *testing.T) {
 	}
 	stop.Store(true)
 	wg.Wait()
+}
+
+// TestIngressAliasBackendIncremental: what an ExternalName backend is an
+// alias of depends on Services the Ingress does not name (its target, and
+// each hop of its CNAME chain), so a change to one of them re-translates it.
+func TestIngressAliasBackendIncremental(t *testing.T) {
+	store := ingressStore(nil, func(s model.Store) {
+		s.UpsertService(externalService("web", "front", hostname("web", "middle"), nil))
+		s.UpsertService(externalService("web", "middle", hostname("shop", "target"), nil))
+	})
+	i := ing("web", "i", 0, rule("a.example.com", path(model.PathTypePrefix, "/", toPort("front", 80))))
+	i.Revision = "1"
+	store.UpsertIngress(i)
+	pc := Build(store, testOpts, nil, nil)
+	if got, want := describeGateway(pc.IngressGateway())[1:], []string{
+		"a.example.com Prefix / -> " + cluster("web", "front", 80) + " (web/i)",
+	}; !slices.Equal(got, want) {
+		t.Fatalf("before the target exists: %v, want %v", got, want)
+	}
+
+	steps := []struct {
+		name   string
+		change func() model.ConfigKey
+		want   []string // the gateway's routes, after its ports
+		// wantReused says the whole index is the previous one.
+		wantReused bool
+	}{
+		{
+			name: "the target appearing makes the backend an alias",
+			change: func() model.ConfigKey {
+				store.UpsertService(newService("shop", "target", nil))
+				return key(model.KindService, "shop", "target")
+			},
+			want: []string{"a.example.com Prefix / -> " + cluster("shop", "target", 80) + " (web/i)"},
+		},
+		{
+			name: "the target losing the port drops the route",
+			change: func() model.ConfigKey {
+				svc := newService("shop", "target", nil)
+				svc.Ports = svc.Ports[1:]
+				store.UpsertService(svc)
+				return key(model.KindService, "shop", "target")
+			},
+		},
+		{
+			name: "a Service off the chain leaves the index alone",
+			change: func() model.ConfigKey {
+				store.UpsertService(newService("shop", "other", nil))
+				return key(model.KindService, "shop", "other")
+			},
+			wantReused: true,
+		},
+		{
+			name: "a hop of the chain changing its name",
+			change: func() model.ConfigKey {
+				store.UpsertService(externalService("web", "middle", hostname("shop", "other"), nil))
+				return key(model.KindService, "web", "middle")
+			},
+			want: []string{"a.example.com Prefix / -> " + cluster("shop", "other", 80) + " (web/i)"},
+		},
+		{
+			name: "the target hidden from the gateway: the backend's own DNS cluster again",
+			change: func() model.ConfigKey {
+				store.UpsertService(newService("shop", "other", model.ExportTo{"shop"}))
+				return key(model.KindService, "shop", "other")
+			},
+			want: []string{"a.example.com Prefix / -> " + cluster("web", "front", 80) + " (web/i)"},
+		},
+	}
+	for _, step := range steps {
+		t.Run(step.name, func(t *testing.T) {
+			prev := pc
+			pc = Build(store, testOpts, prev, pushRequest(step.change()))
+			if diff := cmp.Diff(observeIngress(Build(store, testOpts, nil, nil)), observeIngress(pc)); diff != "" {
+				t.Fatalf("incremental ingress index differs from a fresh one (-fresh +incremental):\n%s", diff)
+			}
+			if got := pc.ingress == prev.ingress; got != step.wantReused {
+				t.Fatalf("ingress index reused = %v, want %v", got, step.wantReused)
+			}
+			if step.wantReused {
+				return
+			}
+			if diff := cmp.Diff(step.want, describeGateway(pc.IngressGateway())[1:], cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("routes (-want +got):\n%s", diff)
+			}
+		})
+	}
 }

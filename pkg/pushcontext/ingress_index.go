@@ -26,17 +26,31 @@ type ingressIndex struct {
 	hosts     map[string]*hostMerge
 	hostOrder []string
 	// reads is every Service a translation looked up, found or not, and
-	// the gateway Service: a change to any other Service cannot matter here.
-	reads map[model.NamespacedName]struct{}
+	// the gateway Service; aliasReads every hostname that resolving an
+	// ExternalName backend looked up. A change to any other Service cannot
+	// matter here.
+	reads      map[model.NamespacedName]struct{}
+	aliasReads map[string]struct{}
 
 	owned, ignored int
 }
 
-// readsAnyService reports whether the index depends on one of services.
-func (idx *ingressIndex) readsAnyService(services []model.NamespacedName) bool {
-	for _, n := range services {
+// readsAnyService reports whether the index depends on one of the changed
+// services, which were in before or are in after (or both).
+func (idx *ingressIndex) readsAnyService(changed []model.NamespacedName, before, after *serviceIndex) bool {
+	for _, n := range changed {
 		if _, ok := idx.reads[n]; ok {
 			return true
+		}
+		if len(idx.aliasReads) == 0 {
+			continue
+		}
+		for _, services := range []*serviceIndex{before, after} {
+			if i, ok := services.byName[n]; ok {
+				if _, read := idx.aliasReads[services.all[i].Hostname]; read {
+					return true
+				}
+			}
 		}
 	}
 	return false
@@ -63,12 +77,12 @@ func buildIngressIndex(store model.Store, opts IngressOptions, services *service
 	// index, and a build that checks everything starts the set afresh.
 	reuseReads := prev.reads != nil && !(checks.services && checks.secrets)
 	if reuseReads {
-		idx.reads = maps.Clone(prev.reads)
+		idx.reads, idx.aliasReads = maps.Clone(prev.reads), maps.Clone(prev.aliasReads)
 	} else {
 		idx.reads = map[model.NamespacedName]struct{}{}
 	}
 	idx.reads[opts.GatewayService] = struct{}{}
-	tr := &ingressTranslator{services: services, secrets: newSecretChecker(store, prev.verdicts)}
+	tr := &ingressTranslator{services: services, secrets: newSecretChecker(store, prev.verdicts), gatewayNamespace: opts.GatewayService.Namespace}
 	owned := make([]*ingressTranslation, 0, len(all))
 	for _, ing := range all {
 		if !opts.Ownership.Owns(ing, classes) {
@@ -76,18 +90,18 @@ func buildIngressIndex(store model.Store, opts IngressOptions, services *service
 			continue
 		}
 		t := prev.translations[ing.Key()]
-		if t != nil && t.stillValid(ing, services, store, checks) {
+		if t != nil && t.stillValid(ing, tr, store, checks) {
 			for _, d := range t.secrets {
 				tr.secrets.carry(d.name)
 			}
 			info.IngressesReused++
 			if !reuseReads {
-				t.addReads(idx.reads)
+				t.addReads(idx)
 			}
 		} else {
 			t = tr.translate(ing)
 			info.IngressesTranslated++
-			t.addReads(idx.reads)
+			t.addReads(idx)
 		}
 		idx.translations[t.key] = t
 		owned = append(owned, t)
@@ -117,25 +131,32 @@ func buildIngressIndex(store model.Store, opts IngressOptions, services *service
 	return idx
 }
 
-func (t *ingressTranslation) addReads(reads map[model.NamespacedName]struct{}) {
+func (t *ingressTranslation) addReads(idx *ingressIndex) {
 	for _, d := range t.services {
-		reads[d.name] = struct{}{}
+		idx.reads[d.name] = struct{}{}
+	}
+	if len(t.aliasReads) > 0 && idx.aliasReads == nil {
+		idx.aliasReads = make(map[string]struct{}, len(t.aliasReads))
+	}
+	for _, h := range t.aliasReads {
+		idx.aliasReads[h] = struct{}{}
 	}
 }
 
 // stillValid reports whether a cached translation can stand for ing: the
-// same object (or revision), and the same Services and Secrets behind it.
-func (t *ingressTranslation) stillValid(ing *model.Ingress, services *serviceIndex, store model.Store, checks ingressChecks) bool {
+// same object (or revision), and the same Services and Secrets behind it,
+// aliases of the same targets.
+func (t *ingressTranslation) stillValid(ing *model.Ingress, tr *ingressTranslator, store model.Store, checks ingressChecks) bool {
 	if t.ingress != ing && (ing.Revision == "" || ing.Revision != t.ingress.Revision) {
 		return false
 	}
 	if checks.services {
 		for _, d := range t.services {
 			var svc *model.Service
-			if i, ok := services.byName[d.name]; ok {
-				svc = services.all[i]
+			if i, ok := tr.services.byName[d.name]; ok {
+				svc = tr.services.all[i]
 			}
-			if svc != d.svc {
+			if svc != d.svc || tr.services.aliasTarget(tr.gatewayNamespace, svc) != d.target {
 				return false
 			}
 		}

@@ -219,6 +219,42 @@ func TestIngressTranslation(t *testing.T) {
 			}},
 		},
 		{
+			// Cluster DNS answers an alias with a CNAME, so its clients
+			// reach the target on the port number they used.
+			name: "an alias backend is routed to its target, a name outside the mesh to its own cluster",
+			ingresses: []*model.Ingress{ing("web", "aliases", 0, rule("example.com",
+				path(model.PathTypePrefix, "/number", toPort("a-alias", 80)),
+				path(model.PathTypePrefix, "/name", toNamedPort("a-alias", "grpc")),
+				path(model.PathTypePrefix, "/chain", toPort("chain", 9090)),
+				path(model.PathTypePrefix, "/no-target-port", toPort("a-alias", 81)),
+				path(model.PathTypePrefix, "/outside", toPort("outside", 80)),
+				path(model.PathTypePrefix, "/outside-no-port", toPort("outside", 81)),
+				path(model.PathTypePrefix, "/hidden", toPort("to-hidden", 80)),
+			))},
+			extra: func(s model.Store) {
+				alias := externalService("web", "a-alias", hostname("web", "a"), nil)
+				alias.Ports = []*model.Port{{Name: "grpc", Port: 9090, Protocol: model.ProtocolGRPC}}
+				s.UpsertService(alias)
+				s.UpsertService(externalService("web", "chain", hostname("web", "a-alias"), nil))
+				s.UpsertService(externalService("web", "outside", "a.example.com", nil))
+				// The gateway (istio-system) cannot see hidden, so its
+				// alias keeps the DNS cluster there.
+				s.UpsertService(newService("web", "hidden", model.ExportTo{"web"}))
+				s.UpsertService(externalService("web", "to-hidden", hostname("web", "hidden"), nil))
+			},
+			want: []string{ports,
+				"example.com Prefix /outside -> " + cluster("web", "outside", 80) + " (web/aliases)",
+				"example.com Prefix /hidden -> " + cluster("web", "to-hidden", 80) + " (web/aliases)",
+				"example.com Prefix /number -> " + a80 + " (web/aliases)",
+				"example.com Prefix /chain -> " + a9090 + " (web/aliases)",
+				"example.com Prefix /name -> " + a9090 + " (web/aliases)",
+			},
+			wantProblems: map[string][]string{"web/aliases": {
+				`host "example.com" path "/no-target-port": backend service web/a-alias is an alias of ` + hostname("web", "a") + `, which has no port 81; dropped`,
+				`host "example.com" path "/outside-no-port": backend service web/outside has no port 81; dropped`,
+			}},
+		},
+		{
 			name: "only owned Ingresses are served",
 			ingresses: []*model.Ingress{
 				ing("web", "by-class", 0, rule("class.example.com", path(model.PathTypePrefix, "/", toPort("a", 80)))),

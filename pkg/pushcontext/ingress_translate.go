@@ -31,6 +31,10 @@ type ingressTranslation struct {
 	// holds.
 	services []serviceDep
 	secrets  []secretDep
+	// aliasReads are the hostnames that resolving ExternalName backends
+	// looked up: a Service appearing, changing or going at one of them may
+	// make a backend an alias, or change what it is an alias of.
+	aliasReads []string
 }
 
 type hostRoute struct {
@@ -46,6 +50,9 @@ type tlsCandidate struct {
 type serviceDep struct {
 	name model.NamespacedName
 	svc  *model.Service
+	// target is the Service that svc was an alias of for the gateway, nil
+	// when it was none.
+	target *model.Service
 }
 
 type secretDep struct {
@@ -57,6 +64,10 @@ type secretDep struct {
 type ingressTranslator struct {
 	services *serviceIndex
 	secrets  *secretChecker
+	// gatewayNamespace is where the gateway runs: an alias backend is
+	// routed to its target only if that namespace sees the target, as the
+	// gateway's clusters follow what it sees.
+	gatewayNamespace string
 }
 
 func (tr *ingressTranslator) translate(ing *model.Ingress) *ingressTranslation {
@@ -106,40 +117,73 @@ func (tr *ingressTranslator) backendRoute(t *ingressTranslation, b *model.Ingres
 		return nil
 	}
 	name := model.NamespacedName{Namespace: t.key.Namespace, Name: b.ServiceName}
-	var svc *model.Service
+	var svc, target *model.Service
 	if i, ok := tr.services.byName[name]; ok {
 		svc = tr.services.all[i]
+		target = tr.aliasTarget(t, svc)
 	}
-	t.addServiceDep(name, svc)
+	t.addServiceDep(serviceDep{name: name, svc: svc, target: target})
 	if svc == nil {
 		t.problems = append(t.problems, site.String()+": backend service "+name.String()+" not found; dropped")
 		return nil
 	}
-	var port *model.Port
+	// An alias is routed as cluster DNS routes it: to the same port number
+	// of its target. Its own ports only turn a port name into a number.
+	var number uint32
 	switch {
 	case b.PortName != "":
-		if port = svc.PortByName(b.PortName); port == nil {
+		p := svc.PortByName(b.PortName)
+		if p == nil {
 			t.problems = append(t.problems, site.String()+": backend service "+name.String()+" has no port named "+strconv.Quote(b.PortName)+"; dropped")
 			return nil
 		}
+		number = p.Port
 	case b.PortNumber != 0:
-		if port = svc.PortByNumber(b.PortNumber); port == nil {
+		if target == nil && svc.PortByNumber(b.PortNumber) == nil {
 			t.problems = append(t.problems, site.String()+": backend service "+name.String()+" has no port "+strconv.FormatUint(uint64(b.PortNumber), 10)+"; dropped")
 			return nil
 		}
+		number = b.PortNumber
 	default:
 		t.problems = append(t.problems, site.String()+": backend service "+name.String()+" names no port; dropped")
 		return nil
 	}
-	portText := strconv.FormatUint(uint64(port.Port), 10)
-	return &IngressRoute{
+	if target != nil {
+		if target.PortByNumber(number) == nil {
+			t.problems = append(t.problems, site.String()+": backend service "+name.String()+" is an alias of "+
+				target.Hostname+", which has no port "+strconv.FormatUint(uint64(number), 10)+"; dropped")
+			return nil
+		}
+	}
+	r := &IngressRoute{
 		PathType: pathType,
 		Path:     path,
-		Cluster:  "outbound|" + portText + "||" + svc.Hostname,
 		Host:     svc.Hostname,
-		Port:     port.Port,
+		Port:     number,
 		From:     t.key,
 	}
+	if target != nil {
+		r.Host, r.Via = target.Hostname, svc.Hostname
+	}
+	r.Cluster = "outbound|" + strconv.FormatUint(uint64(number), 10) + "||" + r.Host
+	return r
+}
+
+// aliasTarget returns the Service that the backend svc is an alias of for
+// the gateway, and records what resolving it read. The gateway has no DNS
+// cluster for an alias (see AliasTarget): its traffic would reach the
+// target's cluster IP in plaintext, around the target's DestinationRules.
+func (tr *ingressTranslator) aliasTarget(t *ingressTranslation, svc *model.Service) *model.Service {
+	if !svc.IsExternalName() {
+		return nil
+	}
+	_, read, _ := tr.services.resolveAlias(svc)
+	for _, h := range read {
+		if !slices.Contains(t.aliasReads, h) {
+			t.aliasReads = append(t.aliasReads, h)
+		}
+	}
+	return tr.services.aliasTarget(tr.gatewayNamespace, svc)
 }
 
 // routeSite names where in an Ingress a route comes from, for problems. The
@@ -156,13 +200,13 @@ func (s routeSite) String() string {
 	return "host " + strconv.Quote(s.host) + " path " + strconv.Quote(s.path)
 }
 
-func (t *ingressTranslation) addServiceDep(name model.NamespacedName, svc *model.Service) {
+func (t *ingressTranslation) addServiceDep(dep serviceDep) {
 	for _, d := range t.services {
-		if d.name == name {
+		if d.name == dep.name {
 			return
 		}
 	}
-	t.services = append(t.services, serviceDep{name: name, svc: svc})
+	t.services = append(t.services, dep)
 }
 
 // normalizePath validates an Ingress path and returns how it is matched. A

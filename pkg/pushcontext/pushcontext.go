@@ -223,7 +223,7 @@ func Build(store model.Store, opts Options, prev *PushContext, req *model.PushRe
 		pc.build.rebuilt(indexEndpoints)
 	}
 
-	if plan.full || plan.ingress || (plan.services && prev.ingress.readsAnyService(plan.serviceKeys)) {
+	if plan.full || plan.ingress || (plan.services && prev.ingress.readsAnyService(plan.serviceKeys, prev.services, pc.services)) {
 		var cached *ingressIndex
 		if prev != nil && prev.opts.equal(opts) {
 			cached = prev.ingress

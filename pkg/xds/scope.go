@@ -281,8 +281,9 @@ func (p *pushPlan) computeScope(proxy *model.Proxy) pushScope {
 // listeners, routes and the Secrets they use. A Secret change that leaves
 // the TLS hosts as they were (a rotated certificate) changes only SDS; one
 // that makes a TLS host usable or unusable changes the listeners and
-// routes too. A change of a Service that an Ingress routes to, or of the
-// gateway Service's ports, changes everything.
+// routes too. A change of a Service that an Ingress routes to (or names as
+// an alias: the change of a hop of its chain counts as the alias's), or of
+// the gateway Service's ports, changes everything.
 func (p *pushPlan) gatewayScope() pushScope {
 	before, after := p.prev.IngressGateway(), p.cur.IngressGateway()
 	var sc pushScope
@@ -335,7 +336,7 @@ func gatewayRoutesTo(gw *pushcontext.IngressGateway, host string) bool {
 	}
 	for _, vh := range gw.HTTP {
 		for _, r := range vh.Routes {
-			if r.Host == host {
+			if r.Host == host || r.Via == host {
 				return true
 			}
 		}

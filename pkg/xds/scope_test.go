@@ -476,6 +476,23 @@ func TestPushScopes(t *testing.T) {
 			mine: all, gateway: gatewayAll,
 		},
 		{
+			// The Ingress names "front", an alias of "a" through "hop"; the
+			// gateway sees neither alias, and "a" does not change, yet when
+			// hop names "b" instead the gateway's route goes to b.
+			name: "a hop of an Ingress backend's alias chain",
+			seed: func(s model.Store) {
+				upsertService(s, "b", model.ExportTo{"default", "istio-system"}, nil)
+				upsertExternalName(s, "hop", model.ExportTo{"default"}, hostname("a"))
+				upsertExternalName(s, "front", model.ExportTo{"default"}, hostname("hop"))
+				upsertIngress(s, "/a", "/front")
+			},
+			change: func(s model.Store) []model.ConfigKey {
+				upsertExternalName(s, "hop", model.ExportTo{"default"}, hostname("b"))
+				return []model.ConfigKey{{Kind: model.KindService, Namespace: "default", Name: "hop"}}
+			},
+			mine: all, gateway: gatewayAll,
+		},
+		{
 			name: "gateway service's ports",
 			change: func(s model.Store) []model.ConfigKey {
 				upsertGatewayService(s, 9443)
@@ -671,10 +688,7 @@ func secretKey(name string) model.ConfigKey {
 func upsertIngress(s model.Store, paths ...string) {
 	rule := model.IngressRule{Host: "a.example.com"}
 	for _, p := range paths {
-		svc := "a"
-		if p == "/private" {
-			svc = "private"
-		}
+		svc := strings.TrimPrefix(p, "/")
 		rule.Paths = append(rule.Paths, model.IngressPath{Path: p, PathType: model.PathTypePrefix,
 			Backend: model.IngressBackend{ServiceName: svc, PortNumber: 80}})
 	}

@@ -64,10 +64,10 @@ func (g *ClusterGenerator) Generate(proxy *model.Proxy, push *pushcontext.PushCo
 		run.out = make(model.Resources, 0, 2*len(visible)+4)
 	}
 	for _, svc := range visible {
-		// A sidecar routes an alias's names to its target's clusters, so
-		// it gets no DNS cluster of its own. The ingress gateway's routes
-		// still name an ExternalName backend's own cluster.
-		if proxy.Type == model.SidecarProxy && push.AliasTarget(proxy.Namespace, svc) != nil {
+		// A sidecar routes an alias's names, and the ingress gateway an
+		// alias backend, to the target's clusters: no DNS cluster of its
+		// own is needed.
+		if push.AliasTarget(proxy.Namespace, svc) != nil {
 			continue
 		}
 		run.outbound(svc)

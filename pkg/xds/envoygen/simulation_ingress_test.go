@@ -20,7 +20,10 @@ import (
 // define; rules without a host, and defaultBackend as their last route,
 // serve "*" only, so a named host with no matching path is a 404. TLS
 // picks the filter chain by SNI, and each chain has its own route
-// configuration.
+// configuration. A backend that is an alias (an ExternalName Service
+// naming a Service of the mesh) is routed to its target's cluster, on the
+// backend's port number, as cluster DNS would send it; any other
+// ExternalName backend to its DNS cluster.
 func TestSimulationIngress(t *testing.T) {
 	sims := simulations(t, "ingress")
 	const gw = "10.1.0.50"
@@ -43,6 +46,7 @@ func TestSimulationIngress(t *testing.T) {
 		files    = svc("files", "80", "10.4.0.6:8080")
 		docs     = svc("docs", "80", "10.4.0.7:8080")
 		wild     = svc("wild", "80", "10.4.0.8:8080")
+		partner  = svc("partner", "443", "api.partner.example:443")
 	)
 	const (
 		shop     = "shop.example.com"
@@ -83,6 +87,9 @@ func TestSimulationIngress(t *testing.T) {
 		{"wildcard host", "gateway", http("a.wild.example.com", "/"), httpTo(wildHost, wild)},
 		{"rule without a host serves any host", "gateway", http("other.example.com", "/any/x"), httpTo("*", web)},
 		{"defaultBackend catches the rest of any host", "gateway", http("other.example.com", "/else"), httpTo("*", fallback)},
+		{"an alias backend reaches its target's cluster", "gateway", http("alias.example.com", "/store"), httpTo("alias.example.com", cart)},
+		{"an ExternalName backend outside the mesh reaches its DNS cluster", "gateway", http("alias.example.com", "/partner"),
+			httpTo("alias.example.com", partner)},
 		{"TLS: SNI picks the host's chain", "gateway", https(shop, shop, "/cart"), httpsTo("https.8443."+shop, shop, cart)},
 		{"TLS: wildcard SNI chain", "gateway", https("a.wild.example.com", "a.wild.example.com", "/"),
 			httpsTo("https.8443."+wildHost, wildHost, wild)},
