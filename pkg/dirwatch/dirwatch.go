@@ -3,6 +3,9 @@ package dirwatch
 import (
 	"context"
 	"fmt"
+	"io/fs"
+	"os"
+	"slices"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -14,10 +17,17 @@ import (
 // stall a burst for longer.
 var settle = 100 * time.Millisecond
 
+// recheck is how often Watch looks for what its watch cannot see: the
+// directory removed and made again, or another renamed into its place. A
+// variable for tests.
+var recheck = 5 * time.Second
+
 // Watch calls reload once the watch is in place (so a change made before
 // it is not missed), then after every burst of changes in dir, until ctx is
-// done. Errors the watcher reports along the way go to onError; Watch
-// itself fails only if dir cannot be watched.
+// done. A directory replaced at dir is watched in its place, and reloaded;
+// while dir is missing, the last reload stands. Errors the watcher reports
+// along the way go to onError; Watch itself fails only if dir cannot be
+// watched at start.
 func Watch(ctx context.Context, dir string, reload func(), onError func(error)) error {
 	watcher, err := fsnotify.NewWatcher()
 	if err != nil {
@@ -27,7 +37,8 @@ func Watch(ctx context.Context, dir string, reload func(), onError func(error)) 
 	// The directory, not the files: a mounted ConfigMap's files are
 	// symlinks whose targets are replaced, which a watch on the files
 	// themselves would lose after the first update.
-	if err := watcher.Add(dir); err != nil {
+	watched, err := add(watcher, dir)
+	if err != nil {
 		return fmt.Errorf("watch %s: %w", dir, err)
 	}
 	reload()
@@ -35,6 +46,8 @@ func Watch(ctx context.Context, dir string, reload func(), onError func(error)) 
 	timer := time.NewTimer(settle)
 	timer.Stop()
 	defer timer.Stop()
+	ticker := time.NewTicker(recheck)
+	defer ticker.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -49,8 +62,38 @@ func Watch(ctx context.Context, dir string, reload func(), onError func(error)) 
 				return nil
 			}
 			onError(err)
+		case <-ticker.C:
+			if replaced(watcher, dir, watched) {
+				// Best effort: a watch that follows a directory renamed
+				// away would report changes that no longer concern dir.
+				_ = watcher.Remove(dir)
+				if info, err := add(watcher, dir); err == nil {
+					watched = info
+					timer.Reset(settle)
+				}
+			}
 		case <-timer.C:
 			reload()
 		}
 	}
+}
+
+// add watches dir and returns what it was when watched. It is identified
+// first: replaced in between, it then looks replaced, and is watched again.
+func add(watcher *fsnotify.Watcher, dir string) (fs.FileInfo, error) {
+	info, err := os.Stat(dir)
+	if err != nil {
+		return nil, err
+	}
+	return info, watcher.Add(dir)
+}
+
+// replaced reports whether dir is no longer the directory watched: removed
+// (inotify drops the watch), or another in its place.
+func replaced(watcher *fsnotify.Watcher, dir string, watched fs.FileInfo) bool {
+	if !slices.Contains(watcher.WatchList(), dir) {
+		return true
+	}
+	info, err := os.Stat(dir)
+	return err == nil && !os.SameFile(info, watched)
 }
