@@ -130,7 +130,7 @@ func newGoldenHandler(t *testing.T, input *goldenInput) *Handler {
 			}
 			return nsLabels
 		},
-		RevisionTags: func() []string { return tags },
+		RevisionTags: func() ([]string, bool) { return tags, true },
 	})
 	if err != nil {
 		t.Fatal(err)

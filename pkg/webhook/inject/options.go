@@ -27,10 +27,13 @@ type Options struct {
 	Kube kubernetes.Interface
 	// RevisionTags returns the revision tags that point at Revision (the
 	// istio.io/tag labels of tag webhooks labelled istio.io/rev=Revision;
-	// "default" when the default tag does). A Pod that asks for one of them
-	// is this injector's. Nil trusts the webhook selectors for the revision
-	// name, as Istio does; the other opt-in rules are still checked.
-	RevisionTags func() []string
+	// "default" when the default tag does), and whether that list is known
+	// yet. A Pod that asks for one of them is this injector's. Nil, or a
+	// list not yet known (a watch still syncing after a restart), trusts
+	// the webhook selectors for the revision name, as Istio does: judging
+	// by an empty list would admit every tagged Pod without its sidecar.
+	// The other opt-in rules are still checked.
+	RevisionTags func() (tags []string, known bool)
 	// XDSAddress is where proxies reach the control plane, default
 	// istiod[-REV].istio-system.svc:15012. It is the default proxy config's
 	// discoveryAddress and the proxy's CA_ADDR.

@@ -52,7 +52,7 @@ type decisionInput struct {
 	nsLabels     map[string]string
 	policy       policy
 	revision     string
-	revisionTags func() []string
+	revisionTags func() ([]string, bool)
 }
 
 // decide returns why the Pod must not be injected, or "" to inject it.
@@ -148,7 +148,7 @@ func requestedRevision(podLabels, nsLabels map[string]string, podOptIn bool) (st
 	return "", false
 }
 
-func servesRevision(wanted, revision string, tags func() []string) bool {
+func servesRevision(wanted, revision string, tags func() ([]string, bool)) bool {
 	own := revision
 	if own == "" {
 		own = defaultRevisionName
@@ -159,5 +159,11 @@ func servesRevision(wanted, revision string, tags func() []string) bool {
 	if tags == nil {
 		return true
 	}
-	return slices.Contains(tags(), wanted)
+	known, ok := tags()
+	if !ok {
+		// Not yet known which tags point here: the API server's selectors
+		// sent the Pod, and skipping it would create it without a sidecar.
+		return true
+	}
+	return slices.Contains(known, wanted)
 }

@@ -9,12 +9,13 @@ import (
 
 func TestDecide(t *testing.T) {
 	enabledNS := map[string]string{LabelInjection: "enabled"}
-	tags := func(names ...string) func() []string { return func() []string { return names } }
+	tags := func(names ...string) func() ([]string, bool) { return func() ([]string, bool) { return names, true } }
 	strict := tags()
+	unsynced := func() ([]string, bool) { return nil, false }
 	tests := []struct {
 		name        string
 		revision    string
-		tags        func() []string
+		tags        func() ([]string, bool)
 		policy      policy
 		nsLabels    map[string]string
 		podLabels   map[string]string
@@ -63,6 +64,12 @@ func TestDecide(t *testing.T) {
 			want: skipOtherRevision},
 		{name: "default tag pointing here", revision: "1-8-1", nsLabels: enabledNS, tags: tags("default")},
 		{name: "no tag source trusts selectors", revision: "1-8-1", nsLabels: map[string]string{LabelRevision: "prod"}},
+		// Right after a restart the tag watch has not listed yet; an empty
+		// list then must not turn tagged Pods away without a sidecar.
+		{name: "unsynced tag source trusts selectors", revision: "1-8-1", nsLabels: map[string]string{LabelRevision: "prod"}, tags: unsynced},
+		{name: "unsynced tag source, default tag", revision: "1-8-1", nsLabels: enabledNS, tags: unsynced},
+		{name: "unsynced tag source still honours opt-out", revision: "1-8-1", nsLabels: map[string]string{LabelRevision: "prod"},
+			podLabels: map[string]string{LabelSidecarInject: "false"}, tags: unsynced, want: skipOptedOut},
 
 		{name: "policy disabled, ns opt-in", policy: policyDisabled, nsLabels: enabledNS, tags: strict, want: skipPolicyDisabled},
 		{name: "policy disabled, pod opt-in", policy: policyDisabled, nsLabels: enabledNS,

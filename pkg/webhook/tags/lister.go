@@ -34,8 +34,12 @@ func (l *RevisionTagLister) Run(ctx context.Context) {
 	l.factory.Shutdown()
 }
 
-// Tags returns the tags that point at the revision, sorted.
-func (l *RevisionTagLister) Tags() []string {
+// Tags returns the tags that point at the revision, sorted, and whether
+// the watch has synced: before it has, an empty list means nothing.
+func (l *RevisionTagLister) Tags() ([]string, bool) {
+	if !l.informer.HasSynced() {
+		return nil, false
+	}
 	var tags []string
 	for _, obj := range l.informer.GetStore().List() {
 		if accessor, ok := obj.(interface{ GetLabels() map[string]string }); ok {
@@ -45,5 +49,5 @@ func (l *RevisionTagLister) Tags() []string {
 		}
 	}
 	slices.Sort(tags)
-	return tags
+	return tags, true
 }

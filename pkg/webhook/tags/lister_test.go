@@ -22,13 +22,22 @@ func TestRevisionTagListerSeesOnlyItsRevisionsTags(t *testing.T) {
 		mwc("istio-sidecar-injector-1-8-1", map[string]string{LabelRev: "1-8-1"}),
 	)
 	lister := NewRevisionTagLister(client, "1-8-1")
+	// Before the watch lists, the lister must not claim to know that no
+	// tag points here: the injector would then skip every tagged Pod.
+	if tags, known := lister.Tags(); known {
+		t.Fatalf("before Run: tags %v reported as known", tags)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go lister.Run(ctx)
 	deadline := time.Now().Add(10 * time.Second)
-	for !slices.Equal(lister.Tags(), []string{"default", "prod"}) {
+	for {
+		tags, known := lister.Tags()
+		if known && slices.Equal(tags, []string{"default", "prod"}) {
+			break
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("tags of 1-8-1: %v, want [default prod]", lister.Tags())
+			t.Fatalf("tags of 1-8-1: %v (known %v), want [default prod]", tags, known)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
