@@ -50,9 +50,8 @@ func (p *problems) subsets(subsets []*v1alpha3.Subset) {
 			}
 			seen[name] = true
 		}
-		if len(s.GetLabels()) == 0 {
-			p.add(path+".labels", "a subset must select workloads by at least one label")
-		}
+		// A subset without labels is every endpoint of the host, as in
+		// Istio: a way to give all of them a policy under a subset name.
 		p.labels(path+".labels", s.GetLabels())
 		p.trafficPolicy(path+".trafficPolicy", s.GetTrafficPolicy())
 	}

@@ -80,14 +80,25 @@ subsets:
   labels: {version: v2}
 - name: V_2
   labels: {version: v3}
-- labels: {version: v4}
-- name: v5`,
+- labels: {version: v4}`,
 			want: []string{
 				`spec.subsets[1].name: duplicate subset name "v1"`,
 				"spec.subsets[2].name: a lowercase RFC 1123 label",
 				"spec.subsets[3].name: is required",
-				"spec.subsets[4].labels: a subset must select workloads",
 			},
+		},
+		{
+			// Istio accepts a subset without labels: it selects every
+			// endpoint of the host (and the endpoint index serves it so).
+			name: "subset without labels",
+			spec: `
+host: reviews
+subsets:
+- name: all
+- name: all-empty
+  labels: {}
+  trafficPolicy:
+    loadBalancer: {simple: LEAST_REQUEST}`,
 		},
 		{
 			name: "subset bad label value",
