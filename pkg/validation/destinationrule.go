@@ -211,7 +211,11 @@ func (p *problems) connectionPool(path string, cp *v1alpha3.ConnectionPoolSettin
 		p.checkNonNegative(path+".tcp.maxConnections", tcp.GetMaxConnections())
 		p.checkDuration(path+".tcp.connectTimeout", tcp.GetConnectTimeout())
 		p.checkDuration(path+".tcp.maxConnectionDuration", tcp.GetMaxConnectionDuration())
-		p.checkDuration(path+".tcp.idleTimeout", tcp.GetIdleTimeout())
+		// 0s turns the TCP idle timeout off (Istio's documented use), so
+		// only a non-zero value must be a valid duration.
+		if it := tcp.GetIdleTimeout(); it.GetSeconds() != 0 || it.GetNanos() != 0 {
+			p.checkDuration(path+".tcp.idleTimeout", it)
+		}
 		if ka := tcp.GetTcpKeepalive(); ka != nil {
 			p.checkDuration(path+".tcp.tcpKeepalive.time", ka.GetTime())
 			p.checkDuration(path+".tcp.tcpKeepalive.interval", ka.GetInterval())

@@ -191,6 +191,33 @@ trafficPolicy:
     http: {http1MaxPendingRequests: 10, http2MaxRequests: 100, maxRequestsPerConnection: 1, maxRetries: 3, idleTimeout: 1h}`,
 		},
 		{
+			// Istio documents 0s as disabling the TCP idle timeout.
+			name: "tcp idle timeout disabled",
+			spec: `
+host: a
+trafficPolicy:
+  connectionPool:
+    tcp: {idleTimeout: 0s}`,
+		},
+		{
+			name: "tcp idle timeout below 1ms",
+			spec: `
+host: a
+trafficPolicy:
+  connectionPool:
+    tcp: {idleTimeout: 0.0005s}`,
+			want: []string{"tcp.idleTimeout: duration must be at least 1ms"},
+		},
+		{
+			name: "http idle timeout 0s stays invalid",
+			spec: `
+host: a
+trafficPolicy:
+  connectionPool:
+    http: {idleTimeout: 0s}`,
+			want: []string{"http.idleTimeout: duration must be at least 1ms"},
+		},
+		{
 			name: "connection pool out of range",
 			spec: `
 host: a
