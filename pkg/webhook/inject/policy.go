@@ -40,12 +40,24 @@ const (
 // Reasons a Pod is not injected, the reason label of skipped requests.
 const (
 	skipHostNetwork     = "host_network"
+	skipSystemNamespace = "system_namespace"
 	skipAlreadyInjected = "already_injected"
 	skipOptedOut        = "opted_out"
 	skipNotOptedIn      = "not_opted_in"
 	skipOtherRevision   = "other_revision"
 	skipPolicyDisabled  = "policy_disabled"
 )
+
+// systemNamespaces are never injected, whatever their labels say, as in
+// Istio: one stray label (kubectl label namespace --all ...) would
+// otherwise put iptables and a proxy in front of the cluster's own DNS and
+// controllers on their next restart.
+var systemNamespaces = map[string]bool{
+	"kube-system":        true,
+	"kube-public":        true,
+	"kube-node-lease":    true,
+	"local-path-storage": true,
+}
 
 type decisionInput struct {
 	pod          *corev1.Pod
@@ -66,6 +78,9 @@ func decide(in decisionInput) string {
 	// iptables rules in a host-network Pod would rewrite the node's routing.
 	if pod.Spec.HostNetwork {
 		return skipHostNetwork
+	}
+	if systemNamespaces[pod.Namespace] {
+		return skipSystemNamespace
 	}
 	if alreadyInjected(pod) {
 		return skipAlreadyInjected

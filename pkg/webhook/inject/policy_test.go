@@ -21,6 +21,7 @@ func TestDecide(t *testing.T) {
 		podLabels   map[string]string
 		annotations map[string]string
 		hostNetwork bool
+		namespace   string
 		containers  []string
 		want        string
 	}{
@@ -39,6 +40,13 @@ func TestDecide(t *testing.T) {
 		{name: "nothing asked", tags: strict, want: skipNotOptedIn},
 		{name: "nil namespace labels", nsLabels: nil, podLabels: map[string]string{LabelSidecarInject: "true"}, tags: strict},
 		{name: "host network", nsLabels: enabledNS, hostNetwork: true, tags: strict, want: skipHostNetwork},
+		{name: "kube-system labelled", namespace: "kube-system", nsLabels: enabledNS, tags: strict, want: skipSystemNamespace},
+		{name: "kube-system pod opt-in", namespace: "kube-system", podLabels: map[string]string{LabelSidecarInject: "true"},
+			tags: strict, want: skipSystemNamespace},
+		{name: "kube-public revision", namespace: "kube-public", revision: "canary", nsLabels: map[string]string{LabelRevision: "canary"},
+			tags: strict, want: skipSystemNamespace},
+		{name: "kube-node-lease", namespace: "kube-node-lease", nsLabels: enabledNS, tags: strict, want: skipSystemNamespace},
+		{name: "istio-system is not exempt", namespace: "istio-system", nsLabels: enabledNS, tags: strict},
 		{name: "status annotation", nsLabels: enabledNS, annotations: map[string]string{AnnotationStatus: "{}"}, tags: strict, want: skipAlreadyInjected},
 		{name: "proxy container", nsLabels: enabledNS, containers: []string{"app", ProxyContainerName}, tags: strict, want: skipAlreadyInjected},
 
@@ -80,7 +88,7 @@ func TestDecide(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			pod := &corev1.Pod{
-				ObjectMeta: metav1.ObjectMeta{Labels: tt.podLabels, Annotations: tt.annotations},
+				ObjectMeta: metav1.ObjectMeta{Namespace: tt.namespace, Labels: tt.podLabels, Annotations: tt.annotations},
 				Spec:       corev1.PodSpec{HostNetwork: tt.hostNetwork},
 			}
 			containers := tt.containers
