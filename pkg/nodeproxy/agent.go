@@ -15,6 +15,7 @@ import (
 
 	"github.com/meshpilot/meshpilot/pkg/capture"
 	"github.com/meshpilot/meshpilot/pkg/cni/agentapi"
+	"github.com/meshpilot/meshpilot/pkg/netns"
 	"github.com/meshpilot/meshpilot/pkg/workloadapi"
 )
 
@@ -33,6 +34,9 @@ var capturePorts = capture.Ports{Outbound: OutboundPort, Inbound: InboundPlainte
 type capturedPod struct {
 	w     *workloadapi.Workload
 	netns string
+	// containerID is the sandbox the capture was made for (CNI_CONTAINERID
+	// at ADD); empty for a pod rediscovered after a restart.
+	containerID string
 	// seen: WDS has told of the pod. Its later disappearance from WDS means
 	// the Pod was deleted (without a DEL reaching us), and it is dropped.
 	seen bool
@@ -176,7 +180,7 @@ func (p *Proxy) cniAdd(ctx context.Context, req agentapi.Request) error {
 	if err := p.capture().Install(req.Netns, capturePorts); err != nil {
 		return err
 	}
-	if err := p.serveCaptured(key, podWorkload(pod, ips, p.opts.TrustDomain), req.Netns); err != nil {
+	if err := p.serveCaptured(key, podWorkload(pod, ips, p.opts.TrustDomain), req.Netns, req.ContainerID); err != nil {
 		return errors.Join(err, p.capture().Remove(req.Netns))
 	}
 	if err := p.annotate(ctx, pod.Namespace, pod.Name, true); err != nil {
@@ -190,10 +194,20 @@ func (p *Proxy) cniAdd(ctx context.Context, req agentapi.Request) error {
 // cniDel undoes cniAdd in reverse order. It succeeds for a pod never seen,
 // a namespace already gone and a Pod already deleted: the runtime repeats
 // DEL, and sends it after failures.
+//
+// A DEL names a sandbox, not a Pod: the runtime also sends it for an older
+// sandbox of the same Pod after a newer one was added (a kubelet stopping
+// or collecting the dead sandbox, often with no namespace left). Such a
+// DEL removes the rules from its own namespace only, and leaves the
+// current sandbox's record, listeners and annotation alone.
 func (p *Proxy) cniDel(ctx context.Context, req agentapi.Request) error {
 	key := req.PodNamespace + "/" + req.PodName
 	p.agent.mu.Lock()
 	rec := p.agent.captured[key]
+	if rec != nil && !rec.sameSandbox(req) {
+		p.agent.mu.Unlock()
+		return p.staleDel(key, rec, req)
+	}
 	delete(p.agent.captured, key)
 	p.agent.released[key] = true
 	p.agent.mu.Unlock()
@@ -214,6 +228,46 @@ func (p *Proxy) cniDel(ctx context.Context, req agentapi.Request) error {
 	}
 	p.log.Info("pod released", "pod", key, "known", rec != nil)
 	return errors.Join(errs...)
+}
+
+// sameSandbox reports whether req is about the sandbox rec was captured
+// for: the same container ID when both are known, else the same network
+// namespace. A DEL without a namespace (the runtime has removed it) is
+// another sandbox's when rec's namespace is still there.
+func (rec *capturedPod) sameSandbox(req agentapi.Request) bool {
+	if rec.containerID != "" && req.ContainerID != "" {
+		return rec.containerID == req.ContainerID
+	}
+	if req.Netns == "" {
+		_, err := os.Stat(rec.netns)
+		return err != nil
+	}
+	a, errA := netns.IDOf(rec.netns)
+	b, errB := netns.IDOf(req.Netns)
+	if errA != nil || errB != nil {
+		return rec.netns == req.Netns
+	}
+	return a == b
+}
+
+// staleDel handles a DEL of an earlier sandbox of a pod captured now in
+// another: only that sandbox's namespace, if it is still there and is not
+// the current one, loses its rules.
+func (p *Proxy) staleDel(key string, rec *capturedPod, req agentapi.Request) error {
+	p.log.Info("DEL of an earlier sandbox: the pod's current capture is kept", "pod", key,
+		"containerID", req.ContainerID, "current", rec.containerID, "netns", req.Netns)
+	if req.Netns == "" {
+		return nil
+	}
+	if _, err := os.Stat(req.Netns); err != nil {
+		return nil
+	}
+	if cur, err := netns.IDOf(rec.netns); err == nil {
+		if old, err := netns.IDOf(req.Netns); err == nil && old == cur {
+			return nil
+		}
+	}
+	return p.capture().Remove(req.Netns)
 }
 
 // cniCheck confirms that the pod is captured in the namespace the runtime
@@ -243,10 +297,10 @@ func (p *Proxy) cniCheck(req agentapi.Request) error {
 
 // serveCaptured records the pod and opens its listeners now, so that ADD
 // answers only once they are up.
-func (p *Proxy) serveCaptured(key string, w *workloadapi.Workload, netns string) error {
+func (p *Proxy) serveCaptured(key string, w *workloadapi.Workload, path, containerID string) error {
 	p.agent.mu.Lock()
 	delete(p.agent.released, key)
-	p.agent.captured[key] = &capturedPod{w: w, netns: netns}
+	p.agent.captured[key] = &capturedPod{w: w, netns: path, containerID: containerID}
 	p.agent.mu.Unlock()
 	if err := p.reconcile()[key]; err != nil {
 		p.forgetCaptured(key)
