@@ -17,19 +17,27 @@ const (
 	dataplaneModeLabel   = "istio.io/dataplane-mode"
 	dataplaneModeAmbient = "ambient"
 	dataplaneModeNone    = "none"
+	// sidecarStatusAnnotation is what sidecar injection writes on a Pod.
+	sidecarStatusAnnotation = "sidecar.istio.io/status"
 )
 
 // PodInfo is what the plugin needs to know of a pod.
 type PodInfo struct {
 	UID             string
 	Labels          map[string]string
+	Annotations     map[string]string
 	NamespaceLabels map[string]string
 }
 
-// Ambient reports whether the pod asks for ambient mode, by the control
-// plane's rule: its own label says ambient, or its namespace's does and its
-// own does not say none.
+// Ambient reports whether the pod is to be captured for ambient mode, by
+// the control plane's rule (its own label says ambient, or its namespace's
+// does and its own does not say none), and, as istio-cni decides, only
+// when it has no injected sidecar: a sidecar's own redirection and ours in
+// one namespace would send its traffic through both proxies, or in a loop.
 func (p PodInfo) Ambient() bool {
+	if _, ok := p.Annotations[sidecarStatusAnnotation]; ok {
+		return false
+	}
 	switch p.Labels[dataplaneModeLabel] {
 	case dataplaneModeAmbient:
 		return true
@@ -76,5 +84,5 @@ func (k *KubePods) Get(ctx context.Context, namespace, name string) (PodInfo, er
 	if err != nil {
 		return PodInfo{}, err
 	}
-	return PodInfo{UID: string(pod.UID), Labels: pod.Labels, NamespaceLabels: ns.Labels}, nil
+	return PodInfo{UID: string(pod.UID), Labels: pod.Labels, Annotations: pod.Annotations, NamespaceLabels: ns.Labels}, nil
 }
