@@ -18,7 +18,11 @@ import (
 var errNoPrimary = errors.New("no primary CNI config (*.conf or *.conflist) yet")
 
 // confFiles returns the *.conf and *.conflist files of dir, in the
-// runtime's order.
+// runtime's order. Every entry but a directory counts, symlinks included,
+// as libcni lists them: a primary config that is a symlink is still the
+// one the runtime reads, and passing it over would chain us into a config
+// no pod uses. One we cannot read (a link to a path outside our mount) is
+// then an error, not a reason to write the next file.
 func confFiles(dir string) ([]string, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -27,7 +31,7 @@ func confFiles(dir string) ([]string, error) {
 	var names []string
 	for _, e := range entries {
 		n := e.Name()
-		if e.Type().IsRegular() && (strings.HasSuffix(n, ".conf") || strings.HasSuffix(n, ".conflist")) {
+		if !e.IsDir() && (strings.HasSuffix(n, ".conf") || strings.HasSuffix(n, ".conflist")) {
 			names = append(names, filepath.Join(dir, n))
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -198,7 +199,11 @@ func (in *Installer) removeEntry(keep string) error {
 		}
 		data, err := os.ReadFile(path)
 		if err != nil {
-			errs = append(errs, err)
+			// A symlink we cannot follow holds no entry of ours: we never
+			// write through one we cannot read.
+			if !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.EISDIR) {
+				errs = append(errs, err)
+			}
 			continue
 		}
 		out, changed, err := withoutEntry(data, in.opt.PluginName)

@@ -280,3 +280,48 @@ func TestKubeconfigFromServiceAccount(t *testing.T) {
 		t.Errorf("entry does not name the kubeconfig:\n%s", data)
 	}
 }
+
+// A primary config that is a symlink is the one the runtime reads, as
+// libcni lists symlinks too: the entry must go there, never into the next
+// file, which no pod uses. A link the installer cannot read (its target
+// outside the mounted directory) is an error, and no file gets the entry.
+func TestInstallSymlinkedPrimary(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		target func(t *testing.T, dir string) string // what 10-calico.conflist links to
+		ok     bool
+	}{
+		{"link to a file", func(t *testing.T, dir string) string {
+			p := filepath.Join(dir, "calico.conflist")
+			if err := os.WriteFile(p, []byte(calico), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			return p
+		}, true},
+		{"dangling link", func(_ *testing.T, dir string) string { return filepath.Join(dir, "gone.conflist") }, false},
+		{"link to a directory", func(_ *testing.T, dir string) string { return dir }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNode(t, map[string]string{"20-other.conflist": calico})
+			primary := filepath.Join(n.conf, "10-calico.conflist")
+			if err := os.Symlink(tc.target(t, t.TempDir()), primary); err != nil {
+				t.Fatal(err)
+			}
+			err := n.installer(t).Install()
+			if (err == nil) != tc.ok {
+				t.Fatalf("Install = %v, want ok %v", err, tc.ok)
+			}
+			if tc.ok {
+				if got, want := types(t, primary), []string{"calico", "portmap", "meshpilot-cni"}; !reflect.DeepEqual(got, want) {
+					t.Errorf("the primary lists %v, want %v", got, want)
+				}
+			}
+			if got, want := types(t, filepath.Join(n.conf, "20-other.conflist")), []string{"calico", "portmap"}; !reflect.DeepEqual(got, want) {
+				t.Errorf("20-other.conflist, which the runtime does not use, lists %v, want %v", got, want)
+			}
+			if err := n.installer(t).Uninstall(); err != nil {
+				t.Errorf("Uninstall: %v", err)
+			}
+		})
+	}
+}
