@@ -2,7 +2,7 @@
 // executes, chained after the node's primary network plugin, for every pod
 // sandbox it creates or deletes.
 //
-// It speaks CNI 0.4.0 and 1.0.0 through the containernetworking skel, so the
+// It speaks CNI 0.3.0 to 1.1.0 through the containernetworking skel, so the
 // protocol (environment, stdin config, result and error JSON) is the
 // reference implementation's, not ours. It never changes the pod's
 // networking itself: it passes the primary plugin's result through

@@ -349,7 +349,7 @@ func TestPluginAsARuntimeRunsIt(t *testing.T) {
 		}
 	})
 
-	t.Run("VERSION lists 0.4.0 and 1.0.0", func(t *testing.T) {
+	t.Run("VERSION lists every version with chaining", func(t *testing.T) {
 		res := r.exec("VERSION", "", []byte(`{"cniVersion":"1.0.0"}`))
 		var v struct {
 			SupportedVersions []string `json:"supportedVersions"`
@@ -357,8 +357,8 @@ func TestPluginAsARuntimeRunsIt(t *testing.T) {
 		if err := json.Unmarshal(res.stdout, &v); err != nil || res.code != 0 {
 			t.Fatalf("VERSION exited %d: %s (%v)", res.code, res.stdout, err)
 		}
-		if !reflect.DeepEqual(v.SupportedVersions, []string{"0.4.0", "1.0.0"}) {
-			t.Errorf("supportedVersions %v, want [0.4.0 1.0.0]", v.SupportedVersions)
+		if want := []string{"0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"}; !reflect.DeepEqual(v.SupportedVersions, want) {
+			t.Errorf("supportedVersions %v, want %v", v.SupportedVersions, want)
 		}
 	})
 
@@ -368,4 +368,49 @@ func TestPluginAsARuntimeRunsIt(t *testing.T) {
 			t.Errorf("ADD without prevResult exited %d with %s", res.code, res.stdout)
 		}
 	})
+}
+
+const prevResult031 = `{"cniVersion":"0.3.1","interfaces":[{"name":"eth0","sandbox":"/var/run/netns/x"}],` +
+	`"ips":[{"version":"4","interface":0,"address":"10.1.0.7/24"}],"dns":{}}`
+
+const prevResult110 = `{"cniVersion":"1.1.0","interfaces":[{"name":"eth0","sandbox":"/var/run/netns/x"}],` +
+	`"ips":[{"interface":0,"address":"10.1.0.8/24"}],"dns":{}}`
+
+// TestPluginSpeaksTheConflistsVersion runs the plugin with the versions
+// that nodes' conflists declare. The runtime hands every chained plugin
+// the list's version, and a version the plugin refuses fails the pod, so
+// on a node whose primary plugin writes 0.3.1 (Calico, Flannel, Cilium)
+// or 1.1.0 every pod would fail to start, kube-system's too. The pods here
+// need neither the API server nor the agent: one is in an excluded
+// namespace, one is no Kubernetes pod.
+func TestPluginSpeaksTheConflistsVersion(t *testing.T) {
+	r := &runtime{t: t, plugin: installPlugin(t), kubeconfig: "/nonexistent", netns: "/var/run/netns/x"}
+	for _, tc := range []struct{ version, prev string }{
+		{"0.3.1", prevResult031},
+		{"0.4.0", prevResult040},
+		{"1.0.0", prevResult100},
+		{"1.1.0", prevResult110},
+	} {
+		t.Run(tc.version, func(t *testing.T) {
+			for _, args := range []string{podArgs("kube-system", "coredns"), "IgnoreUnknown=1"} {
+				res := r.exec("ADD", args, conf(tc.version, r.kubeconfig, "/nonexistent", tc.prev))
+				if res.code != 0 {
+					t.Fatalf("ADD %s exited %d: %s %s", args, res.code, res.stdout, res.stderr)
+				}
+				jsonEqual(t, res.stdout, tc.prev)
+				res = r.exec("DEL", args, conf(tc.version, r.kubeconfig, "/nonexistent", ""))
+				if res.code != 0 {
+					t.Errorf("DEL %s exited %d: %s", args, res.code, res.stdout)
+				}
+			}
+		})
+	}
+	// 1.1.0's own commands answer, as a runtime asks them of every plugin
+	// of the list.
+	for _, cmd := range []string{"GC", "STATUS"} {
+		res := r.exec(cmd, "", conf("1.1.0", r.kubeconfig, "/nonexistent", ""))
+		if res.code != 0 || len(bytes.TrimSpace(res.stdout)) != 0 {
+			t.Errorf("%s exited %d with %q, want success and no output", cmd, res.code, res.stdout)
+		}
+	}
 }

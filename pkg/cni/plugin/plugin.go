@@ -17,11 +17,13 @@ import (
 	"github.com/meshpilot/meshpilot/pkg/cni/agentapi"
 )
 
-// SupportedVersions are the CNI spec versions the plugin speaks. 1.1.0 adds
-// GC and STATUS, which we do not implement yet, so a 1.1.0 conflist is
-// refused by the skel with an incompatible-version error rather than half
-// served.
-var SupportedVersions = []string{"0.4.0", "1.0.0"}
+// SupportedVersions are the CNI spec versions the plugin speaks: every one
+// with chaining (prevResult came in 0.3.0). The runtime hands a chained
+// plugin the conflist's version and the skel refuses any other, failing
+// every pod on the node, so a version left out here is not one we skip but
+// one whose nodes start no pod at all; Calico, Flannel and Cilium write
+// 0.3.1.
+var SupportedVersions = []string{"0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"}
 
 // ErrCodeAgentRefused is our CNI error code (plugin codes start at 100)
 // for a node agent that answered but could not capture the pod.
@@ -44,7 +46,7 @@ type Plugin struct {
 // and it exits the process.
 func Main(about string) {
 	p := &Plugin{}
-	skel.PluginMainFuncs(skel.CNIFuncs{Add: p.Add, Check: p.Check, Del: p.Del},
+	skel.PluginMainFuncs(skel.CNIFuncs{Add: p.Add, Check: p.Check, Del: p.Del, GC: p.GC, Status: p.Status},
 		version.PluginSupports(SupportedVersions...), about)
 }
 
@@ -251,6 +253,17 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	}
 	return nil
 }
+
+// GC (CNI 1.1.0) has nothing to collect: the capture lives in a sandbox's
+// own namespace and goes with it, and the agent drops the pods that leave
+// WDS.
+func (p *Plugin) GC(*skel.CmdArgs) error { return nil }
+
+// Status (CNI 1.1.0) is always ready: pods outside the mesh never depend on
+// the node agent, and an ambient pod's ADD fails on its own, with a
+// try-again error, while the agent is down. Reporting the agent here would
+// mark the whole node's network not ready for the sake of some pods.
+func (p *Plugin) Status(*skel.CmdArgs) error { return nil }
 
 func (p *Plugin) printResult(conf *Config) error {
 	w := p.Stdout
