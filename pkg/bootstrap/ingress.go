@@ -1,6 +1,7 @@
 package bootstrap
 
 import (
+	"cmp"
 	"context"
 	"sync"
 
@@ -16,15 +17,31 @@ import (
 // leader election is off.
 //
 // Its Lease also elects the writer of the control plane's other shared
-// objects; leaderOnly (writers.go) registers them.
+// objects; leaderOnly (writers.go) registers them. What belongs to one
+// revision alone (its webhooks' caBundle) is elected by a second Lease, one
+// per revision (revisionLeaderOnly): revisions installed side by side share
+// the first Lease, and its holder patches only its own revision's webhooks.
 type ingressWriteBack struct {
 	problems *controllers.IngressProblemReporter
-	// status and leader are nil without a Kubernetes source.
-	status *controllers.IngressStatusWriter
-	leader *controllers.LeaderElector
+	// status, leader and revisionLeader are nil without a Kubernetes
+	// source.
+	status         *controllers.IngressStatusWriter
+	leader         *controllers.LeaderElector
+	revisionLeader *controllers.LeaderElector
 	// unelected are the leader-only writers, run all the time when leader
 	// election is off (a single replica).
 	unelected []func(context.Context)
+}
+
+// revisionLeasePrefix names the per-revision Lease:
+// meshpilot-webhook-cabundle-<revision>, "default" for the default revision
+// (a name no revision may take).
+const revisionLeasePrefix = "meshpilot-webhook-cabundle-"
+
+// revisionLeaseName is the Lease that elects, among the replicas of one
+// revision, the writer of that revision's own objects.
+func revisionLeaseName(revision string) string {
+	return revisionLeasePrefix + cmp.Or(revision, "default")
 }
 
 func ingressOwnership(o *Options) model.IngressOwnership {
@@ -72,18 +89,23 @@ func (s *Server) newIngressWriteBack() (*ingressWriteBack, error) {
 		return nil, err
 	}
 	if le := s.opts.LeaderElection; le.Enabled {
-		wb.leader, err = controllers.NewLeaderElector(controllers.LeaderOptions{
-			Client:        s.kube,
-			Namespace:     le.Namespace,
-			Name:          le.Name,
-			Identity:      le.Identity,
-			LeaseDuration: le.LeaseDuration,
-			RenewDeadline: le.RenewDeadline,
-			RetryPeriod:   le.RetryPeriod,
-			Logger:        s.log,
-			Metrics:       metrics,
-		})
-		if err != nil {
+		elector := func(name string) (*controllers.LeaderElector, error) {
+			return controllers.NewLeaderElector(controllers.LeaderOptions{
+				Client:        s.kube,
+				Namespace:     le.Namespace,
+				Name:          name,
+				Identity:      le.Identity,
+				LeaseDuration: le.LeaseDuration,
+				RenewDeadline: le.RenewDeadline,
+				RetryPeriod:   le.RetryPeriod,
+				Logger:        s.log,
+				Metrics:       metrics,
+			})
+		}
+		if wb.leader, err = elector(le.Name); err != nil {
+			return nil, err
+		}
+		if wb.revisionLeader, err = elector(revisionLeaseName(s.opts.Revision)); err != nil {
 			return nil, err
 		}
 	}
@@ -102,16 +124,27 @@ func (wb *ingressWriteBack) leaderOnly(fn func(context.Context)) {
 	wb.unelected = append(wb.unelected, fn)
 }
 
+// revisionLeaderOnly has fn run during each term this replica leads its
+// revision (the per-revision Lease), or for the whole run when leader
+// election is off. Call it before run.
+func (wb *ingressWriteBack) revisionLeaderOnly(fn func(context.Context)) {
+	if wb.revisionLeader != nil {
+		wb.revisionLeader.AddRunFunction(fn)
+		return
+	}
+	wb.unelected = append(wb.unelected, fn)
+}
+
 // run writes back until ctx ends: while leading, or always without election.
 func (wb *ingressWriteBack) run(ctx context.Context) {
 	if wb.status == nil {
 		return // nothing to write to
 	}
-	if wb.leader != nil {
-		wb.leader.Run(ctx)
-		return
-	}
 	var wg sync.WaitGroup
+	if wb.leader != nil {
+		wg.Go(func() { wb.leader.Run(ctx) })
+		wg.Go(func() { wb.revisionLeader.Run(ctx) })
+	}
 	for _, fn := range wb.unelected {
 		wg.Go(func() { fn(ctx) })
 	}

@@ -63,7 +63,7 @@ func (s *Server) newWebhooks() (*webhooks, error) {
 		return nil, err
 	}
 	w := &webhooks{ca: s.ca, serving: serving, bundles: bundles, log: s.log}
-	s.writeBack.leaderOnly(w.patchBundles)
+	s.writeBack.revisionLeaderOnly(w.patchBundles)
 	configDir := s.opts.Webhook.InjectConfigDir
 	switch _, err := os.Stat(configDir); {
 	case configDir == "":
@@ -121,7 +121,7 @@ func (s *Server) namespaceLabels(name string) map[string]string {
 // loaded, until ctx ends. Until the first certificate is issued, handshakes
 // fail and the API server retries (or applies the failure policy), as with
 // a control plane still starting. Every replica serves the webhooks; the
-// caBundles are patched by the leader alone (patchBundles).
+// caBundles are patched by the revision's leader alone (patchBundles).
 func (w *webhooks) run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -142,7 +142,8 @@ func (w *webhooks) run(ctx context.Context) error {
 }
 
 // patchBundles keeps this revision's webhook configurations trusting the
-// mesh root, for one term of leadership (leaderOnly). Only the leader
+// mesh root, for one term of this revision's leadership
+// (revisionLeaderOnly). Only the leader
 // patches: during a root rotation replicas that have and have not yet
 // reloaded would each put their own root back, waking one another, and the
 // API server would see N writers per configuration where one suffices.

@@ -9,10 +9,18 @@ package bootstrap
 //   - Ingress status addresses and Ingress problem Events (ingress.go):
 //     replicas would otherwise send each Event N times and race on status.
 //   - istio-ca-root-cert in every namespace (meshCA.publishRoot).
-//   - The caBundle of this revision's webhook configurations
-//     (webhooks.patchBundles).
 //
-// The last two are idempotent, yet not safe for all: while a rotated root
+// The revision's leader only (the holder of the per-revision Lease
+// meshpilot-webhook-cabundle-<revision or "default">, registered with
+// revisionLeaderOnly):
+//   - The caBundle of this revision's webhook configurations
+//     (webhooks.patchBundles). Revisions side by side share the first
+//     Lease, whose holder patches only its own revision's webhooks; under
+//     that Lease alone the other revisions' injectors and validators
+//     would never trust the root, and every admission call to them would
+//     fail its TLS handshake.
+//
+// istio-ca-root-cert and the caBundle are idempotent, yet not safe for all: while a rotated root
 // reaches the replicas one by one, two replicas that disagree would each
 // rewrite the objects back to their own root and wake each other on every
 // write. With leader election off (one replica) they run all the time.

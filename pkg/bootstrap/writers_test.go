@@ -2,6 +2,7 @@ package bootstrap
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -36,13 +37,8 @@ func TestLeaderOnlyWriters(t *testing.T) {
 	t.Run("a replica that does not lead writes only the CA Secret", func(t *testing.T) {
 		// Another replica holds the Lease, renewing it as far as anyone
 		// can tell: this one must wait.
-		holder, duration := "other-replica", int32(3600)
-		now := metav1.NewMicroTime(time.Now())
-		lease := create(t, kube, &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Name: DefaultOptions().LeaderElection.Name, Namespace: "istio-system"},
-			Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &duration,
-				AcquireTime: &now, RenewTime: &now},
-		})
+		lease := create(t, kube, heldLease("istio-system", DefaultOptions().LeaderElection.Name, "other-replica"))
+		revisionLease := create(t, kube, heldLease("istio-system", revisionLeaseName(""), "other-replica"))
 		o := localOptions(t)
 		o.Kubeconfig = kubeconfig
 		o.LeaderElection.Identity = "this-replica"
@@ -73,20 +69,73 @@ func TestLeaderOnlyWriters(t *testing.T) {
 		// Lease. A candidate trusts its own clock, not renewTime: the
 		// Lease expires one duration (5 s) after the candidate last saw it
 		// change, which this update is. Then this replica takes over.
-		cur, err := kube.CoordinationV1().Leases("istio-system").Get(t.Context(), lease.Name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		short, stale := int32(5), metav1.NewMicroTime(time.Now().Add(-time.Hour))
-		cur.Spec.LeaseDurationSeconds, cur.Spec.RenewTime = &short, &stale
-		if _, err := kube.CoordinationV1().Leases("istio-system").Update(t.Context(), cur, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
+		for _, l := range []*coordinationv1.Lease{lease, revisionLease} {
+			cur, err := kube.CoordinationV1().Leases("istio-system").Get(t.Context(), l.Name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			short, stale := int32(5), metav1.NewMicroTime(time.Now().Add(-time.Hour))
+			cur.Spec.LeaseDurationSeconds, cur.Spec.RenewTime = &short, &stale
+			if _, err := kube.CoordinationV1().Leases("istio-system").Update(t.Context(), cur, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
 		}
 		waitUntil(t, "the root published by the new leader", func() error {
 			_, err := kube.CoreV1().ConfigMaps("follower").Get(t.Context(), ca.RootCertConfigMap, metav1.GetOptions{})
 			return err
 		})
 		waitUntil(t, "the caBundle patched by the new leader", func() error { return validatorTrusts(kube, root) })
+	})
+
+	// Revisions installed side by side share the first Lease: its holder,
+	// of whichever revision, publishes istio-ca-root-cert. Each revision's
+	// webhooks are its own, though, and must trust the root even while
+	// another revision leads, or every call to them fails its handshake.
+	t.Run("each revision patches its own webhooks while another revision leads", func(t *testing.T) {
+		for _, tc := range []struct{ name, revision string }{
+			{"a revision beside the default revision", "canary"},
+			{"the default revision beside a revision", ""},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				leases := "leases-" + cmp.Or(tc.revision, "default")
+				create(t, kube, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: leases}})
+				create(t, kube, heldLease(leases, DefaultOptions().LeaderElection.Name, "a-replica-of-another-revision"))
+				v := validator()
+				v.Name = webhook.ValidatorConfigName(tc.revision, "istio-system")
+				v.Labels["istio.io/rev"] = cmp.Or(tc.revision, "default")
+				if tc.revision == "" {
+					clearCABundle(t, kube)
+				} else {
+					create(t, kube, v)
+				}
+				o := localOptions(t)
+				o.Kubeconfig = kubeconfig
+				o.Revision = tc.revision
+				o.LeaderElection.Namespace = leases
+				o.LeaderElection.Identity = "replica-of-" + v.Labels["istio.io/rev"]
+				o.LeaderElection.LeaseDuration, o.LeaderElection.RenewDeadline, o.LeaderElection.RetryPeriod =
+					3*time.Second, 2*time.Second, 200*time.Millisecond
+				srv := runServer(t, o)
+				root := waitRoot(t, kube)
+				waitUntil(t, "the revision's validator trusting the root", func() error {
+					return trusts(kube, v.Name, root)
+				})
+				if srv.writeBack.leader.IsLeader() {
+					t.Error("the replica took the shared Lease another revision holds")
+				}
+				ns := "published-by-" + v.Labels["istio.io/rev"]
+				create(t, kube, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+				waitUntil(t, "the namespace in the store", func() error {
+					if srv.store.Namespace(ns) == nil {
+						return errors.New("not yet")
+					}
+					return nil
+				})
+				if _, err := kube.CoreV1().ConfigMaps(ns).Get(t.Context(), ca.RootCertConfigMap, metav1.GetOptions{}); err == nil {
+					t.Error("a replica without the shared Lease published the root")
+				}
+			})
+		}
 	})
 
 	t.Run("without election the one replica writes everything", func(t *testing.T) {
@@ -140,9 +189,24 @@ func validator() *admissionregistrationv1.ValidatingWebhookConfiguration {
 	}
 }
 
+// heldLease is a Lease that holder renewed just now and keeps for an hour.
+func heldLease(namespace, name, holder string) *coordinationv1.Lease {
+	duration, now := int32(3600), metav1.NewMicroTime(time.Now())
+	return &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &duration,
+			AcquireTime: &now, RenewTime: &now},
+	}
+}
+
 func validatorTrusts(kube kubernetes.Interface, root []byte) error {
+	return trusts(kube, webhook.ValidatorConfigName("", "istio-system"), root)
+}
+
+// trusts checks the caBundle of the ValidatingWebhookConfiguration name.
+func trusts(kube kubernetes.Interface, name string, root []byte) error {
 	c, err := kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(context.Background(),
-		webhook.ValidatorConfigName("", "istio-system"), metav1.GetOptions{})
+		name, metav1.GetOptions{})
 	if err != nil {
 		return err
 	}

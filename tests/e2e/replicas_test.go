@@ -139,20 +139,28 @@ func TestReplicasSpreadClientsAndHandOverWrites(t *testing.T) {
 	})
 
 	t.Run("another replica takes over the leader's writes", func(t *testing.T) {
-		leader := -1
-		waitFor(t, 2*leaseDuration, "exactly one leader", func() error {
-			var leaders []int
-			for i, r := range replicas {
-				if leads(t, r) {
-					leaders = append(leaders, i)
+		// Two Leases: the shared one (Ingress status, istio-ca-root-cert)
+		// and the revision's own (its webhooks' caBundle). Each has
+		// exactly one holder, not necessarily the same replica.
+		oneLeader := func(lease string) int {
+			leader := -1
+			waitFor(t, 2*leaseDuration, "exactly one holder of "+lease, func() error {
+				var leaders []int
+				for i, r := range replicas {
+					if leads(t, r, lease) {
+						leaders = append(leaders, i)
+					}
 				}
-			}
-			if len(leaders) != 1 {
-				return fmt.Errorf("leaders %v, want one", leaders)
-			}
-			leader = leaders[0]
-			return nil
-		})
+				if len(leaders) != 1 {
+					return fmt.Errorf("leaders %v, want one", leaders)
+				}
+				leader = leaders[0]
+				return nil
+			})
+			return leader
+		}
+		leader := oneLeader(bootstrap.DefaultOptions().LeaderElection.Name)
+		bundleLeader := oneLeader("meshpilot-webhook-cabundle-default")
 		waitFor(t, 30*time.Second, "the leader's Ingress status", func() error {
 			return m.expectIngressStatus(t, "replicas", "web", "198.51.100.7")
 		})
@@ -160,13 +168,13 @@ func TestReplicasSpreadClientsAndHandOverWrites(t *testing.T) {
 		waitFor(t, 30*time.Second, "the validator's caBundle", func() error {
 			return m.expectValidatorCABundle(replicasValidator, root)
 		})
-		// Only the leader patched it; the others never tried.
+		// Only the revision's leader patched it; the others never tried.
 		for i, r := range replicas {
 			patches := metricWith(t, r, "meshpilot_webhook_cabundle_patches_total", nil)
-			if i == leader && patches == 0 {
+			if i == bundleLeader && patches == 0 {
 				t.Errorf("the leader, replica %d, counts no caBundle patch", i)
 			}
-			if i != leader && patches != 0 {
+			if i != bundleLeader && patches != 0 {
 				t.Errorf("replica %d, not the leader, counts %v caBundle patches", i, patches)
 			}
 		}
@@ -177,7 +185,7 @@ func TestReplicasSpreadClientsAndHandOverWrites(t *testing.T) {
 		// within the lease duration, which is the deadline.
 		waitFor(t, leaseDuration, "a new leader among the others", func() error {
 			for i, r := range replicas {
-				if i != leader && leads(t, r) {
+				if i != leader && leads(t, r, bootstrap.DefaultOptions().LeaderElection.Name) {
 					return nil
 				}
 			}
@@ -256,7 +264,9 @@ func (m *kubeMesh) expectValidatorCABundle(name string, root []byte) error {
 	return nil
 }
 
-func leads(t *testing.T, r *controlPlane) bool { return metricWith(t, r, "meshpilot_leader", nil) == 1 }
+func leads(t *testing.T, r *controlPlane, lease string) bool {
+	return metricWith(t, r, "meshpilot_leader", map[string]string{"lease": lease}) == 1
+}
 
 // balancer is a TCP proxy in front of the replicas, as a Service's virtual
 // IP is: each new connection goes to one replica, first always the first
