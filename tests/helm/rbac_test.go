@@ -167,6 +167,52 @@ func TestRBACIsSufficientAndNecessary(t *testing.T) {
 		}
 	})
 
+	// What the control plane asks of the API server besides its informers'
+	// list and watch, each checked against the chart's rules; and writes it
+	// never makes, which the rules must not grant.
+	t.Run("the calls it makes besides its informers, and no more", func(t *testing.T) {
+		for _, tc := range []struct {
+			why                         string
+			verb, group, resource, name string
+			namespace                   string
+			allowed                     bool
+		}{
+			{"the injector reads the labels of a namespace its cache does not know yet",
+				"get", "", "namespaces", "shop", "", true},
+			{"the CA checks the Pod of a node proxy", "get", "", "pods", "", "shop", true},
+			{"the Ingress status writer re-reads the Ingress", "get", "networking.k8s.io", "ingresses", "", "shop", true},
+			{"the Ingress status writer", "update", "networking.k8s.io", "ingresses/status", "", "shop", true},
+			{"Events about Ingresses", "create", "", "events", "", "shop", true},
+			{"the CA reviews tokens", "create", "authentication.k8s.io", "tokenreviews", "", "", true},
+			{"the caBundle patcher updates from its informer's copy",
+				"update", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "istio-sidecar-injector", "", true},
+			{"the caBundle patcher never patches",
+				"patch", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "istio-sidecar-injector", "", false},
+			{"the caBundle patcher never patches",
+				"patch", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "istiod-default-validator", "", false},
+			{"nothing writes an Ingress's spec", "update", "networking.k8s.io", "ingresses", "", "shop", false},
+			{"nothing writes a namespace", "update", "", "namespaces", "shop", "", false},
+			{"nothing creates pods", "create", "", "pods", "", "shop", false},
+		} {
+			resource, subresource, _ := strings.Cut(tc.resource, "/")
+			review, err := env.Kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+				Spec: authorizationv1.SubjectAccessReviewSpec{
+					User: "system:serviceaccount:" + releaseNamespace + ":" + serviceAccount,
+					ResourceAttributes: &authorizationv1.ResourceAttributes{
+						Verb: tc.verb, Group: tc.group, Resource: resource, Subresource: subresource,
+						Name: tc.name, Namespace: tc.namespace,
+					},
+				},
+			}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if review.Status.Allowed != tc.allowed {
+				t.Errorf("%s %s %s (%s): allowed = %v, want %v", tc.verb, tc.resource, tc.name, tc.why, review.Status.Allowed, tc.allowed)
+			}
+		}
+	})
+
 	// Each rule goes in turn, and comes back before the next case: a core
 	// kind and an Istio kind must both be reported, not served around.
 	for _, tc := range []struct{ group, resource string }{
