@@ -2,6 +2,7 @@ package helm
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -90,4 +91,60 @@ func renderedKind[T any](t *testing.T, rendered, kind string) *T {
 	}
 	t.Fatalf("no %s rendered", kind)
 	return nil
+}
+
+// TestDeploymentEnvOverrides: an entry of pilot.env replaces the variable
+// of the same name that the chart sets (GOMEMLIMIT, as the README
+// promises, and the downward API's POD_NAME and POD_NAMESPACE) rather than
+// follow it. A container's env is a list keyed by name: server-side apply
+// (kubectl apply --server-side, Argo CD, Flux) refuses a duplicate key,
+// and a strategic merge patch that removes one removes both.
+func TestDeploymentEnvOverrides(t *testing.T) {
+	tl := newTools(t)
+	for _, tc := range []struct {
+		name string
+		set  []string
+		// want is each variable's value, or "<field>" for one from the
+		// downward API.
+		want map[string]string
+	}{
+		{"chart defaults", nil,
+			map[string]string{"POD_NAME": "<metadata.name>", "POD_NAMESPACE": "<metadata.namespace>", "GOMEMLIMIT": "<limits.memory>"}},
+		{"GOMEMLIMIT from pilot.env", []string{"pilot.env[0].name=GOMEMLIMIT", "pilot.env[0].value=900MiB"},
+			map[string]string{"POD_NAME": "<metadata.name>", "POD_NAMESPACE": "<metadata.namespace>", "GOMEMLIMIT": "900MiB"}},
+		{"another variable beside the chart's", []string{"pilot.env[0].name=GODEBUG", "pilot.env[0].value=madvdontneed=1"},
+			map[string]string{"POD_NAME": "<metadata.name>", "POD_NAMESPACE": "<metadata.namespace>", "GOMEMLIMIT": "<limits.memory>",
+				"GODEBUG": "madvdontneed=1"}},
+		{"every chart variable from pilot.env", []string{
+			"pilot.env[0].name=POD_NAMESPACE", "pilot.env[0].value=mesh",
+			"pilot.env[1].name=GOMEMLIMIT", "pilot.env[1].value=1GiB",
+			"pilot.env[2].name=POD_NAME", "pilot.env[2].value=pilot-0"},
+			map[string]string{"POD_NAME": "pilot-0", "POD_NAMESPACE": "mesh", "GOMEMLIMIT": "1GiB"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := []string{"template", "istiod", tl.chart("pilot"), "--namespace", releaseNamespace,
+				"--show-only", "templates/deployment.yaml"}
+			for _, s := range tc.set {
+				args = append(args, "--set", s)
+			}
+			env := renderedDeployment(t, tl.run(t, "", tl.helm, args...)).Spec.Template.Spec.Containers[0].Env
+			got := map[string]string{}
+			for _, e := range env {
+				if _, dup := got[e.Name]; dup {
+					t.Errorf("%s is set twice", e.Name)
+				}
+				switch {
+				case e.ValueFrom == nil:
+					got[e.Name] = e.Value
+				case e.ValueFrom.FieldRef != nil:
+					got[e.Name] = "<" + e.ValueFrom.FieldRef.FieldPath + ">"
+				case e.ValueFrom.ResourceFieldRef != nil:
+					got[e.Name] = "<" + e.ValueFrom.ResourceFieldRef.Resource + ">"
+				}
+			}
+			if !maps.Equal(got, tc.want) {
+				t.Errorf("env %v, want %v", got, tc.want)
+			}
+		})
+	}
 }
