@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/meshpilot/meshpilot/internal/kubetest"
@@ -560,3 +561,48 @@ spec:
         backend:
           service: {name: web, port: {number: 8080}}
 `
+
+// TestValidatorRulesFollowTheValidators: the control plane keeps the
+// caBundle of its own validator and, when the base chart's
+// istiod-default-validator names its revision, of that one too. The
+// default validator belongs to charts/base, so turning off this chart's
+// validation.enabled must not take away the rule that lets the control
+// plane patch it: that validator would never trust the mesh root, and with
+// failurePolicy Fail every unlabelled DestinationRule would be refused.
+func TestValidatorRulesFollowTheValidators(t *testing.T) {
+	tl := newTools(t)
+	for _, tc := range []struct {
+		name string
+		set  []string
+		want []string
+	}{
+		{"default revision", nil, []string{"istio-validator-istio-system", "istiod-default-validator"}},
+		{"without this chart's validator", []string{"validation.enabled=false"},
+			[]string{"istio-validator-istio-system", "istiod-default-validator"}},
+		{"a revision without its validator", []string{"revision=canary", "validation.enabled=false"},
+			[]string{"istio-validator-canary-istio-system", "istiod-default-validator"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := []string{"template", "istiod", tl.chart("pilot"), "--namespace", releaseNamespace,
+				"--show-only", "templates/clusterrole.yaml"}
+			for _, s := range tc.set {
+				args = append(args, "--set", s)
+			}
+			role := renderedKind[rbacv1.ClusterRole](t, tl.run(t, "", tl.helm, args...), "ClusterRole")
+			var names []string
+			for _, r := range role.Rules {
+				if slices.Contains(r.Resources, "validatingwebhookconfigurations") {
+					for _, verb := range []string{"list", "watch", "update"} {
+						if !slices.Contains(r.Verbs, verb) {
+							t.Errorf("the validators' rule lacks %s: %v", verb, r.Verbs)
+						}
+					}
+					names = append(names, r.ResourceNames...)
+				}
+			}
+			if !slices.Equal(names, tc.want) {
+				t.Errorf("validators the control plane may patch: %v, want %v", names, tc.want)
+			}
+		})
+	}
+}
