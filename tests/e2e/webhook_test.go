@@ -21,7 +21,10 @@ import (
 // its own injector webhook that the real API server calls over TLS. Both
 // share the one mesh CA of istio-system: each webhook's certificate chains
 // to the root published in istio-ca-root-cert, and each control plane
-// patches that root, and nothing else, into its injector's caBundle. The revision tag "prod" then moves from 1-7-6 to 1-8-1, and
+// patches that root, and nothing else, into its injector's caBundle, though
+// both take part in the one election of Ingress status writers, as the
+// chart installs them (the caBundle writer is elected per revision). The
+// revision tag "prod" then moves from 1-7-6 to 1-8-1, and
 // Pods created in a namespace labelled istio.io/rev=prod follow it. Last,
 // with a control plane stopped, a webhook that may fail blocks Pods with a
 // clear error, and one that may not lets them through.
@@ -88,7 +91,6 @@ func withRevision(rev string) func(*bootstrap.Options) {
 	return func(o *bootstrap.Options) {
 		o.Revision = rev
 		o.Webhook.ExtraCertNames = []string{"127.0.0.1"}
-		o.LeaderElection.Name = "meshpilot-ingress-status-" + rev
 	}
 }
 
