@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -260,12 +261,17 @@ func (w *IngressStatusWriter) reconcile(ctx context.Context, key model.Namespace
 	return nil
 }
 
-// gatewayAddresses is what an owned Ingress's status should say: the
-// gateway Service's load balancer addresses, else its external IPs, sorted
-// and without repeats. A missing Service has no addresses.
+// gatewayAddresses is what an owned Ingress's status should say, as Istio
+// writes it: the gateway Service's load balancer addresses and its
+// external IPs (both reach the gateway), or the name of an ExternalName
+// gateway Service; sorted and without repeats. A missing Service has no
+// addresses.
 func gatewayAddresses(svc *model.Service) []model.LoadBalancerIngress {
 	if svc == nil {
 		return nil
+	}
+	if svc.IsExternalName() {
+		return []model.LoadBalancerIngress{{Hostname: strings.TrimSuffix(svc.ExternalName, ".")}}
 	}
 	var out []model.LoadBalancerIngress
 	for _, lb := range svc.LoadBalancer {
@@ -273,11 +279,9 @@ func gatewayAddresses(svc *model.Service) []model.LoadBalancerIngress {
 			out = append(out, lb)
 		}
 	}
-	if len(out) == 0 {
-		for _, ip := range svc.ExternalIPs {
-			if ip != "" {
-				out = append(out, model.LoadBalancerIngress{IP: ip})
-			}
+	for _, ip := range svc.ExternalIPs {
+		if ip != "" {
+			out = append(out, model.LoadBalancerIngress{IP: ip})
 		}
 	}
 	slices.SortFunc(out, compareStatusAddress)

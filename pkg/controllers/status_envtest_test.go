@@ -270,9 +270,13 @@ func TestIngressStatusAgainstAPIServer(t *testing.T) {
 		}, true)
 		waitStatus(t, "load balancer change", ns, "web", lbStatus(k8snetworkingv1.IngressLoadBalancerIngress{IP: "198.51.100.2"}))
 
-		updateService(t, ns, "ingressgateway", func(s *corev1.Service) { s.Status.LoadBalancer.Ingress = nil }, true)
 		updateService(t, ns, "ingressgateway", func(s *corev1.Service) { s.Spec.ExternalIPs = []string{"192.0.2.5"} }, false)
-		waitStatus(t, "external IP fallback", ns, "web", lbStatus(k8snetworkingv1.IngressLoadBalancerIngress{IP: "192.0.2.5"}))
+		waitStatus(t, "load balancer address and external IP", ns, "web", lbStatus(
+			k8snetworkingv1.IngressLoadBalancerIngress{IP: "192.0.2.5"},
+			k8snetworkingv1.IngressLoadBalancerIngress{IP: "198.51.100.2"}))
+
+		updateService(t, ns, "ingressgateway", func(s *corev1.Service) { s.Status.LoadBalancer.Ingress = nil }, true)
+		waitStatus(t, "external IP alone", ns, "web", lbStatus(k8snetworkingv1.IngressLoadBalancerIngress{IP: "192.0.2.5"}))
 
 		t.Run("no write when unchanged", func(t *testing.T) {
 			eventually(t, "store sees the written status", func() bool {

@@ -37,14 +37,27 @@ func TestGatewayAddresses(t *testing.T) {
 			svc: &model.Service{
 				LoadBalancer: []model.LoadBalancerIngress{lbIP("10.0.0.9"), lbHost("lb.example.com"), {},
 					lbIP("10.0.0.1"), lbIP("10.0.0.9")},
-				ExternalIPs: []string{"192.0.2.1"},
 			},
 			want: []model.LoadBalancerIngress{lbHost("lb.example.com"), lbIP("10.0.0.1"), lbIP("10.0.0.9")},
 		},
 		{
-			name: "external IPs when the load balancer has none",
+			name: "external IPs",
 			svc:  &model.Service{ExternalIPs: []string{"192.0.2.2", "192.0.2.1"}},
 			want: []model.LoadBalancerIngress{lbIP("192.0.2.1"), lbIP("192.0.2.2")},
+		},
+		{
+			// Both reach the gateway, and Istio lists both.
+			name: "load balancer addresses and external IPs together",
+			svc: &model.Service{
+				LoadBalancer: []model.LoadBalancerIngress{lbIP("10.0.0.9"), lbHost("lb.example.com")},
+				ExternalIPs:  []string{"192.0.2.1", "10.0.0.9"},
+			},
+			want: []model.LoadBalancerIngress{lbHost("lb.example.com"), lbIP("10.0.0.9"), lbIP("192.0.2.1")},
+		},
+		{
+			name: "an ExternalName gateway Service: its name",
+			svc:  &model.Service{ExternalName: "gateway.example.com.", ExternalIPs: []string{"192.0.2.1"}},
+			want: []model.LoadBalancerIngress{lbHost("gateway.example.com")},
 		},
 	}
 	for _, tc := range cases {
