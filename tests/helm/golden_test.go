@@ -102,6 +102,8 @@ func TestTemplateRejectsBadValues(t *testing.T) {
 		{"tag equal to the revision", []string{"revision=canary", "revisionTags={canary}"}, "equals the revision"},
 		{"tag default on the default revision", []string{"revisionTags={default}"}, "needs a revision"},
 		{"unknown ingress mode", []string{"meshConfig.ingressControllerMode=SOMETIMES"}, "OFF, DEFAULT or STRICT"},
+		// What a values file's bare OFF becomes: YAML reads it as false.
+		{"ingress mode OFF unquoted", []string{"meshConfig.ingressControllerMode=false"}, `quote it: "OFF"`},
 		{"autoscaler minimum above its maximum", []string{"pilot.autoscaleEnabled=true", "pilot.autoscaleMin=4", "pilot.autoscaleMax=2"}, "autoscaleMin must not be above"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -71,6 +71,9 @@ istio.io/rev: {{ include "pilot.revLabel" . | quote }}
 {{- fail "revision tag \"default\" needs a revision: the default revision already serves the default selectors" -}}
 {{- end -}}
 {{- end -}}
+{{- if kindIs "bool" .Values.meshConfig.ingressControllerMode -}}
+{{- fail (printf "meshConfig.ingressControllerMode is the boolean %v: YAML reads a bare OFF (or on, yes, no) as a boolean; quote it: \"OFF\"" .Values.meshConfig.ingressControllerMode) -}}
+{{- end -}}
 {{- if not (has .Values.meshConfig.ingressControllerMode (list "OFF" "DEFAULT" "STRICT")) -}}
 {{- fail (printf "meshConfig.ingressControllerMode must be OFF, DEFAULT or STRICT, not %q" .Values.meshConfig.ingressControllerMode) -}}
 {{- end -}}
