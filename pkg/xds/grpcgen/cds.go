@@ -11,9 +11,11 @@ import (
 
 // ClusterGenerator serves CDS: EDS clusters named outbound|port|subset|host
 // (LOGICAL_DNS for an ExternalName Service), with what grpc-go honours of
-// the DestinationRule the proxy's namespace resolves. A cluster depends only on the push context, the proxy namespace,
-// its name and the identities behind its service, so marshalled clusters
-// are shared by all proxies of a namespace for one push context version.
+// the DestinationRule the proxy resolves (its namespace's, or one whose
+// workloadSelector picks it, as for Envoy). A cluster depends only on the
+// push context, the proxy namespace, its name, that rule and the identities
+// behind its service, so marshalled clusters are shared by the proxies of a
+// namespace that resolve the same rule, for one push context version.
 type ClusterGenerator struct {
 	opts  Options
 	cache versionCache
@@ -26,6 +28,10 @@ type cdsCacheKey struct {
 	// identities are what ISTIO_MUTUAL verifies the server against. The
 	// endpoint fast path changes them without a new push context version.
 	identities pushcontext.WorkloadIdentities
+	// rule is the DestinationRule the proxy resolves for the host. Within
+	// one push context version a rule is one pointer; proxies of a
+	// namespace that a workloadSelector tells apart resolve different ones.
+	rule *pushcontext.DestinationRule
 }
 
 // NewClusterGenerator returns the CDS generator.
@@ -41,13 +47,13 @@ func (g *ClusterGenerator) Generate(proxy *model.Proxy, push *pushcontext.PushCo
 	if push == nil {
 		return nil, fmt.Errorf("grpcgen: no push context")
 	}
-	b := clusterBuild{g: g, gen: g.cache.generation(push.Version()), push: push, ns: proxy.Namespace}
+	b := clusterBuild{g: g, gen: g.cache.generation(push.Version()), push: push, proxy: proxy}
 	if w.Wildcard {
 		for _, svc := range push.ServicesVisibleTo(proxy.Namespace) {
 			if servedAs(push, proxy.Namespace, svc) != svc {
 				continue // an alias: its clients use its target's clusters
 			}
-			dr := push.DestinationRuleFor(proxy.Namespace, svc.Hostname)
+			dr := push.DestinationRuleForProxy(proxy, svc.Hostname)
 			for _, p := range svc.Ports {
 				if err := b.emit(svc, clusterKey{host: svc.Hostname, port: p.Port}, dr); err != nil {
 					return nil, err
@@ -74,7 +80,7 @@ func (g *ClusterGenerator) Generate(proxy *model.Proxy, push *pushcontext.PushCo
 		if svc == nil || svc.PortByNumber(key.port) == nil || servedAs(push, proxy.Namespace, svc) != svc {
 			continue
 		}
-		dr := push.DestinationRuleFor(proxy.Namespace, key.host)
+		dr := push.DestinationRuleForProxy(proxy, key.host)
 		if key.subset != "" && (dr == nil || dr.Subset(key.subset) == nil) {
 			continue
 		}
@@ -87,15 +93,15 @@ func (g *ClusterGenerator) Generate(proxy *model.Proxy, push *pushcontext.PushCo
 
 // clusterBuild is one Generate call's state.
 type clusterBuild struct {
-	g    *ClusterGenerator
-	gen  *cacheGeneration
-	push *pushcontext.PushContext
-	ns   string
-	out  model.Resources
+	g     *ClusterGenerator
+	gen   *cacheGeneration
+	push  *pushcontext.PushContext
+	proxy *model.Proxy
+	out   model.Resources
 }
 
 func (b *clusterBuild) emit(svc *model.Service, key clusterKey, dr *pushcontext.DestinationRule) error {
-	ck := cdsCacheKey{namespace: b.ns, cluster: key}
+	ck := cdsCacheKey{namespace: b.proxy.Namespace, cluster: key, rule: dr}
 	if dr != nil {
 		// Without a rule there is no TLS, so no identity to check.
 		ck.identities = b.push.ServiceIdentities(key.host)

@@ -34,7 +34,7 @@ func (g *EndpointGenerator) Generate(proxy *model.Proxy, push *pushcontext.PushC
 		var out model.Resources
 		for _, svc := range changedServices(push, ns, req) {
 			var err error
-			if out, err = g.emitClusters(out, push, ns, svc, w); err != nil {
+			if out, err = g.emitClusters(out, push, proxy, svc, w); err != nil {
 				return nil, err
 			}
 		}
@@ -44,7 +44,7 @@ func (g *EndpointGenerator) Generate(proxy *model.Proxy, push *pushcontext.PushC
 		var out model.Resources
 		for _, svc := range push.ServicesVisibleTo(ns) {
 			var err error
-			if out, err = g.emitClusters(out, push, ns, svc, w); err != nil {
+			if out, err = g.emitClusters(out, push, proxy, svc, w); err != nil {
 				return nil, err
 			}
 		}
@@ -62,7 +62,7 @@ func (g *EndpointGenerator) Generate(proxy *model.Proxy, push *pushcontext.PushC
 		}
 		var labels map[string]string
 		if key.subset != "" {
-			dr := push.DestinationRuleFor(ns, key.host)
+			dr := push.DestinationRuleForProxy(proxy, key.host)
 			if dr == nil {
 				continue
 			}
@@ -81,13 +81,13 @@ func (g *EndpointGenerator) Generate(proxy *model.Proxy, push *pushcontext.PushC
 }
 
 // emitClusters appends the load assignments of every cluster of svc (each
-// port, plain and per subset of the rule the proxy's namespace resolves)
+// port, plain and per subset of the rule the proxy resolves, as CDS does)
 // that w watches; a DNS service's clusters have none.
-func (g *EndpointGenerator) emitClusters(out model.Resources, push *pushcontext.PushContext, ns string, svc *model.Service, w *model.WatchedResource) (model.Resources, error) {
+func (g *EndpointGenerator) emitClusters(out model.Resources, push *pushcontext.PushContext, proxy *model.Proxy, svc *model.Service, w *model.WatchedResource) (model.Resources, error) {
 	if svc.IsExternalName() {
 		return out, nil
 	}
-	dr := push.DestinationRuleFor(ns, svc.Hostname)
+	dr := push.DestinationRuleForProxy(proxy, svc.Hostname)
 	var err error
 	for _, p := range svc.Ports {
 		key := clusterKey{host: svc.Hostname, port: p.Port}

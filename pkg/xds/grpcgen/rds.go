@@ -117,9 +117,10 @@ func (g *RouteGenerator) virtualServiceRoutes(proxy *model.Proxy, push *pushcont
 }
 
 // hashPolicy is the request hash of the destination's consistent-hash load
-// balancer, from the DestinationRule the proxy's namespace sees for it.
+// balancer, from the DestinationRule the proxy resolves for it (the one
+// its clusters follow).
 func (g *RouteGenerator) hashPolicy(proxy *model.Proxy, push *pushcontext.PushContext, resource, host string, port uint32) []*route.RouteAction_HashPolicy {
-	dr := push.DestinationRuleFor(proxy.Namespace, host)
+	dr := push.DestinationRuleForProxy(proxy, host)
 	if dr == nil {
 		return nil
 	}
