@@ -312,8 +312,8 @@ func (b *routeBuild) virtualServiceHost(vs *pushcontext.VirtualService, svc *mod
 	routes := httproute.Routes(httproute.Input{
 		Flavor: httproute.Envoy, Proxy: b.proxy, Push: b.push, VS: vs, Host: svc.Hostname, Port: port,
 		DefaultRetry: b.g.parts.defaultRetry,
-		HashPolicy: func(host string, p uint32) []*route.RouteAction_HashPolicy {
-			return HashPolicy(b.push.DestinationRuleForProxy(b.proxy, host).TrafficPolicy(p, "").GetLoadBalancer())
+		HashPolicy: func(host string, p uint32, subset string) []*route.RouteAction_HashPolicy {
+			return HashPolicy(b.push.DestinationRuleForProxy(b.proxy, host).TrafficPolicy(p, subset).GetLoadBalancer())
 		},
 		Report: func(reason string) { b.problems.report(vs.Key(), reason) },
 	})

@@ -77,7 +77,7 @@ func (g *RouteGenerator) routeConfig(proxy *model.Proxy, push *pushcontext.PushC
 	if routes == nil {
 		action := &route.RouteAction{
 			ClusterSpecifier: &route.RouteAction_Cluster{Cluster: clusterKey{host: svc.Hostname, port: port.Port}.name()},
-			HashPolicy:       g.hashPolicy(proxy, push, name, svc.Hostname, port.Port),
+			HashPolicy:       g.hashPolicy(proxy, push, name, svc.Hostname, port.Port, ""),
 		}
 		routes = []*route.Route{{
 			Match:  &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
@@ -104,8 +104,8 @@ func (g *RouteGenerator) virtualServiceRoutes(proxy *model.Proxy, push *pushcont
 	}
 	return httproute.Routes(httproute.Input{
 		Flavor: httproute.GRPC, Proxy: proxy, Push: push, VS: vs, Host: svc.Hostname, Port: port.Port,
-		HashPolicy: func(host string, p uint32) []*route.RouteAction_HashPolicy {
-			return g.hashPolicy(proxy, push, host, host, p)
+		HashPolicy: func(host string, p uint32, subset string) []*route.RouteAction_HashPolicy {
+			return g.hashPolicy(proxy, push, host, host, p, subset)
 		},
 		Report: func(reason string) {
 			if push.ReportProblem(vs.Key(), "proxyless gRPC: "+reason) {
@@ -118,13 +118,14 @@ func (g *RouteGenerator) virtualServiceRoutes(proxy *model.Proxy, push *pushcont
 
 // hashPolicy is the request hash of the destination's consistent-hash load
 // balancer, from the DestinationRule the proxy resolves for it (the one
-// its clusters follow).
-func (g *RouteGenerator) hashPolicy(proxy *model.Proxy, push *pushcontext.PushContext, resource, host string, port uint32) []*route.RouteAction_HashPolicy {
+// its clusters follow), resolved for the port and subset as the subset's
+// cluster is.
+func (g *RouteGenerator) hashPolicy(proxy *model.Proxy, push *pushcontext.PushContext, resource, host string, port uint32, subset string) []*route.RouteAction_HashPolicy {
 	dr := push.DestinationRuleForProxy(proxy, host)
 	if dr == nil {
 		return nil
 	}
-	return hashPolicy(dr.TrafficPolicy(port, ""), dropReporter{push: push, logger: g.opts.Logger, rule: dr, resource: resource})
+	return hashPolicy(dr.TrafficPolicy(port, subset), dropReporter{push: push, logger: g.opts.Logger, rule: dr, resource: resource})
 }
 
 // hashPolicy gives a ring-hash cluster the request hash gRPC can compute: a

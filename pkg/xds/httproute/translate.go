@@ -38,8 +38,10 @@ type Input struct {
 	// says nothing about retries (Envoy flavour; nil for none).
 	DefaultRetry *route.RetryPolicy
 	// HashPolicy gives the request hash of a destination's consistent-hash
-	// load balancer, from its DestinationRule; nil when it has none.
-	HashPolicy func(host string, port uint32) []*route.RouteAction_HashPolicy
+	// load balancer, from its DestinationRule's policy for the port and
+	// subset (a subset's own consistentHash makes its cluster a ring hash,
+	// which hashes nothing without it); nil when it has none.
+	HashPolicy func(host string, port uint32, subset string) []*route.RouteAction_HashPolicy
 	// Report records that part of the VirtualService was left out, or
 	// points nowhere; the reason names the field.
 	Report func(reason string)
@@ -186,7 +188,7 @@ func (t *translation) forward(r *networking.HTTPRoute, field string) (*route.Rou
 		action.ClusterSpecifier = &route.RouteAction_Cluster{Cluster: d.key.cluster()}
 		operation = d.key.host + ":" + strconv.FormatUint(uint64(d.key.port), 10) + "/*"
 		if t.in.HashPolicy != nil {
-			action.HashPolicy = t.in.HashPolicy(d.key.host, d.key.port)
+			action.HashPolicy = t.in.HashPolicy(d.key.host, d.key.port, d.key.subset)
 		}
 	default:
 		wc := &route.WeightedCluster{}
