@@ -33,6 +33,9 @@ func (t *translation) retry(r *networking.HTTPRetry, field string) *route.RetryP
 	if r.GetAttempts() <= 0 {
 		return nil
 	}
+	if t.in.Flavor == GRPC {
+		return t.grpcRetry(r, field)
+	}
 	var out *route.RetryPolicy
 	if t.in.Flavor == Envoy && t.in.DefaultRetry != nil {
 		// Keep the default's host predicate: a retry goes to another
@@ -44,22 +47,40 @@ func (t *translation) retry(r *networking.HTTPRetry, field string) *route.RetryP
 	out.NumRetries = wrapperspb.UInt32(uint32(r.GetAttempts()))
 	out.PerTryTimeout = r.GetPerTryTimeout()
 	out.RetryOn, out.RetriableStatusCodes = retryOn(r.GetRetryOn())
-	if t.in.Flavor == GRPC {
-		var kept []string
-		for _, c := range strings.Split(out.RetryOn, ",") {
-			if grpcRetryOn[c] {
-				kept = append(kept, c)
-			} else if c != "" {
-				t.drop(field+".retryOn", "gRPC clients do not retry on "+strconv.Quote(c)+"; left out for them")
-			}
-		}
-		out.RetryOn = strings.Join(kept, ",")
-		out.RetriableStatusCodes = nil
-		if out.RetryOn == "" {
-			return nil
+	return out
+}
+
+// grpcRetry keeps the conditions of retryOn that gRPC clients retry on.
+// Every other condition the rule names, HTTP status codes included, is
+// reported; Istio's default, used when the rule names none, is not the
+// rule's doing, so what gRPC cannot use of it is left out unreported.
+// gRPC has no per-try timeout (gRFC A44), which is reported too.
+func (t *translation) grpcRetry(r *networking.HTTPRetry, field string) *route.RetryPolicy {
+	spec, given := r.GetRetryOn(), r.GetRetryOn() != ""
+	if !given {
+		spec = defaultRetryOn
+	}
+	var kept []string
+	for _, c := range strings.Split(spec, ",") {
+		c = strings.TrimSpace(c)
+		switch {
+		case grpcRetryOn[c]:
+			kept = append(kept, c)
+		case c != "" && given:
+			t.drop(field+".retryOn", "gRPC clients do not retry on "+strconv.Quote(c)+"; left out for them")
 		}
 	}
-	return out
+	if r.GetPerTryTimeout() != nil {
+		t.drop(field+".perTryTimeout", "gRPC clients have no per-try timeout; ignored for them")
+	}
+	if len(kept) == 0 {
+		return nil
+	}
+	return &route.RetryPolicy{
+		NumRetries:    wrapperspb.UInt32(uint32(r.GetAttempts())),
+		PerTryTimeout: r.GetPerTryTimeout(),
+		RetryOn:       strings.Join(kept, ","),
+	}
 }
 
 // retryOn splits Istio's retryOn into Envoy's conditions and the HTTP

@@ -268,6 +268,43 @@ func TestRoutes(t *testing.T) {
 			reports: []string{`http[0].retries.retryOn: gRPC clients do not retry on "5xx"`},
 		},
 		{
+			// Istio's default conditions are not the user's: the ones gRPC
+			// cannot use are left out without a report that blames the rule.
+			name:   "retries without retryOn for gRPC keep Istio's default gRPC conditions, unreported",
+			flavor: GRPC,
+			vs: &networking.VirtualService{Hosts: []string{"web"}, Http: []*networking.HTTPRoute{{
+				Route:   []*networking.HTTPRouteDestination{dest("web", "", 0)},
+				Retries: &networking.HTTPRetry{Attempts: 3},
+			}}},
+			want: []*route.Route{{
+				Match: prefixAll(),
+				Action: &route.Route_Route{Route: &route.RouteAction{
+					ClusterSpecifier: &route.RouteAction_Cluster{Cluster: "outbound|80||" + webHost},
+					RetryPolicy:      &route.RetryPolicy{RetryOn: "unavailable,cancelled", NumRetries: wrapperspb.UInt32(3)},
+				}},
+			}},
+		},
+		{
+			name:   "HTTP status codes and per-try timeouts are reported for gRPC",
+			flavor: GRPC,
+			vs: &networking.VirtualService{Hosts: []string{"web"}, Http: []*networking.HTTPRoute{{
+				Route:   []*networking.HTTPRouteDestination{dest("web", "", 0)},
+				Retries: &networking.HTTPRetry{Attempts: 2, RetryOn: "503,unavailable", PerTryTimeout: durationpb.New(time.Second)},
+			}}},
+			want: []*route.Route{{
+				Match: prefixAll(),
+				Action: &route.Route_Route{Route: &route.RouteAction{
+					ClusterSpecifier: &route.RouteAction_Cluster{Cluster: "outbound|80||" + webHost},
+					RetryPolicy: &route.RetryPolicy{RetryOn: "unavailable", NumRetries: wrapperspb.UInt32(2),
+						PerTryTimeout: durationpb.New(time.Second)},
+				}},
+			}},
+			reports: []string{
+				`http[0].retries.retryOn: gRPC clients do not retry on "503"`,
+				"http[0].retries.perTryTimeout: gRPC clients have no per-try timeout",
+			},
+		},
+		{
 			name:   "attempts 0 turns Envoy's default retries off",
 			flavor: Envoy,
 			vs: &networking.VirtualService{Hosts: []string{"web"}, Http: []*networking.HTTPRoute{{
