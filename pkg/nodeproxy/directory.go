@@ -131,13 +131,20 @@ func (d *Directory) ServiceByVIP(ip netip.Addr) *workloadapi.Service {
 }
 
 // Endpoints returns the workloads behind svc with the target port each
-// serves svc's port on, skipping those that do not serve it.
+// serves svc's port on, skipping those that do not serve it. Unhealthy
+// workloads (not Ready, or being deleted) are skipped too, as ztunnel and
+// kube-proxy skip them, unless the service allows every endpoint (Istio
+// says so for publishNotReadyAddresses).
 func (d *Directory) Endpoints(svc *workloadapi.Service, port uint32) []Endpoint {
 	key := svc.GetNamespace() + "/" + svc.GetHostname()
+	allowAll := svc.GetLoadBalancing().GetHealthPolicy() == workloadapi.LoadBalancing_ALLOW_ALL
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	var out []Endpoint
 	for _, w := range d.members[key] {
+		if w.GetStatus() != workloadapi.WorkloadStatus_HEALTHY && !allowAll {
+			continue
+		}
 		for _, p := range w.GetServices()[key].GetPorts() {
 			if p.GetServicePort() != port {
 				continue

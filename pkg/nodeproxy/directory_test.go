@@ -2,6 +2,7 @@ package nodeproxy
 
 import (
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/meshpilot/meshpilot/pkg/workloadapi"
@@ -79,5 +80,43 @@ func TestDirectory(t *testing.T) {
 	}
 	if v := d.knownVersions(); len(v) != 2 {
 		t.Errorf("versions kept for %d resources, want 2", len(v))
+	}
+}
+
+// TestEndpointsHealth checks that a service's connections go only to its
+// healthy workloads, as ztunnel picks them: a Pod that is not Ready or is
+// being deleted is sent UNHEALTHY and must not be picked, unless the
+// service allows every endpoint (publishNotReadyAddresses).
+func TestEndpointsHealth(t *testing.T) {
+	const key = "app/b.app.svc.cluster.local"
+	ports := map[string][]uint32{key: {80, 8080}}
+	unhealthy := workloadAddr("Kubernetes//Pod/app/b-2", "app", "b-2", "node-1", "10.0.0.12", true, ports)
+	unhealthy.GetWorkload().Status = workloadapi.WorkloadStatus_UNHEALTHY
+	allowAll := serviceAddr("app", "b.app.svc.cluster.local", "10.96.0.10")
+	allowAll.GetService().LoadBalancing = &workloadapi.LoadBalancing{HealthPolicy: workloadapi.LoadBalancing_ALLOW_ALL}
+
+	for _, tc := range []struct {
+		name    string
+		service *workloadapi.Address
+		want    []string
+	}{
+		{"only healthy", serviceAddr("app", "b.app.svc.cluster.local", "10.96.0.10"), []string{"b-1"}},
+		{"allow all", allowAll, []string{"b-1", "b-2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := NewDirectory()
+			d.Apply(map[string]*workloadapi.Address{
+				"Kubernetes//Pod/app/b-1": workloadAddr("Kubernetes//Pod/app/b-1", "app", "b-1", "node-2", "10.0.0.11", true, ports),
+				"Kubernetes//Pod/app/b-2": unhealthy,
+				key:                       tc.service,
+			}, nil)
+			var got []string
+			for _, ep := range d.Endpoints(d.ServiceByVIP(netip.MustParseAddr("10.96.0.10")), 80) {
+				got = append(got, ep.Workload.GetName())
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("endpoints %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
