@@ -33,6 +33,8 @@ func ConvertService(svc *corev1.Service, domainSuffix string) *model.Service {
 		Selector:     svc.Spec.Selector,
 		ExportTo:     parseExportTo(svc.Annotations[annotationExportTo], svc.Namespace),
 		CreationTime: svc.CreationTimestamp.Time,
+		// An ExternalName Service has no endpoints: the flag means nothing.
+		PublishNotReady: svc.Spec.PublishNotReadyAddresses && svc.Spec.Type != corev1.ServiceTypeExternalName,
 	}
 	if svc.Spec.Type == corev1.ServiceTypeExternalName {
 		// Kubernetes makes no endpoints for an ExternalName Service and
@@ -95,7 +97,7 @@ func servicePorts(in []corev1.ServicePort) []*model.Port {
 // everything the model keeps.
 func sameService(a, b *model.Service) bool {
 	return a.Name == b.Name && a.Namespace == b.Namespace && a.Hostname == b.Hostname &&
-		a.CreationTime.Equal(b.CreationTime) && a.ExternalName == b.ExternalName &&
+		a.CreationTime.Equal(b.CreationTime) && a.ExternalName == b.ExternalName && a.PublishNotReady == b.PublishNotReady &&
 		slices.Equal(a.ClusterIPs, b.ClusterIPs) && slices.Equal(a.ExternalIPs, b.ExternalIPs) &&
 		slices.Equal(a.LoadBalancer, b.LoadBalancer) &&
 		// nil (public) and empty (nobody) exportTo differ.

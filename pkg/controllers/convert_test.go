@@ -209,6 +209,13 @@ func TestConvertService(t *testing.T) {
 			want: full,
 		},
 		{
+			// Node proxies must then pick Pods that are not Ready, as
+			// kube-proxy does.
+			name: "publishNotReadyAddresses",
+			in:   base(func(s *corev1.Service) { s.Spec.PublishNotReadyAddresses = true }),
+			want: func() *model.Service { s := *full; s.PublishNotReady = true; return &s }(),
+		},
+		{
 			name: "exportTo empty annotation is public",
 			in:   base(func(s *corev1.Service) { s.Annotations = map[string]string{annotationExportTo: " "} }),
 			want: full,

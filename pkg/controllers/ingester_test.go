@@ -182,6 +182,12 @@ func TestIngesterPushesOnlyEffectiveChanges(t *testing.T) {
 			want:   []model.ConfigKey{svcKey},
 		},
 		{
+			name:   "service publishNotReadyAddresses",
+			before: []any{service(nil)},
+			update: []any{service(func(s *corev1.Service) { s.Spec.PublishNotReadyAddresses = true })},
+			want:   []model.ConfigKey{svcKey},
+		},
+		{
 			name:   "service port added",
 			before: []any{service(nil)},
 			update: []any{service(func(s *corev1.Service) {

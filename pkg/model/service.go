@@ -63,6 +63,10 @@ type Service struct {
 	// usually outside the mesh. Such a service has no cluster IP and no
 	// endpoints; proxies resolve the name themselves, on the service port.
 	ExternalName string
+	// PublishNotReady is spec.publishNotReadyAddresses: the service's Pods
+	// take traffic before they are Ready (a StatefulSet's peers finding
+	// each other), so node proxies must not skip unready ones.
+	PublishNotReady bool
 }
 
 // Key identifies the service in the store.

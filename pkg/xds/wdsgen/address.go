@@ -88,6 +88,11 @@ func serviceAddress(svc *model.Service) *anyAddress {
 		// A Kubernetes Service is the authority for its own host name.
 		Canonical: true,
 	}
+	if svc.PublishNotReady {
+		// Node proxies pick only healthy workloads unless told otherwise;
+		// kube-proxy sends such a service's traffic to unready Pods too.
+		s.LoadBalancing = &workloadapi.LoadBalancing{HealthPolicy: workloadapi.LoadBalancing_ALLOW_ALL}
+	}
 	var v4, v6 bool
 	for _, ip := range svc.ClusterIPs {
 		addr, err := netip.ParseAddr(ip)
