@@ -35,6 +35,8 @@ func ConvertService(svc *corev1.Service, domainSuffix string) *model.Service {
 		CreationTime: svc.CreationTimestamp.Time,
 		// An ExternalName Service has no endpoints: the flag means nothing.
 		PublishNotReady: svc.Spec.PublishNotReadyAddresses && svc.Spec.Type != corev1.ServiceTypeExternalName,
+		NodeLocal: svc.Spec.InternalTrafficPolicy != nil && *svc.Spec.InternalTrafficPolicy == corev1.ServiceInternalTrafficPolicyLocal &&
+			svc.Spec.Type != corev1.ServiceTypeExternalName,
 	}
 	if svc.Spec.Type == corev1.ServiceTypeExternalName {
 		// Kubernetes makes no endpoints for an ExternalName Service and
@@ -98,6 +100,7 @@ func servicePorts(in []corev1.ServicePort) []*model.Port {
 func sameService(a, b *model.Service) bool {
 	return a.Name == b.Name && a.Namespace == b.Namespace && a.Hostname == b.Hostname &&
 		a.CreationTime.Equal(b.CreationTime) && a.ExternalName == b.ExternalName && a.PublishNotReady == b.PublishNotReady &&
+		a.NodeLocal == b.NodeLocal &&
 		slices.Equal(a.ClusterIPs, b.ClusterIPs) && slices.Equal(a.ExternalIPs, b.ExternalIPs) &&
 		slices.Equal(a.LoadBalancer, b.LoadBalancer) &&
 		// nil (public) and empty (nobody) exportTo differ.

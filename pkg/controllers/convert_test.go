@@ -216,6 +216,23 @@ func TestConvertService(t *testing.T) {
 			want: func() *model.Service { s := *full; s.PublishNotReady = true; return &s }(),
 		},
 		{
+			// Node proxies must then keep the traffic on the client's node.
+			name: "internalTrafficPolicy Local",
+			in: base(func(s *corev1.Service) {
+				local := corev1.ServiceInternalTrafficPolicyLocal
+				s.Spec.InternalTrafficPolicy = &local
+			}),
+			want: func() *model.Service { s := *full; s.NodeLocal = true; return &s }(),
+		},
+		{
+			name: "internalTrafficPolicy Cluster",
+			in: base(func(s *corev1.Service) {
+				cluster := corev1.ServiceInternalTrafficPolicyCluster
+				s.Spec.InternalTrafficPolicy = &cluster
+			}),
+			want: full,
+		},
+		{
 			name: "exportTo empty annotation is public",
 			in:   base(func(s *corev1.Service) { s.Annotations = map[string]string{annotationExportTo: " "} }),
 			want: full,

@@ -188,6 +188,15 @@ func TestIngesterPushesOnlyEffectiveChanges(t *testing.T) {
 			want:   []model.ConfigKey{svcKey},
 		},
 		{
+			name:   "service internalTrafficPolicy Local",
+			before: []any{service(nil)},
+			update: []any{service(func(s *corev1.Service) {
+				local := corev1.ServiceInternalTrafficPolicyLocal
+				s.Spec.InternalTrafficPolicy = &local
+			})},
+			want: []model.ConfigKey{svcKey},
+		},
+		{
 			name:   "service port added",
 			before: []any{service(nil)},
 			update: []any{service(func(s *corev1.Service) {

@@ -67,6 +67,9 @@ type Service struct {
 	// take traffic before they are Ready (a StatefulSet's peers finding
 	// each other), so node proxies must not skip unready ones.
 	PublishNotReady bool
+	// NodeLocal is spec.internalTrafficPolicy Local: traffic from inside
+	// the cluster goes only to the service's Pods on the client's node.
+	NodeLocal bool
 }
 
 // Key identifies the service in the store.

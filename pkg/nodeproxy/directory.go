@@ -130,14 +130,17 @@ func (d *Directory) ServiceByVIP(ip netip.Addr) *workloadapi.Service {
 	return d.services[ip.Unmap()]
 }
 
-// Endpoints returns the workloads behind svc with the target port each
-// serves svc's port on, skipping those that do not serve it. Unhealthy
-// workloads (not Ready, or being deleted) are skipped too, as ztunnel and
-// kube-proxy skip them, unless the service allows every endpoint (Istio
-// says so for publishNotReadyAddresses).
-func (d *Directory) Endpoints(svc *workloadapi.Service, port uint32) []Endpoint {
+// Endpoints returns the workloads behind svc that a connection from src
+// may reach, with the target port each serves svc's port on, skipping
+// those that do not serve it. Unhealthy workloads (not Ready, or being
+// deleted) are skipped, as ztunnel and kube-proxy skip them, unless the
+// service allows every endpoint (Istio says so for
+// publishNotReadyAddresses); the service's routing preferences then keep
+// the workloads closest to src (see preferred).
+func (d *Directory) Endpoints(src *workloadapi.Workload, svc *workloadapi.Service, port uint32) []Endpoint {
 	key := svc.GetNamespace() + "/" + svc.GetHostname()
-	allowAll := svc.GetLoadBalancing().GetHealthPolicy() == workloadapi.LoadBalancing_ALLOW_ALL
+	lb := svc.GetLoadBalancing()
+	allowAll := lb.GetHealthPolicy() == workloadapi.LoadBalancing_ALLOW_ALL
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	var out []Endpoint
@@ -154,6 +157,67 @@ func (d *Directory) Endpoints(svc *workloadapi.Service, port uint32) []Endpoint 
 				target = port
 			}
 			out = append(out, Endpoint{Workload: w, Port: target})
+		}
+	}
+	return preferred(src, lb, out)
+}
+
+// preferred applies a service's routing preferences as ztunnel does: an
+// endpoint's rank is how many of the scopes, in order, it shares with the
+// source; STRICT (internalTrafficPolicy Local is STRICT to the node) keeps
+// only those that share all of them, FAILOVER (PreferClose) those of the
+// best rank there is. A first scope NETWORK that does not match is passed
+// over rather than ending the count, and one that matches outranks the
+// others.
+func preferred(src *workloadapi.Workload, lb *workloadapi.LoadBalancing, eps []Endpoint) []Endpoint {
+	mode, scopes := lb.GetMode(), lb.GetRoutingPreference()
+	if mode == workloadapi.LoadBalancing_UNSPECIFIED_MODE || len(scopes) == 0 || len(eps) == 0 {
+		return eps
+	}
+	networkFirst := scopes[0] == workloadapi.LoadBalancing_NETWORK
+	ranks := make([]int, len(eps))
+	best := -1
+	for i, ep := range eps {
+		w := ep.Workload
+		rank, adjust := 0, 0
+		for _, scope := range scopes {
+			var match bool
+			switch scope {
+			case workloadapi.LoadBalancing_REGION:
+				match = src.GetLocality().GetRegion() == w.GetLocality().GetRegion()
+			case workloadapi.LoadBalancing_ZONE:
+				match = src.GetLocality().GetZone() == w.GetLocality().GetZone()
+			case workloadapi.LoadBalancing_SUBZONE:
+				match = src.GetLocality().GetSubzone() == w.GetLocality().GetSubzone()
+			case workloadapi.LoadBalancing_NODE:
+				match = src.GetNode() == w.GetNode()
+			case workloadapi.LoadBalancing_CLUSTER:
+				match = src.GetClusterId() == w.GetClusterId()
+			case workloadapi.LoadBalancing_NETWORK:
+				match = src.GetNetwork() == w.GetNetwork()
+				if networkFirst {
+					if !match {
+						continue
+					}
+					adjust = len(scopes) - 1
+				}
+			}
+			if !match {
+				break
+			}
+			rank++
+		}
+		if mode == workloadapi.LoadBalancing_STRICT && rank != len(scopes) {
+			ranks[i] = -1
+			continue
+		}
+		ranks[i] = rank + adjust
+		best = max(best, ranks[i])
+	}
+	out := eps[:0]
+	for i, ep := range eps {
+		if ranks[i] >= 0 && ranks[i] == best {
+			out = append(out, ep)
 		}
 	}
 	return out

@@ -53,11 +53,11 @@ func TestDirectory(t *testing.T) {
 	if svc.GetHostname() != "b.app.svc.cluster.local" {
 		t.Fatalf("ServiceByVIP = %v", svc)
 	}
-	eps := d.Endpoints(svc, 80)
+	eps := d.Endpoints(nil, svc, 80)
 	if len(eps) != 2 || eps[0].Workload.GetName() != "b-1" || eps[0].Port != 8080 || eps[1].Port != 9090 {
 		t.Errorf("endpoints of port 80: %+v", eps)
 	}
-	if eps := d.Endpoints(svc, 81); len(eps) != 0 {
+	if eps := d.Endpoints(nil, svc, 81); len(eps) != 0 {
 		t.Errorf("a port the service lacks has endpoints: %+v", eps)
 	}
 	local := d.LocalWorkloads("node-1")
@@ -111,7 +111,56 @@ func TestEndpointsHealth(t *testing.T) {
 				key:                       tc.service,
 			}, nil)
 			var got []string
-			for _, ep := range d.Endpoints(d.ServiceByVIP(netip.MustParseAddr("10.96.0.10")), 80) {
+			for _, ep := range d.Endpoints(nil, d.ServiceByVIP(netip.MustParseAddr("10.96.0.10")), 80) {
+				got = append(got, ep.Workload.GetName())
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("endpoints %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestEndpointsLoadBalancing checks that a service's routing preferences
+// choose among its workloads relative to the client, as ztunnel does:
+// STRICT keeps only those that match every scope (internalTrafficPolicy
+// Local is STRICT to the node), FAILOVER the closest that exist.
+func TestEndpointsLoadBalancing(t *testing.T) {
+	const key = "app/b.app.svc.cluster.local"
+	ports := map[string][]uint32{key: {80, 8080}}
+	workload := func(name, node, ip, zone string) *workloadapi.Address {
+		a := workloadAddr("Kubernetes//Pod/app/"+name, "app", name, node, ip, true, ports)
+		a.GetWorkload().Locality = &workloadapi.Locality{Region: "eu", Zone: zone}
+		return a
+	}
+	src := workload("client", "node-1", "10.0.0.1", "eu-1").GetWorkload()
+	lb := func(mode workloadapi.LoadBalancing_Mode, scopes ...workloadapi.LoadBalancing_Scope) *workloadapi.LoadBalancing {
+		return &workloadapi.LoadBalancing{Mode: mode, RoutingPreference: scopes}
+	}
+	node, region, zone := workloadapi.LoadBalancing_NODE, workloadapi.LoadBalancing_REGION, workloadapi.LoadBalancing_ZONE
+	for _, tc := range []struct {
+		name      string
+		lb        *workloadapi.LoadBalancing
+		workloads []*workloadapi.Address
+		want      []string
+	}{
+		{"none", nil, []*workloadapi.Address{workload("b-1", "node-1", "10.0.0.11", "eu-1"), workload("b-2", "node-2", "10.0.0.12", "eu-1")}, []string{"b-1", "b-2"}},
+		{"strict node", lb(workloadapi.LoadBalancing_STRICT, node), []*workloadapi.Address{workload("b-1", "node-2", "10.0.0.11", "eu-1"), workload("b-2", "node-1", "10.0.0.12", "eu-1")}, []string{"b-2"}},
+		{"strict node, none local", lb(workloadapi.LoadBalancing_STRICT, node), []*workloadapi.Address{workload("b-1", "node-2", "10.0.0.11", "eu-1")}, nil},
+		{"failover to the zone", lb(workloadapi.LoadBalancing_FAILOVER, region, zone), []*workloadapi.Address{workload("b-1", "node-2", "10.0.0.11", "eu-2"), workload("b-2", "node-3", "10.0.0.12", "eu-1")}, []string{"b-2"}},
+		{"failover to the region", lb(workloadapi.LoadBalancing_FAILOVER, region, zone), []*workloadapi.Address{workload("b-1", "node-2", "10.0.0.11", "eu-2"), workload("b-2", "node-3", "10.0.0.12", "eu-3")}, []string{"b-1", "b-2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			svc := serviceAddr("app", "b.app.svc.cluster.local", "10.96.0.10")
+			svc.GetService().LoadBalancing = tc.lb
+			all := map[string]*workloadapi.Address{key: svc}
+			for _, w := range tc.workloads {
+				all[w.GetWorkload().GetUid()] = w
+			}
+			d := NewDirectory()
+			d.Apply(all, nil)
+			var got []string
+			for _, ep := range d.Endpoints(src, svc.GetService(), 80) {
 				got = append(got, ep.Workload.GetName())
 			}
 			if !slices.Equal(got, tc.want) {

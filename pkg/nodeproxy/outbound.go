@@ -91,7 +91,7 @@ func (lw *localWorkload) serveOutbound(c net.Conn) {
 		lw.p.m.refused(hbone.Outbound, "original-destination")
 		return
 	}
-	r := lw.p.resolve(orig)
+	r := lw.p.resolve(lw.w(), orig)
 	// A direct connect to :15001 (from loopback or the pod's own address,
 	// which the capture exempts) reads back as itself; a VIP may resolve
 	// to one of the proxy's ports. Either would be dialled back to the
@@ -137,12 +137,13 @@ func (lw *localWorkload) dialRoute(ctx context.Context, r route) (net.Conn, erro
 // next spreads connections to a service over its endpoints.
 var next atomic.Uint64
 
-// resolve finds where orig leads: a service VIP becomes one of its
-// workloads (on the target port it serves the service port on), a workload
-// address that workload, anything else itself.
-func (p *Proxy) resolve(orig netip.AddrPort) route {
+// resolve finds where a connection from src to orig leads: a service VIP
+// becomes one of its workloads for src (on the target port it serves the
+// service port on), a workload address that workload, anything else
+// itself.
+func (p *Proxy) resolve(src *workloadapi.Workload, orig netip.AddrPort) route {
 	if svc := p.dir.ServiceByVIP(orig.Addr()); svc != nil {
-		eps := p.dir.Endpoints(svc, uint32(orig.Port()))
+		eps := p.dir.Endpoints(src, svc, uint32(orig.Port()))
 		if len(eps) == 0 {
 			return route{dest: orig}
 		}

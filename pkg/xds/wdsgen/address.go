@@ -88,11 +88,7 @@ func serviceAddress(svc *model.Service) *anyAddress {
 		// A Kubernetes Service is the authority for its own host name.
 		Canonical: true,
 	}
-	if svc.PublishNotReady {
-		// Node proxies pick only healthy workloads unless told otherwise;
-		// kube-proxy sends such a service's traffic to unready Pods too.
-		s.LoadBalancing = &workloadapi.LoadBalancing{HealthPolicy: workloadapi.LoadBalancing_ALLOW_ALL}
-	}
+	s.LoadBalancing = loadBalancing(svc)
 	var v4, v6 bool
 	for _, ip := range svc.ClusterIPs {
 		addr, err := netip.ParseAddr(ip)
@@ -116,6 +112,29 @@ func serviceAddress(svc *model.Service) *anyAddress {
 		s.Ports = append(s.Ports, &workloadapi.Port{ServicePort: p.Port, TargetPort: p.TargetPort, AppProtocol: appProtocol(p.Protocol)})
 	}
 	return &anyAddress{msg: &workloadapi.Address{Type: &workloadapi.Address_Service{Service: s}}}
+}
+
+// loadBalancing tells node proxies which of a service's workloads a client
+// may reach, as istiod does; nil for any of them that is healthy.
+func loadBalancing(svc *model.Service) *workloadapi.LoadBalancing {
+	var lb *workloadapi.LoadBalancing
+	if svc.NodeLocal {
+		// internalTrafficPolicy Local: only the client's own node, and
+		// nothing when it has none of the service's Pods, as kube-proxy.
+		lb = &workloadapi.LoadBalancing{
+			RoutingPreference: []workloadapi.LoadBalancing_Scope{workloadapi.LoadBalancing_NODE},
+			Mode:              workloadapi.LoadBalancing_STRICT,
+		}
+	}
+	if svc.PublishNotReady {
+		// Node proxies pick only healthy workloads unless told otherwise;
+		// kube-proxy sends such a service's traffic to unready Pods too.
+		if lb == nil {
+			lb = &workloadapi.LoadBalancing{}
+		}
+		lb.HealthPolicy = workloadapi.LoadBalancing_ALLOW_ALL
+	}
+	return lb
 }
 
 // appProtocol is the WDS name of a port's protocol where it has one; node
