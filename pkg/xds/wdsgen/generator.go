@@ -68,8 +68,9 @@ const keptSets = 2
 // it returns the Addresses they name: a workload's uid or a service's
 // "<namespace>/<hostname>" directly, and a "<network>/<ip>" as the
 // workload or service at that address, under its own name with the
-// address as an alias; for a service's VIP, also the workloads behind it,
-// which the node proxy needs to reach the service. The request does not
+// address as an alias; for a service, by name or VIP, also the workloads
+// behind it (with that name as an alias), which the node proxy needs to
+// reach the service. The request does not
 // matter: the server sends only what differs from what the client holds.
 func (g *AddressGenerator) Generate(_ *model.Proxy, push *pushcontext.PushContext, w *model.WatchedResource, _ *model.PushRequest) (model.Resources, error) {
 	set := g.setFor(push)
@@ -102,6 +103,11 @@ func (g *AddressGenerator) Generate(_ *model.Proxy, push *pushcontext.PushContex
 	for _, name := range w.ResourceNames {
 		if _, ok := set.byName[name]; ok {
 			add(name, "")
+			// A service asked for by name brings its workloads, as by its
+			// VIP: without them a node proxy has nowhere to send it.
+			for _, uid := range set.backing[name] {
+				add(uid, name)
+			}
 			continue
 		}
 		key, ok := addressKey(name)
