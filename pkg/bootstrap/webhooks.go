@@ -76,15 +76,16 @@ func (s *Server) newWebhooks() (*webhooks, error) {
 	}
 	w.tags = tags.NewRevisionTagLister(s.kube, s.opts.Revision)
 	injectOpts := inject.Options{
-		ConfigDir:       configDir,
-		Revision:        s.opts.Revision,
-		NamespaceLabels: s.namespaceLabels,
-		Kube:            s.kube,
-		RevisionTags:    w.tags.Tags,
-		XDSAddress:      net.JoinHostPort(service+"."+s.opts.Webhook.Namespace+".svc", "15012"),
-		DomainSuffix:    s.opts.DomainSuffix,
-		Logger:          s.log,
-		Metrics:         inject.NewMetrics(s.registry),
+		ConfigDir:          configDir,
+		Revision:           s.opts.Revision,
+		NamespaceLabels:    s.namespaceLabels,
+		Kube:               s.kube,
+		RevisionTags:       w.tags.Tags,
+		ConfirmRevisionTag: w.tags.PointsHere,
+		XDSAddress:         net.JoinHostPort(service+"."+s.opts.Webhook.Namespace+".svc", "15012"),
+		DomainSuffix:       s.opts.DomainSuffix,
+		Logger:             s.log,
+		Metrics:            inject.NewMetrics(s.registry),
 	}
 	if w.inject, err = inject.NewHandler(injectOpts); err != nil {
 		return nil, fmt.Errorf("injection webhook: %w", err)

@@ -123,6 +123,7 @@ func (h *Handler) Review(ctx context.Context, req *admissionv1.AdmissionRequest)
 		policy:       cfg.policy,
 		revision:     h.opts.Revision,
 		revisionTags: h.opts.RevisionTags,
+		confirmTag:   h.confirmTag(ctx, log),
 	})
 	if decision != "" {
 		return h.skip(log, decision)
@@ -136,6 +137,25 @@ func (h *Handler) Review(ctx context.Context, req *admissionv1.AdmissionRequest)
 	log.Debug("injected sidecar", "patch_bytes", len(patch))
 	patchType := admissionv1.PatchTypeJSONPatch
 	return &admissionv1.AdmissionResponse{Allowed: true, Patch: patch, PatchType: &patchType}
+}
+
+// confirmTag binds Options.ConfirmRevisionTag to one request; nil without
+// it.
+func (h *Handler) confirmTag(ctx context.Context, log *slog.Logger) func(string) bool {
+	if h.opts.ConfirmRevisionTag == nil {
+		return nil
+	}
+	return func(tag string) bool {
+		here, err := h.opts.ConfirmRevisionTag(ctx, tag)
+		if err != nil {
+			log.Warn("cannot confirm which revision the tag points at; trusting the webhook selectors", "tag", tag, "err", err)
+			return true
+		}
+		if here {
+			log.Info("revision tag points here, and the tag watch has not seen it yet", "tag", tag)
+		}
+		return here
+	}
 }
 
 func (h *Handler) skip(log *slog.Logger, reason string) *admissionv1.AdmissionResponse {

@@ -1,6 +1,7 @@
 package inject
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 
@@ -34,6 +35,12 @@ type Options struct {
 	// by an empty list would admit every tagged Pod without its sidecar.
 	// The other opt-in rules are still checked.
 	RevisionTags func() (tags []string, known bool)
+	// ConfirmRevisionTag asks the API server, past RevisionTags' watch,
+	// whether a tag points at Revision. It is asked only when the watch
+	// says no: a tag that has just moved here reaches the injector before
+	// the watch does, and skipping the Pod would create it without its
+	// sidecar. An error trusts the webhook selectors. Nil trusts the watch.
+	ConfirmRevisionTag func(ctx context.Context, tag string) (bool, error)
 	// XDSAddress is where proxies reach the control plane, default
 	// istiod[-REV].istio-system.svc:15012. It is the default proxy config's
 	// discoveryAddress and the proxy's CA_ADDR.

@@ -65,6 +65,9 @@ type decisionInput struct {
 	policy       policy
 	revision     string
 	revisionTags func() ([]string, bool)
+	// confirmTag asks past revisionTags whether a tag points here; nil
+	// trusts revisionTags.
+	confirmTag func(tag string) bool
 }
 
 // decide returns why the Pod must not be injected, or "" to inject it.
@@ -93,7 +96,7 @@ func decide(in decisionInput) string {
 	if !ok {
 		return skipNotOptedIn
 	}
-	if !servesRevision(wanted, in.revision, in.revisionTags) {
+	if !servesRevision(wanted, in.revision, in.revisionTags, in.confirmTag) {
 		return skipOtherRevision
 	}
 	// With policy disabled only an explicit per-Pod opt-in injects.
@@ -163,7 +166,7 @@ func requestedRevision(podLabels, nsLabels map[string]string, podOptIn bool) (st
 	return "", false
 }
 
-func servesRevision(wanted, revision string, tags func() ([]string, bool)) bool {
+func servesRevision(wanted, revision string, tags func() ([]string, bool), confirm func(string) bool) bool {
 	own := revision
 	if own == "" {
 		own = defaultRevisionName
@@ -180,5 +183,8 @@ func servesRevision(wanted, revision string, tags func() ([]string, bool)) bool 
 		// sent the Pod, and skipping it would create it without a sidecar.
 		return true
 	}
-	return slices.Contains(known, wanted)
+	if slices.Contains(known, wanted) {
+		return true
+	}
+	return confirm != nil && confirm(wanted)
 }

@@ -20,6 +20,7 @@ func TestDecide(t *testing.T) {
 		nsLabels    map[string]string
 		podLabels   map[string]string
 		annotations map[string]string
+		confirm     func(string) bool
 		hostNetwork bool
 		namespace   string
 		containers  []string
@@ -79,6 +80,15 @@ func TestDecide(t *testing.T) {
 		{name: "unsynced tag source still honours opt-out", revision: "1-8-1", nsLabels: map[string]string{LabelRevision: "prod"},
 			podLabels: map[string]string{LabelSidecarInject: "false"}, tags: unsynced, want: skipOptedOut},
 
+		// A tag that has just moved here reaches the injector before its
+		// watch: the API server is asked before the Pod is turned away.
+		{name: "tag moved here, watch behind", revision: "1-8-1", nsLabels: map[string]string{LabelRevision: "prod"},
+			tags: tags("staging"), confirm: func(tag string) bool { return tag == "prod" }},
+		{name: "tag pointing elsewhere, confirmed", revision: "1-8-1", nsLabels: map[string]string{LabelRevision: "prod"},
+			tags: tags("staging"), confirm: func(string) bool { return false }, want: skipOtherRevision},
+		{name: "tag known here, nothing to confirm", revision: "1-8-1", nsLabels: map[string]string{LabelRevision: "prod"},
+			tags: tags("prod"), confirm: func(string) bool { panic("confirmed a tag the watch knows") }},
+
 		{name: "policy disabled, ns opt-in", policy: policyDisabled, nsLabels: enabledNS, tags: strict, want: skipPolicyDisabled},
 		{name: "policy disabled, pod opt-in", policy: policyDisabled, nsLabels: enabledNS,
 			podLabels: map[string]string{LabelSidecarInject: "true"}, tags: strict},
@@ -102,7 +112,8 @@ func TestDecide(t *testing.T) {
 			if p == "" {
 				p = policyEnabled
 			}
-			got := decide(decisionInput{pod: pod, nsLabels: tt.nsLabels, policy: p, revision: tt.revision, revisionTags: tt.tags})
+			got := decide(decisionInput{pod: pod, nsLabels: tt.nsLabels, policy: p, revision: tt.revision, revisionTags: tt.tags,
+				confirmTag: tt.confirm})
 			if got != tt.want {
 				t.Fatalf("decide = %q, want %q", got, tt.want)
 			}

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -14,6 +15,8 @@ import (
 // so the injector can accept Pods that reach it through a tag without an
 // API call per admission.
 type RevisionTagLister struct {
+	client   kubernetes.Interface
+	revision string
 	factory  informers.SharedInformerFactory
 	informer cache.SharedIndexInformer
 }
@@ -24,7 +27,8 @@ func NewRevisionTagLister(client kubernetes.Interface, rev string) *RevisionTagL
 	selector := LabelRev + "=" + NormalizeRevision(rev) + "," + LabelTag
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
-	return &RevisionTagLister{factory: factory, informer: factory.Admissionregistration().V1().MutatingWebhookConfigurations().Informer()}
+	return &RevisionTagLister{client: client, revision: NormalizeRevision(rev), factory: factory,
+		informer: factory.Admissionregistration().V1().MutatingWebhookConfigurations().Informer()}
 }
 
 // Run watches until ctx ends.
@@ -50,4 +54,17 @@ func (l *RevisionTagLister) Tags() ([]string, bool) {
 	}
 	slices.Sort(tags)
 	return tags, true
+}
+
+// PointsHere asks the API server whether tag points at the revision now. It
+// is for the one request the watch may be behind on: a tag just moved here,
+// whose Pods the API server already sends to this revision.
+func (l *RevisionTagLister) PointsHere(ctx context.Context, tag string) (bool, error) {
+	selector := labels.SelectorFromSet(labels.Set{LabelTag: tag, LabelRev: l.revision})
+	list, err := l.client.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx,
+		metav1.ListOptions{LabelSelector: selector.String()})
+	if err != nil {
+		return false, err
+	}
+	return len(list.Items) > 0, nil
 }

@@ -42,3 +42,24 @@ func TestRevisionTagListerSeesOnlyItsRevisionsTags(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// PointsHere asks the API server itself, so it answers for a tag the watch
+// has not seen (here, the lister never runs).
+func TestRevisionTagListerPointsHere(t *testing.T) {
+	client := fake.NewClientset(
+		&admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{
+			Name: "istio-revision-tag-prod", Labels: map[string]string{LabelTag: "prod", LabelRev: "1-8-1"}}},
+		&admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{
+			Name: "istio-revision-tag-old", Labels: map[string]string{LabelTag: "old", LabelRev: "1-7-6"}}},
+	)
+	lister := NewRevisionTagLister(client, "1-8-1")
+	for _, tc := range []struct {
+		tag  string
+		want bool
+	}{{"prod", true}, {"old", false}, {"missing", false}} {
+		got, err := lister.PointsHere(context.Background(), tc.tag)
+		if err != nil || got != tc.want {
+			t.Errorf("PointsHere(%q) = %v, %v; want %v", tc.tag, got, err, tc.want)
+		}
+	}
+}
