@@ -50,6 +50,8 @@ type agentState struct {
 	// HBONE (the annotation's removal not yet seen): not served again until
 	// WDS stops doing so, or a new ADD.
 	released map[string]bool
+	// pods serialises each pod's CNI commands.
+	pods podLocks
 }
 
 func newAgentState() agentState {
@@ -140,7 +142,13 @@ func (d *Directory) podWorkload(namespace, name, node string) *workloadapi.Workl
 }
 
 // HandleCNI is the node agent's answer to the CNI plugin (agentapi.Handler).
+// The commands of one pod run one at a time (see podLocks).
 func (p *Proxy) HandleCNI(ctx context.Context, req agentapi.Request) error {
+	unlock, err := p.agent.pods.lock(ctx, req.PodNamespace+"/"+req.PodName)
+	if err != nil {
+		return fmt.Errorf("waiting for the pod's earlier CNI command: %w", err)
+	}
+	defer unlock()
 	switch req.Command {
 	case agentapi.CommandAdd:
 		return p.cniAdd(ctx, req)

@@ -5,11 +5,16 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
+	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/meshpilot/meshpilot/internal/netnstest"
 	"github.com/meshpilot/meshpilot/pkg/capture"
@@ -97,12 +102,18 @@ func TestStaleDelKeepsCurrentSandbox(t *testing.T) {
 // with the Pod app/a in a fake API server; WDS and the CA are never
 // reached.
 func agentProxy(t *testing.T) (*Proxy, *fake.Clientset) {
+	return agentProxyWith(t, func(k kubernetes.Interface) kubernetes.Interface { return k })
+}
+
+// agentProxyWith is agentProxy whose agent reaches the fake API server
+// through wrap.
+func agentProxyWith(t *testing.T, wrap func(kubernetes.Interface) kubernetes.Interface) (*Proxy, *fake.Clientset) {
 	t.Helper()
 	kube := fake.NewSimpleClientset(&corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "a", UID: "uid-a"},
 		Spec:       corev1.PodSpec{NodeName: "node-1", ServiceAccountName: "a"},
 	})
-	p, err := New(Options{Node: "node-1", Conn: noConn{}, Kube: kube, CNISocket: "unused",
+	p, err := New(Options{Node: "node-1", Conn: noConn{}, Kube: wrap(kube), CNISocket: "unused",
 		PodNetns: func(string, string) (string, error) { return "", io.EOF },
 		Log:      slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
@@ -116,4 +127,102 @@ func agentProxy(t *testing.T) (*Proxy, *fake.Clientset) {
 		}
 	})
 	return p, kube
+}
+
+// TestSandboxChangeDoesNotInterleave runs a new sandbox's ADD while the
+// DEL of the pod's current sandbox is in flight, as a runtime may. The DEL
+// is held just as it removes the annotation; if the ADD ran meanwhile, the
+// removal would land after the ADD set it, and the pod, captured in its new
+// sandbox, would lose the annotation that makes peers tunnel to it.
+func TestSandboxChangeDoesNotInterleave(t *testing.T) {
+	old, cur := netnstest.Pair(t)
+	removing, release := make(chan struct{}), make(chan struct{})
+	p, kube := agentProxyWith(t, func(k kubernetes.Interface) kubernetes.Interface {
+		return pausingKube{Interface: k, pause: func(patch []byte) {
+			if strings.Contains(string(patch), "null") {
+				close(removing)
+				<-release
+			}
+		}}
+	})
+	ctx := context.Background()
+	add := func(id string, ns netnstest.Namespace) error {
+		return p.HandleCNI(ctx, agentapi.Request{Command: agentapi.CommandAdd, PodNamespace: "app",
+			PodName: "a", PodUID: "uid-a", ContainerID: id, Netns: ns.Path, IfName: "eth0",
+			PodIPs: []netip.Addr{ns.IP}})
+	}
+	if err := add("sandbox-1", old); err != nil {
+		t.Fatal(err)
+	}
+
+	delDone := make(chan error, 1)
+	go func() {
+		delDone <- p.HandleCNI(ctx, agentapi.Request{Command: agentapi.CommandDel, PodNamespace: "app",
+			PodName: "a", ContainerID: "sandbox-1", Netns: old.Path, IfName: "eth0"})
+	}()
+	<-removing
+	addDone := make(chan error, 1)
+	go func() { addDone <- add("sandbox-2", cur) }()
+	var addErr error
+	select {
+	case addErr = <-addDone:
+		t.Errorf("the new sandbox's ADD ran while the old one's DEL was in flight")
+		close(release)
+	case <-time.After(time.Second):
+		close(release)
+		select {
+		case addErr = <-addDone:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the ADD never ran")
+		}
+	}
+	if err := <-delDone; err != nil {
+		t.Fatalf("DEL: %v", err)
+	}
+	if addErr != nil {
+		t.Fatalf("ADD: %v", addErr)
+	}
+
+	pod, err := kube.CoreV1().Pods("app").Get(ctx, "a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pod.Annotations[RedirectionAnnotation] != "enabled" {
+		t.Errorf("the pod captured in its new sandbox has annotations %v", pod.Annotations)
+	}
+	if err := p.HandleCNI(ctx, agentapi.Request{Command: agentapi.CommandCheck, PodNamespace: "app",
+		PodName: "a", ContainerID: "sandbox-2", Netns: cur.Path, IfName: "eth0"}); err != nil {
+		t.Errorf("CHECK of the new sandbox: %v", err)
+	}
+}
+
+// pausingKube calls pause with each Pod patch before it reaches the API
+// server. It wraps the client rather than adding a reactor to the fake,
+// whose reactors run under one lock that would hold every other call too.
+type pausingKube struct {
+	kubernetes.Interface
+	pause func(patch []byte)
+}
+
+func (k pausingKube) CoreV1() corev1client.CoreV1Interface {
+	return pausingCore{CoreV1Interface: k.Interface.CoreV1(), pause: k.pause}
+}
+
+type pausingCore struct {
+	corev1client.CoreV1Interface
+	pause func(patch []byte)
+}
+
+func (c pausingCore) Pods(namespace string) corev1client.PodInterface {
+	return pausingPods{PodInterface: c.CoreV1Interface.Pods(namespace), pause: c.pause}
+}
+
+type pausingPods struct {
+	corev1client.PodInterface
+	pause func(patch []byte)
+}
+
+func (p pausingPods) Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, sub ...string) (*corev1.Pod, error) {
+	p.pause(data)
+	return p.PodInterface.Patch(ctx, name, pt, data, opts, sub...)
 }
