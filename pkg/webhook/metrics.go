@@ -11,7 +11,8 @@ type Metrics struct {
 	// RequestDuration observes how long handlers take, by path.
 	RequestDuration *prometheus.HistogramVec
 	// ValidationRequests counts admission reviews the validation handler
-	// answered, by kind and operation.
+	// answered, by kind and operation ("other" for a kind it does not
+	// validate or an operation Kubernetes does not have).
 	ValidationRequests *prometheus.CounterVec
 	// ValidationDenials counts denied reviews by kind.
 	ValidationDenials *prometheus.CounterVec
@@ -38,7 +39,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"path"}),
 		ValidationRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meshpilot_webhook_validation_requests_total",
-			Help: "Admission reviews answered by the validation webhook, by kind and operation.",
+			Help: "Admission reviews answered by the validation webhook, by kind and operation (other: a kind it does not validate, or an unknown operation).",
 		}, []string{"kind", "operation"}),
 		ValidationDenials: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meshpilot_webhook_validation_denials_total",

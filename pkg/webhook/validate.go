@@ -104,7 +104,7 @@ func (h *validationHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // review decides one admission request.
 func (h *validationHandler) review(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	kind := req.Kind.Kind
-	h.metrics.ValidationRequests.WithLabelValues(kind, string(req.Operation)).Inc()
+	h.metrics.ValidationRequests.WithLabelValues(metricKind(req), metricOperation(req.Operation)).Inc()
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return &admissionv1.AdmissionResponse{Allowed: true}
 	}
@@ -120,6 +120,33 @@ func (h *validationHandler) review(req *admissionv1.AdmissionRequest) *admission
 	h.log.Info("denied invalid config", "kind", kind, "namespace", req.Namespace, "name", name,
 		"operation", req.Operation, "problems", len(reasons))
 	return deny(fmt.Sprintf("%s %q is invalid: %s", kind, objectRef(req.Namespace, name), strings.Join(reasons, "; ")))
+}
+
+// otherLabel stands in metrics for a kind or an operation the webhook does
+// not know.
+const otherLabel = "other"
+
+// metricKind is the kind label of a review: the kind itself for the kinds
+// the webhook validates, which are all the chart's webhook configurations
+// send, and "other" for any other. The kind comes from the request body,
+// and any pod can POST a review to the webhook port: a label taken from it
+// unchecked would let a caller grow the metrics, and every scrape, without
+// bound.
+func metricKind(req *admissionv1.AdmissionRequest) string {
+	if _, ok := validatedKinds[schema.GroupKind{Group: req.Kind.Group, Kind: req.Kind.Kind}]; ok {
+		return req.Kind.Kind
+	}
+	return otherLabel
+}
+
+// metricOperation is the operation label of a review, bounded as
+// metricKind is.
+func metricOperation(op admissionv1.Operation) string {
+	switch op {
+	case admissionv1.Create, admissionv1.Update, admissionv1.Delete, admissionv1.Connect:
+		return string(op)
+	}
+	return otherLabel
 }
 
 // reviewed is an Istio config object as the review carries it, its spec

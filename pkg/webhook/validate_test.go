@@ -12,6 +12,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/yaml"
 )
@@ -374,7 +375,11 @@ func TestValidationHandlerDecisions(t *testing.T) {
 				t.Fatalf("allowed = %v, want %v (result %+v)", resp.Allowed, !denied, resp.Result)
 			}
 			kind, op := tc.review.kind, string(tc.review.op)
-			if got := testutil.ToFloat64(metrics.ValidationRequests.WithLabelValues(kind, op)); got != 1 {
+			label := kind
+			if _, validated := validatedKinds[schema.GroupKind{Group: tc.review.group, Kind: kind}]; !validated {
+				label = "other"
+			}
+			if got := testutil.ToFloat64(metrics.ValidationRequests.WithLabelValues(label, op)); got != 1 {
 				t.Errorf("requests{%s,%s} = %v, want 1", kind, op, got)
 			}
 			wantDenials := 0.0
@@ -406,6 +411,49 @@ func TestValidationHandlerDecisions(t *testing.T) {
 				if got := strings.Count(msg, "; ") + 1; got != len(problems) {
 					t.Errorf("denial lists %d problems, want %d: %q", got, len(problems), msg)
 				}
+			}
+		})
+	}
+}
+
+// TestValidationMetricLabelsAreBounded: the kind and operation of a review
+// come from its body, and any pod can POST one to the webhook port. Labels
+// taken from them unchecked would grow a series per made-up value, in the
+// control plane's memory and in every scrape; only the kinds the webhook
+// validates and Kubernetes' operations get a label of their own.
+func TestValidationMetricLabelsAreBounded(t *testing.T) {
+	cases := []struct {
+		name             string
+		review           reviewSpec
+		wantKind, wantOp string
+	}{
+		{"validated kind", reviewSpec{group: istioNetworkingGroup, version: "v1", kind: "DestinationRule", op: admissionv1.Create, object: goodDR},
+			"DestinationRule", "CREATE"},
+		{"validated kind, unknown version", reviewSpec{group: istioSecurityGroup, version: "v9", kind: "PeerAuthentication", op: admissionv1.Update},
+			"PeerAuthentication", "UPDATE"},
+		{"made-up kind", reviewSpec{group: istioNetworkingGroup, version: "v1", kind: "Kind-c0ffee-1", op: admissionv1.Create},
+			"other", "CREATE"},
+		{"validated kind name in another group", reviewSpec{group: "example.com", version: "v1", kind: "DestinationRule", op: admissionv1.Delete},
+			"other", "DELETE"},
+		{"made-up operation", reviewSpec{group: istioNetworkingGroup, version: "v1", kind: "VirtualService", op: "OP-c0ffee-2"},
+			"VirtualService", "other"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			metrics := NewMetrics(nil)
+			h := NewValidationHandler(ValidationOptions{Metrics: metrics, Logger: discardLogger()})
+			r := httptest.NewRequest(http.MethodPost, ValidatePath, bytes.NewReader(reviewBody(t, tc.review)))
+			r.Header.Set("Content-Type", "application/json")
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			if w.Code != http.StatusOK {
+				t.Fatalf("status = %d: %s", w.Code, w.Body)
+			}
+			if n := testutil.CollectAndCount(metrics.ValidationRequests); n != 1 {
+				t.Fatalf("%d series, want 1", n)
+			}
+			if got := testutil.ToFloat64(metrics.ValidationRequests.WithLabelValues(tc.wantKind, tc.wantOp)); got != 1 {
+				t.Errorf("requests{%s,%s} = %v, want 1", tc.wantKind, tc.wantOp, got)
 			}
 		})
 	}
