@@ -237,9 +237,19 @@ func typeRank(typeURL string) int {
 	return len(pushOrder)
 }
 
+// maxNackDetail bounds what is kept of a NACK's message. The client
+// chooses it, up to the 4 MiB of a request, and it is held for as long as
+// the stream lives, logged, and shown in every /debug/syncz and
+// istioctl proxy-status answer: a few clients rejecting with megabytes each
+// would make those answers, and the log, that large. The first 4 KiB name
+// the offending resources and the reason.
+const maxNackDetail = 4 << 10
+
 func (c *connection) recordNack(w *watch, version, nonce, detail string) {
 	// The message may quote the rejected config, private keys included.
-	detail = redactText(detail)
+	// Redacted whole before it is clipped: a key cut short by clipping
+	// could escape the patterns that find it.
+	detail = clipTo(redactText(detail), maxNackDetail)
 	c.mu.Lock()
 	w.nack = &NackRecord{Version: version, Nonce: nonce, Error: detail, Time: time.Now()}
 	w.nackedHash = w.sentHash

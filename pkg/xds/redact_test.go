@@ -315,3 +315,66 @@ func TestRedactedCopyLeavesTheOriginal(t *testing.T) {
 		}
 	}
 }
+
+// TestSynczBoundsNackMessages: a NACK's message is the client's to choose,
+// up to a request's 4 MiB, and it is kept for the stream's life and shown
+// in every /debug/syncz answer. A long one is cut to maxNackDetail, saying
+// how long it was, after redaction, so that a key past the cut, or cut in
+// half by it, is still hidden.
+func TestSynczBoundsNackMessages(t *testing.T) {
+	certPEM, keyPEM := testcerts.SelfSigned(t, "gw.example.com")
+	inline := `"privateKey": {"inlineBytes": "` + base64.StdEncoding.EncodeToString(keyPEM) + `"}`
+	padding := strings.Repeat("cluster outbound|80||a.example: bad config; ", 1<<15) // about 1.4 MiB
+	cases := []struct {
+		name, message string
+		wantWhole     bool
+	}{
+		{"short message kept whole", "cluster a: bad load balancer", true},
+		{"long message", padding, false},
+		// The key's JSON form starts before the cut and ends after it.
+		{"key across the cut", strings.Repeat("x", maxNackDetail-40) + inline + padding, false},
+		{"key past the cut", padding + string(keyPEM), false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, harnessConfig{generators: keyMaterialGenerators(keyMaterial(certPEM, keyPEM))})
+			srv := httptest.NewServer(h.server.DebugHandler())
+			defer srv.Close()
+			c := h.sotw("gateway")
+			sds := c.subscribe(SecretType, "kubernetes://gw-cert")
+			c.send(&discoveryv3.DiscoveryRequest{TypeUrl: SecretType, ResponseNonce: sds.GetNonce(),
+				ResourceNames: []string{"kubernetes://gw-cert"},
+				ErrorDetail:   &status.Status{Code: 3, Message: tc.message}})
+			c.expectQuiet("after a NACK")
+
+			var statuses []SyncStatus
+			body := getJSON(t, srv, "/debug/syncz", http.StatusOK, &statuses)
+			if found := leaks([]byte(body), keyPEM); len(found) > 0 {
+				t.Errorf("syncz shows the %v", found)
+			}
+			// What a cut would leave of the key's JSON form.
+			if head := base64.StdEncoding.EncodeToString(keyPEM)[:60]; strings.Contains(body, head) {
+				t.Errorf("syncz shows the start of the private key")
+			}
+			if len(statuses) != 1 || statuses[0].Resources[SecretType].LastError == "" {
+				t.Fatalf("syncz has no NACK for SDS:\n%.2000s", body)
+			}
+			got := statuses[0].Resources[SecretType].LastError
+			if tc.wantWhole {
+				if got != tc.message {
+					t.Errorf("lastError = %q, want the message whole", got)
+				}
+				return
+			}
+			if len(got) > maxNackDetail+64 {
+				t.Errorf("lastError is %d bytes, want about %d at most", len(got), maxNackDetail)
+			}
+			if !strings.Contains(got, "bytes in all)") {
+				t.Errorf("lastError does not say it was cut: %.200q", got[max(0, len(got)-200):])
+			}
+			if len(body) > 4*maxNackDetail+4096 {
+				t.Errorf("/debug/syncz is %d bytes for one connection with one NACK", len(body))
+			}
+		})
+	}
+}

@@ -169,11 +169,15 @@ const maxStatusMessage = 1 << 10
 
 // clip shortens msg to maxStatusMessage bytes, on a rune boundary, saying
 // how long it was.
-func clip(msg string) string {
-	if len(msg) <= maxStatusMessage {
+func clip(msg string) string { return clipTo(msg, maxStatusMessage) }
+
+// clipTo shortens msg to max bytes, on a rune boundary, saying how long it
+// was.
+func clipTo(msg string, max int) string {
+	if len(msg) <= max {
 		return msg
 	}
-	cut := maxStatusMessage
+	cut := max
 	for cut > 0 && !utf8.RuneStart(msg[cut]) {
 		cut--
 	}
