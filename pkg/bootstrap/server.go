@@ -254,9 +254,14 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.opts.meshConfig != nil {
 		wg.Go(func() { s.watchMeshConfig(ctx) })
 	}
+	// The webhooks stop with the start of shutdown, not after it: their
+	// server drains in-flight reviews once its context ends, and it must
+	// do so within the same grace period as the streams, not after it.
+	webhookCtx, stopWebhooks := context.WithCancel(ctx)
+	defer stopWebhooks()
 	if s.webhooks != nil {
 		wg.Go(func() {
-			if err := s.webhooks.run(ctx); err != nil && ctx.Err() == nil {
+			if err := s.webhooks.run(webhookCtx); err != nil && webhookCtx.Err() == nil {
 				errs <- fmt.Errorf("webhooks: %w", err)
 			}
 		})
@@ -277,7 +282,7 @@ func (s *Server) Run(ctx context.Context) error {
 	case runErr = <-errs:
 		s.log.Error("component failed; shutting down", "err", runErr)
 	}
-	s.shutdown()
+	s.shutdown(stopWebhooks)
 	cancel()
 	wg.Wait()
 	return runErr
@@ -326,12 +331,14 @@ func (s *Server) notReadyReason() string {
 }
 
 // shutdown stops taking new work, lets streams and requests drain for at
-// most ShutdownGrace, then closes what is left.
-func (s *Server) shutdown() {
+// most ShutdownGrace, then closes what is left. stopWebhooks starts the
+// webhook server's own drain, bounded by the same grace (newWebhooks).
+func (s *Server) shutdown(stopWebhooks context.CancelFunc) {
 	s.shuttingDown.Store(true)
 	s.log.Info("shutting down", "grace", s.opts.ShutdownGrace)
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.ShutdownGrace)
 	defer cancel()
+	stopWebhooks()
 
 	s.xds.Stop()
 	servers := []*grpc.Server{s.grpc}
@@ -359,7 +366,13 @@ func (s *Server) shutdown() {
 	}
 	drained.Wait()
 	for _, srv := range s.httpServers {
-		_ = srv.Shutdown(ctx)
+		if err := srv.Shutdown(ctx); err != nil {
+			// Shutdown gives up at the deadline but leaves the requests
+			// still running, and their connections, open: a debug client
+			// that never finishes its request would keep both past Run.
+			s.log.Warn("debug and monitoring requests cut short", "err", err)
+			_ = srv.Close()
+		}
 	}
 }
 

@@ -100,6 +100,9 @@ func (s *Server) newWebhooks() (*webhooks, error) {
 		Certs:    serving,
 		Logger:   s.log,
 		Metrics:  metrics,
+		// In-flight reviews drain within the grace that bounds the whole
+		// shutdown (Run stops the webhooks as the shutdown begins).
+		ShutdownTimeout: s.opts.ShutdownGrace,
 	})
 	if err != nil {
 		// The server's errors name it already.
