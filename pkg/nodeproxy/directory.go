@@ -4,6 +4,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/meshpilot/meshpilot/pkg/workloadapi"
@@ -71,11 +72,7 @@ func (d *Directory) reindex() {
 		switch t := a.GetType().(type) {
 		case *workloadapi.Address_Workload:
 			w := t.Workload
-			for _, raw := range w.GetAddresses() {
-				if ip, ok := netip.AddrFromSlice(raw); ok {
-					d.workloads[ip.Unmap()] = w
-				}
-			}
+			d.indexIPs(w)
 			for key := range w.GetServices() {
 				d.members[key] = append(d.members[key], w)
 			}
@@ -100,6 +97,48 @@ func (d *Directory) reindex() {
 			return 0
 		})
 	}
+}
+
+// indexIPs makes w the owner of its IPs where it outranks their current
+// one. A host-network workload owns none: its IP is not its own (a Pod on
+// its node's, an EndpointSlice address may be anyone's), so it is reached
+// only as a service's endpoint, never by IP, as ztunnel does.
+func (d *Directory) indexIPs(w *workloadapi.Workload) {
+	if w.GetNetworkMode() == workloadapi.NetworkMode_HOST_NETWORK {
+		return
+	}
+	for _, raw := range w.GetAddresses() {
+		if ip, ok := netip.AddrFromSlice(raw); ok {
+			ip = ip.Unmap()
+			if prev, taken := d.workloads[ip]; !taken || outranks(w, prev) {
+				d.workloads[ip] = w
+			}
+		}
+	}
+}
+
+// outranks reports whether a should own an IP that b also claims. As
+// ztunnel ranks them, a Pod comes first (other kinds are easier to point
+// at any address), then one with HBONE (it is in the mesh, so a tunnel
+// keeps its identity); unlike ztunnel, which keeps whichever came last,
+// the smaller uid breaks a tie, so that the owner does not depend on the
+// order of a map.
+func outranks(a, b *workloadapi.Workload) bool {
+	if ra, rb := ipRank(a), ipRank(b); ra != rb {
+		return ra > rb
+	}
+	return a.GetUid() < b.GetUid()
+}
+
+func ipRank(w *workloadapi.Workload) int {
+	rank := 0
+	if strings.Contains(w.GetUid(), "//Pod/") {
+		rank += 2
+	}
+	if w.GetTunnelProtocol() == workloadapi.TunnelProtocol_HBONE {
+		rank++
+	}
+	return rank
 }
 
 // knownVersions returns a copy of the versions held, by resource name.

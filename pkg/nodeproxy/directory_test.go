@@ -169,3 +169,52 @@ func TestEndpointsLoadBalancing(t *testing.T) {
 		})
 	}
 }
+
+// TestWorkloadByIPShared checks which workload owns an IP that several
+// share, as ztunnel decides: a host-network workload (a Pod on its node's
+// IP, an EndpointSlice address) is never found by IP, since the IP is not
+// its own; among the rest a Pod outranks anything else and one with HBONE
+// one without, and the smallest uid breaks a tie, whatever order WDS sent
+// them in.
+func TestWorkloadByIPShared(t *testing.T) {
+	const ip = "10.0.0.5"
+	hostNet := func(a *workloadapi.Address) *workloadapi.Address {
+		a.GetWorkload().NetworkMode = workloadapi.NetworkMode_HOST_NETWORK
+		return a
+	}
+	var (
+		podHBONE     = workloadAddr("Kubernetes//Pod/app/z-hbone", "app", "z-hbone", "node-1", ip, true, nil)
+		podPlain     = workloadAddr("Kubernetes//Pod/app/a-plain", "app", "a-plain", "node-1", ip, false, nil)
+		podPlain2    = workloadAddr("Kubernetes//Pod/app/b-plain", "app", "b-plain", "node-1", ip, false, nil)
+		entryHBONE   = workloadAddr("Kubernetes/networking.istio.io/WorkloadEntry/app/e", "app", "e", "", ip, true, nil)
+		hostNetPod   = hostNet(workloadAddr("Kubernetes//Pod/kube-system/agent", "kube-system", "agent", "node-1", ip, false, nil))
+		sliceAddress = hostNet(workloadAddr("Kubernetes/discovery.k8s.io/EndpointSlice/app/ext-1/"+ip, "app", "ext-1", "", ip, false, nil))
+	)
+	for _, tc := range []struct {
+		name string
+		in   []*workloadapi.Address
+		want string // uid; "" for none
+	}{
+		{"host network alone is not found", []*workloadapi.Address{hostNetPod}, ""},
+		{"pod beside host network", []*workloadapi.Address{hostNetPod, podPlain, sliceAddress}, "Kubernetes//Pod/app/a-plain"},
+		{"HBONE pod over plain pod", []*workloadapi.Address{podPlain, podHBONE, podPlain2}, "Kubernetes//Pod/app/z-hbone"},
+		{"pod over HBONE non-pod", []*workloadapi.Address{entryHBONE, podPlain2}, "Kubernetes//Pod/app/b-plain"},
+		{"smallest uid among equals", []*workloadapi.Address{podPlain2, podPlain}, "Kubernetes//Pod/app/a-plain"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Map iteration varies between runs: look up many times,
+			// each from a fresh directory.
+			for range 20 {
+				d := NewDirectory()
+				update := map[string]*workloadapi.Address{}
+				for _, a := range tc.in {
+					update[a.GetWorkload().GetUid()] = a
+				}
+				d.Apply(update, nil)
+				if got := d.WorkloadByIP(netip.MustParseAddr(ip)).GetUid(); got != tc.want {
+					t.Fatalf("WorkloadByIP(%s) = %q, want %q", ip, got, tc.want)
+				}
+			}
+		})
+	}
+}
