@@ -17,9 +17,9 @@ type addressIndex struct {
 	workloads []*model.Workload
 	uids      []string // uids[i] is workloads[i]'s
 	byUID     map[string]*model.Workload
-	// byAddress maps "<network>/<ip>" to its workload; where host-network
-	// Pods share an IP, the first by uid.
-	byAddress map[string]*model.Workload
+	// byAddress maps "<network>/<ip>" to the workloads there, by uid:
+	// host-network Pods share their node's IP.
+	byAddress map[string][]*model.Workload
 	// servicesByVIP maps "<network>/<vip>" to its service; services' VIPs
 	// are on the default network.
 	servicesByVIP map[string]*model.Service
@@ -33,7 +33,7 @@ const defaultClusterID = "Kubernetes"
 func buildAddressIndex(workloads []*model.Workload, services []*model.Service, namespaces []*model.Namespace, clusterID string) *addressIndex {
 	idx := &addressIndex{
 		byUID:             make(map[string]*model.Workload, len(workloads)),
-		byAddress:         make(map[string]*model.Workload, len(workloads)),
+		byAddress:         make(map[string][]*model.Workload, len(workloads)),
 		servicesByVIP:     make(map[string]*model.Service, len(services)),
 		ambientNamespaces: map[string]bool{},
 	}
@@ -56,8 +56,13 @@ func buildAddressIndex(workloads []*model.Workload, services []*model.Service, n
 		idx.byUID[e.uid] = e.w
 		for _, ip := range e.w.IPs {
 			key := NetworkAddress(e.w.Network, ip)
-			if _, taken := idx.byAddress[key]; !taken && key != "" {
-				idx.byAddress[key] = e.w
+			if key == "" {
+				continue
+			}
+			// A Pod that lists one IP twice is there once; its entries are
+			// adjacent because workloads come one at a time.
+			if at := idx.byAddress[key]; len(at) == 0 || at[len(at)-1] != e.w {
+				idx.byAddress[key] = append(at, e.w)
 			}
 		}
 	}
@@ -122,9 +127,13 @@ func (pc *PushContext) WorkloadByUID(uid string) *model.Workload {
 	return pc.addresses.byUID[uid]
 }
 
-// WorkloadByAddress returns the workload at ip on network, or nil.
+// WorkloadByAddress returns the workload at ip on network, the first by
+// uid where several share it, or nil.
 func (pc *PushContext) WorkloadByAddress(network, ip string) *model.Workload {
-	return pc.addresses.byAddress[NetworkAddress(network, ip)]
+	if at := pc.addresses.byAddress[NetworkAddress(network, ip)]; len(at) > 0 {
+		return at[0]
+	}
+	return nil
 }
 
 // ServiceByVIP returns the service with that virtual IP on network, or nil.
@@ -132,11 +141,14 @@ func (pc *PushContext) ServiceByVIP(network, ip string) *model.Service {
 	return pc.addresses.servicesByVIP[NetworkAddress(network, ip)]
 }
 
-// LookupAddress resolves a "<network>/<ip>" key to the workload or the
-// service there, both nil if none.
-func (pc *PushContext) LookupAddress(key string) (*model.Workload, *model.Service) {
-	if w := pc.addresses.byAddress[key]; w != nil {
-		return w, nil
+// LookupAddress resolves a "<network>/<ip>" key to the workloads there,
+// sorted by uid, or else the service there; none if neither. Every
+// workload that shares the address is returned, as istiod answers: which
+// of them owns it is the node proxy's choice. The slice is shared: never
+// mutate it.
+func (pc *PushContext) LookupAddress(key string) ([]*model.Workload, *model.Service) {
+	if ws := pc.addresses.byAddress[key]; len(ws) > 0 {
+		return ws, nil
 	}
 	return nil, pc.addresses.servicesByVIP[key]
 }

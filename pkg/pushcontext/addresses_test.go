@@ -50,8 +50,8 @@ func TestAddressIndexLookups(t *testing.T) {
 	if svc := pc.ServiceByVIP("", "10.96.0.10"); svc == nil || svc.Name != "echo" {
 		t.Errorf("ServiceByVIP = %v, want echo", svc)
 	}
-	if w, svc := pc.LookupAddress("/10.96.0.10"); w != nil || svc == nil {
-		t.Errorf("LookupAddress of a VIP = %v, %v; want the service", w, svc)
+	if ws, svc := pc.LookupAddress("/10.96.0.10"); ws != nil || svc == nil {
+		t.Errorf("LookupAddress of a VIP = %v, %v; want the service", ws, svc)
 	}
 }
 

@@ -67,11 +67,11 @@ const keptSets = 2
 // Generate returns every Address for a wildcard subscription. For names,
 // it returns the Addresses they name: a workload's uid or a service's
 // "<namespace>/<hostname>" directly, and a "<network>/<ip>" as the
-// workload or service at that address, under its own name with the
-// address as an alias; for a service, by name or VIP, also the workloads
-// behind it (with that name as an alias), which the node proxy needs to
-// reach the service. The request does not
-// matter: the server sends only what differs from what the client holds.
+// workloads there (all that share it) or else the service there, each
+// under its own name with the address as an alias; for a service, by name
+// or VIP, also the workloads behind it (with that name as an alias), which
+// the node proxy needs to reach the service. The request does not matter:
+// the server sends only what differs from what the client holds.
 func (g *AddressGenerator) Generate(_ *model.Proxy, push *pushcontext.PushContext, w *model.WatchedResource, _ *model.PushRequest) (model.Resources, error) {
 	set := g.setFor(push)
 	if w.Wildcard && len(w.ResourceNames) == 0 {
@@ -114,10 +114,14 @@ func (g *AddressGenerator) Generate(_ *model.Proxy, push *pushcontext.PushContex
 		if !ok {
 			continue
 		}
-		wl, svc := push.LookupAddress(key)
+		wls, svc := push.LookupAddress(key)
 		switch {
-		case wl != nil:
-			add(push.WorkloadUID(wl), name)
+		case len(wls) > 0:
+			// Every workload there (host-network Pods share their node's
+			// IP): the node proxy picks the owner, as ztunnel does.
+			for _, wl := range wls {
+				add(push.WorkloadUID(wl), name)
+			}
 		case svc != nil:
 			add(serviceName(svc), name)
 			for _, uid := range set.backing[serviceName(svc)] {
