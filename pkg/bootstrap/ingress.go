@@ -55,6 +55,9 @@ func pushContextOptions(o *Options) pushcontext.Options {
 		RootNamespace:   o.RootNamespace,
 		TrustDomain:     o.TrustDomain,
 		DisableAutoMTLS: o.DisableAutoMTLS,
+		// The control plane's namespace, as istiod reads the cluster's
+		// network from its own.
+		SystemNamespace: o.Webhook.Namespace,
 		Ingress: pushcontext.IngressOptions{
 			Ownership:       ingressOwnership(o),
 			GatewayService:  o.Ingress.Service,

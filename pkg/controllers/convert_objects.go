@@ -19,7 +19,6 @@ func ConvertPod(pod *corev1.Pod) *model.Workload {
 		ServiceAccount: pod.Spec.ServiceAccountName,
 		NodeName:       pod.Spec.NodeName,
 		Locality:       podLocality(pod.Labels),
-		Network:        pod.Labels[model.NetworkLabel],
 		WorkloadName:   podWorkloadName(pod),
 		// A terminating Pod still has its IP but is going away: node proxies
 		// should stop picking it, as kube-proxy does.

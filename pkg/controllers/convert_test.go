@@ -316,7 +316,6 @@ func TestConvertPod(t *testing.T) {
 			want: &model.Workload{
 				Name: "web-7d4b9-x2x", Namespace: "ns", IPs: []string{"10.244.1.7"},
 				Labels:       map[string]string{"pod-template-hash": "7d4b9", "version": "v2", model.NetworkLabel: "net1"},
-				Network:      "net1",
 				WorkloadName: "web", CanonicalName: "web", CanonicalRevision: "v2",
 				Ready: true, Redirected: true,
 				NamedPorts: []model.NamedPort{{Name: "grpc", Port: 9090}, {Name: "http", Port: 8080}},

@@ -13,7 +13,9 @@ const (
 	// captured by the node proxy.
 	AmbientRedirectionAnnotation = "ambient.istio.io/redirection"
 	AmbientRedirectionEnabled    = "enabled"
-	// NetworkLabel names the network of a Pod's addresses.
+	// NetworkLabel, on the control plane's namespace, names the cluster's
+	// network, which every address WDS sends is on (istiod's ambient
+	// rule; a Pod's own label is not read).
 	NetworkLabel = "topology.istio.io/network"
 )
 

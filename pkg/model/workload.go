@@ -22,9 +22,6 @@ type Workload struct {
 	NodeName       string
 	Locality       Locality
 
-	// Network is the network its IPs are reachable on, from the Pod's
-	// topology.istio.io/network label; empty is the default network.
-	Network string
 	// WorkloadName names what runs the Pod (a Deployment, a CronJob), as
 	// Istio derives it from the Pod's controller; the Pod's name otherwise.
 	WorkloadName string
@@ -78,7 +75,7 @@ func (w *Workload) Equal(o *Workload) bool {
 		return w == o
 	}
 	return w.Name == o.Name && w.Namespace == o.Namespace && w.ServiceAccount == o.ServiceAccount &&
-		w.NodeName == o.NodeName && w.Locality == o.Locality && w.Network == o.Network &&
+		w.NodeName == o.NodeName && w.Locality == o.Locality &&
 		w.WorkloadName == o.WorkloadName && w.CanonicalName == o.CanonicalName &&
 		w.CanonicalRevision == o.CanonicalRevision && w.Ready == o.Ready && w.HostNetwork == o.HostNetwork &&
 		w.Redirected == o.Redirected && slices.Equal(w.IPs, o.IPs) && maps.Equal(w.Labels, o.Labels) &&

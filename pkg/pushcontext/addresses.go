@@ -10,9 +10,16 @@ import (
 
 // addressIndex is what workload discovery (WDS) reads: the workloads that
 // have addresses, found by network address and by uid, the services found
-// by virtual IP, and the namespaces that ask for ambient mode. It depends
-// on workloads, services and namespaces.
+// by virtual IP, the namespaces that ask for ambient mode, and the
+// cluster's network. It depends on workloads, services and namespaces.
 type addressIndex struct {
+	// network is the cluster's network, which every workload and service
+	// address is on, as istiod assigns it in ambient mode: the label
+	// topology.istio.io/network of the control plane's namespace, else
+	// the default network (""). A Pod's own network label is not read:
+	// node proxies find a service's VIP and its Pods by (network, IP), so
+	// the two must agree.
+	network string
 	// workloads are the workloads with at least one valid IP, sorted by uid.
 	workloads []*model.Workload
 	uids      []string // uids[i] is workloads[i]'s
@@ -20,8 +27,7 @@ type addressIndex struct {
 	// byAddress maps "<network>/<ip>" to the workloads there, by uid:
 	// host-network Pods share their node's IP.
 	byAddress map[string][]*model.Workload
-	// servicesByVIP maps "<network>/<vip>" to its service; services' VIPs
-	// are on the default network.
+	// servicesByVIP maps "<network>/<vip>" to its service.
 	servicesByVIP map[string]*model.Service
 	// ambientNamespaces are the namespaces labelled for ambient mode.
 	ambientNamespaces map[string]bool
@@ -30,12 +36,20 @@ type addressIndex struct {
 // defaultClusterID names the cluster in workload uids, Istio's default.
 const defaultClusterID = "Kubernetes"
 
-func buildAddressIndex(workloads []*model.Workload, services []*model.Service, namespaces []*model.Namespace, clusterID string) *addressIndex {
+func buildAddressIndex(workloads []*model.Workload, services []*model.Service, namespaces []*model.Namespace, clusterID, systemNamespace string) *addressIndex {
 	idx := &addressIndex{
 		byUID:             make(map[string]*model.Workload, len(workloads)),
 		byAddress:         make(map[string][]*model.Workload, len(workloads)),
 		servicesByVIP:     make(map[string]*model.Service, len(services)),
 		ambientNamespaces: map[string]bool{},
+	}
+	for _, ns := range namespaces {
+		if ns.Name == systemNamespace {
+			idx.network = ns.Labels[model.NetworkLabel]
+		}
+		if ns.Labels[model.DataplaneModeLabel] == model.DataplaneModeAmbient {
+			idx.ambientNamespaces[ns.Name] = true
+		}
 	}
 	type withUID struct {
 		uid string
@@ -55,7 +69,7 @@ func buildAddressIndex(workloads []*model.Workload, services []*model.Service, n
 		idx.workloads[i], idx.uids[i] = e.w, e.uid
 		idx.byUID[e.uid] = e.w
 		for _, ip := range e.w.IPs {
-			key := NetworkAddress(e.w.Network, ip)
+			key := NetworkAddress(idx.network, ip)
 			if key == "" {
 				continue
 			}
@@ -68,16 +82,11 @@ func buildAddressIndex(workloads []*model.Workload, services []*model.Service, n
 	}
 	for _, svc := range services {
 		for _, vip := range svc.ClusterIPs {
-			if key := NetworkAddress("", vip); key != "" {
+			if key := NetworkAddress(idx.network, vip); key != "" {
 				if _, taken := idx.servicesByVIP[key]; !taken {
 					idx.servicesByVIP[key] = svc
 				}
 			}
-		}
-	}
-	for _, ns := range namespaces {
-		if ns.Labels[model.DataplaneModeLabel] == model.DataplaneModeAmbient {
-			idx.ambientNamespaces[ns.Name] = true
 		}
 	}
 	return idx
@@ -107,6 +116,9 @@ func NetworkAddress(network, ip string) string {
 	}
 	return network + "/" + addr.Unmap().String()
 }
+
+// Network is the cluster's network, which every address WDS sends is on.
+func (pc *PushContext) Network() string { return pc.addresses.network }
 
 // ClusterID names this cluster in workload uids.
 func (pc *PushContext) ClusterID() string { return pc.opts.ClusterID }

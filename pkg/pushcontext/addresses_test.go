@@ -9,7 +9,10 @@ import (
 func TestAddressIndexLookups(t *testing.T) {
 	store := model.NewStore()
 	store.UpsertWorkload(&model.Workload{Name: "a", Namespace: "ns", IPs: []string{"10.0.0.1", "fd00::1"}})
-	store.UpsertWorkload(&model.Workload{Name: "b", Namespace: "ns", IPs: []string{"10.0.0.2"}, Network: "net2"})
+	// Every address is on the cluster's network, the system namespace's
+	// label; a Pod's own label is not read.
+	store.UpsertNamespace(&model.Namespace{Name: "istio-system", Labels: map[string]string{model.NetworkLabel: "net2"}})
+	store.UpsertWorkload(&model.Workload{Name: "b", Namespace: "ns", IPs: []string{"10.0.0.2"}, Labels: map[string]string{model.NetworkLabel: "net3"}})
 	store.UpsertWorkload(&model.Workload{Name: "pending", Namespace: "ns"})
 	store.UpsertWorkload(&model.Workload{Name: "garbage", Namespace: "ns", IPs: []string{"not-an-ip"}})
 	store.UpsertService(&model.Service{Name: "echo", Namespace: "ns", Hostname: "echo.ns.svc.cluster.local",
@@ -26,12 +29,13 @@ func TestAddressIndexLookups(t *testing.T) {
 		ip      string
 		want    string
 	}{
-		{"ipv4 on the default network", "", "10.0.0.1", "a"},
-		{"ipv6, any spelling", "", "fd00:0::1", "a"},
-		{"another network", "net2", "10.0.0.2", "b"},
-		{"right IP, wrong network", "", "10.0.0.2", ""},
-		{"unknown IP", "", "10.0.0.9", ""},
-		{"not an IP", "", "x", ""},
+		{"ipv4 on the cluster's network", "net2", "10.0.0.1", "a"},
+		{"ipv6, any spelling", "net2", "fd00:0::1", "a"},
+		{"a Pod's own network label is not read", "net2", "10.0.0.2", "b"},
+		{"right IP, the Pod's label's network", "net3", "10.0.0.2", ""},
+		{"right IP, default network", "", "10.0.0.1", ""},
+		{"unknown IP", "net2", "10.0.0.9", ""},
+		{"not an IP", "net2", "x", ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -47,10 +51,13 @@ func TestAddressIndexLookups(t *testing.T) {
 	if w := pc.WorkloadByUID("Kubernetes//Pod/ns/b"); w == nil || w.Name != "b" {
 		t.Errorf("WorkloadByUID = %v, want b", w)
 	}
-	if svc := pc.ServiceByVIP("", "10.96.0.10"); svc == nil || svc.Name != "echo" {
+	if pc.Network() != "net2" {
+		t.Errorf("Network() = %q, want the system namespace's label", pc.Network())
+	}
+	if svc := pc.ServiceByVIP("net2", "10.96.0.10"); svc == nil || svc.Name != "echo" {
 		t.Errorf("ServiceByVIP = %v, want echo", svc)
 	}
-	if ws, svc := pc.LookupAddress("/10.96.0.10"); ws != nil || svc == nil {
+	if ws, svc := pc.LookupAddress("net2/10.96.0.10"); ws != nil || svc == nil {
 		t.Errorf("LookupAddress of a VIP = %v, %v; want the service", ws, svc)
 	}
 }

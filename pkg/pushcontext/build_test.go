@@ -78,16 +78,16 @@ func observe(pc *PushContext) view {
 		}
 		v.Workloads[addr(i)] = workloadName(w)
 		v.Targets[workloadName(w)] = hostnamesOrNil(pc.ServiceTargets(w))
-		if a := pc.WorkloadByAddress("", addr(i)); a != nil {
-			v.Addresses = append(v.Addresses, "/"+addr(i)+" "+pc.WorkloadUID(a))
+		if a := pc.WorkloadByAddress(pc.Network(), addr(i)); a != nil {
+			v.Addresses = append(v.Addresses, pc.Network()+"/"+addr(i)+" "+pc.WorkloadUID(a))
 		}
 	}
 	_, uids := pc.AddressedWorkloads()
 	v.Addresses = append(v.Addresses, uids...)
 	for _, svc := range pc.Services() {
 		for _, vip := range svc.ClusterIPs {
-			if s := pc.ServiceByVIP("", vip); s != nil {
-				v.Addresses = append(v.Addresses, "/"+vip+" "+s.Hostname)
+			if s := pc.ServiceByVIP(pc.Network(), vip); s != nil {
+				v.Addresses = append(v.Addresses, pc.Network()+"/"+vip+" "+s.Hostname)
 			}
 		}
 	}
@@ -161,6 +161,14 @@ func TestIncrementalBuild(t *testing.T) {
 			change: func(*PushContext) *model.PushRequest {
 				store.UpsertNamespace(&model.Namespace{Name: "ns-0", Labels: map[string]string{"x": "y"}})
 				return pushRequest(key(model.KindNamespace, "", "ns-0"))
+			},
+			wantRebuilt: []string{indexAddresses},
+		},
+		{
+			name: "the system namespace's network label rebuilds the address index only",
+			change: func(*PushContext) *model.PushRequest {
+				store.UpsertNamespace(&model.Namespace{Name: "istio-system", Labels: map[string]string{model.NetworkLabel: "net-1"}})
+				return pushRequest(key(model.KindNamespace, "", "istio-system"))
 			},
 			wantRebuilt: []string{indexAddresses},
 		},

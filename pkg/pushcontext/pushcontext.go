@@ -23,12 +23,17 @@ type Options struct {
 	// ClusterID names this cluster in the uids of workloads that WDS
 	// serves (default "Kubernetes", Istio's).
 	ClusterID string
+	// SystemNamespace is the control plane's own namespace (default
+	// "istio-system"); its topology.istio.io/network label names the
+	// cluster's network.
+	SystemNamespace string
 }
 
 const (
-	defaultDomainSuffix  = "cluster.local"
-	defaultRootNamespace = "istio-system"
-	defaultTrustDomain   = "cluster.local"
+	defaultDomainSuffix    = "cluster.local"
+	defaultRootNamespace   = "istio-system"
+	defaultSystemNamespace = "istio-system"
+	defaultTrustDomain     = "cluster.local"
 )
 
 func (o Options) withDefaults() Options {
@@ -44,6 +49,9 @@ func (o Options) withDefaults() Options {
 	if o.ClusterID == "" {
 		o.ClusterID = defaultClusterID
 	}
+	if o.SystemNamespace == "" {
+		o.SystemNamespace = defaultSystemNamespace
+	}
 	o.Ingress = o.Ingress.withDefaults()
 	return o
 }
@@ -51,7 +59,8 @@ func (o Options) withDefaults() Options {
 // equal compares options that went through withDefaults.
 func (o Options) equal(p Options) bool {
 	return o.DomainSuffix == p.DomainSuffix && o.RootNamespace == p.RootNamespace && o.Ingress.equal(p.Ingress) &&
-		o.TrustDomain == p.TrustDomain && o.DisableAutoMTLS == p.DisableAutoMTLS && o.ClusterID == p.ClusterID
+		o.TrustDomain == p.TrustDomain && o.DisableAutoMTLS == p.DisableAutoMTLS && o.ClusterID == p.ClusterID &&
+		o.SystemNamespace == p.SystemNamespace
 }
 
 // PushContext is an immutable snapshot of the store with precomputed indexes.
@@ -260,7 +269,7 @@ func Build(store model.Store, opts Options, prev *PushContext, req *model.PushRe
 		if workloads == nil {
 			workloads = store.Workloads()
 		}
-		pc.addresses = buildAddressIndex(workloads, pc.services.all, store.Namespaces(), opts.ClusterID)
+		pc.addresses = buildAddressIndex(workloads, pc.services.all, store.Namespaces(), opts.ClusterID, opts.SystemNamespace)
 		pc.build.rebuilt(indexAddresses)
 	} else {
 		pc.addresses = prev.addresses
@@ -284,7 +293,8 @@ type buildPlan struct {
 	ingress, secrets bool
 	peerAuthn        bool
 	virtualServices  bool
-	// namespaces is set by Namespace changes (their ambient labels).
+	// namespaces is set by Namespace changes (their ambient labels, and
+	// the network label of the system namespace).
 	namespaces bool
 	// endpoints lists the services whose endpoints must be re-read from the
 	// store even if their entries could otherwise be reused.

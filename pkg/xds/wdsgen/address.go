@@ -19,7 +19,7 @@ func workloadAddress(push *pushcontext.PushContext, w *model.Workload, uid strin
 		Name:              w.Name,
 		Namespace:         w.Namespace,
 		Addresses:         ipBytes(w.IPs),
-		Network:           w.Network,
+		Network:           push.Network(),
 		TrustDomain:       push.TrustDomain(),
 		ServiceAccount:    w.ServiceAccount,
 		Node:              w.NodeName,
@@ -78,8 +78,8 @@ func workloadServices(w *model.Workload, targets []*model.Service) map[string]*w
 }
 
 // serviceAddress is the Address of one service. Its VIPs are on the
-// default network.
-func serviceAddress(svc *model.Service) *anyAddress {
+// cluster's network, as its workloads are.
+func serviceAddress(svc *model.Service, network string) *anyAddress {
 	s := &workloadapi.Service{
 		Name:      svc.Name,
 		Namespace: svc.Namespace,
@@ -97,7 +97,7 @@ func serviceAddress(svc *model.Service) *anyAddress {
 		}
 		addr = addr.Unmap()
 		v4, v6 = v4 || addr.Is4(), v6 || addr.Is6()
-		s.Addresses = append(s.Addresses, &workloadapi.NetworkAddress{Address: addr.AsSlice()})
+		s.Addresses = append(s.Addresses, &workloadapi.NetworkAddress{Network: network, Address: addr.AsSlice()})
 	}
 	switch {
 	case v4 && v6:

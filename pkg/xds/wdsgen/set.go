@@ -54,14 +54,15 @@ type inputs struct {
 	targets  []*model.Service
 	hbone    bool
 	service  *model.Service
-	// trustDomain and clusterID are mesh-wide, but a change of either must
-	// not reuse what was built with the other.
-	trustDomain, clusterID string
+	// trustDomain, clusterID and network are mesh-wide, but a change of
+	// any must not reuse what was built with another.
+	trustDomain, clusterID, network string
 }
 
 func (a inputs) equal(b inputs) bool {
 	return a.workload == b.workload && a.service == b.service && a.hbone == b.hbone &&
-		a.trustDomain == b.trustDomain && a.clusterID == b.clusterID && slices.Equal(a.targets, b.targets)
+		a.trustDomain == b.trustDomain && a.clusterID == b.clusterID && a.network == b.network &&
+		slices.Equal(a.targets, b.targets)
 }
 
 // setFor returns push's address set, building it if needed from the most
@@ -102,7 +103,7 @@ func (s *addressSet) build(prev *addressSet, g *AddressGenerator) {
 	s.items = make(model.Resources, 0, n)
 	s.inputs = make(map[string]inputs, n)
 	s.backing = map[string][]string{}
-	td, cluster := push.TrustDomain(), push.ClusterID()
+	td, cluster, network := push.TrustDomain(), push.ClusterID(), push.Network()
 	// With the same services, a workload that did not change is selected
 	// by the same ones: take them from prev instead of matching selectors
 	// again (most of a Pod churn's cost at scale).
@@ -139,7 +140,7 @@ func (s *addressSet) build(prev *addressSet, g *AddressGenerator) {
 		} else {
 			targets = push.ServiceTargets(w)
 		}
-		in := inputs{workload: w, targets: targets, hbone: push.TunnelsTo(w), trustDomain: td, clusterID: cluster}
+		in := inputs{workload: w, targets: targets, hbone: push.TunnelsTo(w), trustDomain: td, clusterID: cluster, network: network}
 		emit(uids[i], in, func() *anyAddress { return workloadAddress(push, w, uids[i], targets, in.hbone) })
 		for _, svc := range targets {
 			s.backing[serviceName(svc)] = append(s.backing[serviceName(svc)], uids[i])
@@ -158,8 +159,8 @@ func (s *addressSet) build(prev *addressSet, g *AddressGenerator) {
 			// target (HBONE, mutual TLS); Istio sends ztunnel no alias.
 			continue
 		}
-		in := inputs{service: svc, trustDomain: td, clusterID: cluster}
-		emit(serviceName(svc), in, func() *anyAddress { return serviceAddress(svc) })
+		in := inputs{service: svc, trustDomain: td, clusterID: cluster, network: network}
+		emit(serviceName(svc), in, func() *anyAddress { return serviceAddress(svc, network) })
 	}
 	// Names are unique: uids start with the cluster and contain "//",
 	// which no namespace or hostname does.
