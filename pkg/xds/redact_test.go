@@ -324,7 +324,7 @@ func TestRedactedCopyLeavesTheOriginal(t *testing.T) {
 func TestSynczBoundsNackMessages(t *testing.T) {
 	certPEM, keyPEM := testcerts.SelfSigned(t, "gw.example.com")
 	inline := `"privateKey": {"inlineBytes": "` + base64.StdEncoding.EncodeToString(keyPEM) + `"}`
-	padding := strings.Repeat("cluster outbound|80||a.example: bad config; ", 1<<15) // about 1.4 MiB
+	padding := strings.Repeat("cluster outbound|80||a.example: bad config; ", 1<<11) // about 88 KiB, 22 times the cut
 	cases := []struct {
 		name, message string
 		wantWhole     bool
