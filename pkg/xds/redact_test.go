@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -374,6 +375,21 @@ func TestSynczBoundsNackMessages(t *testing.T) {
 			}
 			if len(body) > 4*maxNackDetail+4096 {
 				t.Errorf("/debug/syncz is %d bytes for one connection with one NACK", len(body))
+			}
+		})
+	}
+}
+
+// BenchmarkNackDetail: what the server spends on a NACK whose message is
+// as long as a request may be (a client's choice), against a short one.
+func BenchmarkNackDetail(b *testing.B) {
+	for _, size := range []int{100, 4 << 20} {
+		msg := strings.Repeat("cluster outbound|80||a.example: bad config; ", size/44+1)[:size]
+		b.Run(strconv.Itoa(size), func(b *testing.B) {
+			for b.Loop() {
+				if got := nackDetail(msg); len(got) > maxNackDetail+64 {
+					b.Fatalf("kept %d bytes", len(got))
+				}
 			}
 		})
 	}

@@ -169,19 +169,20 @@ const maxStatusMessage = 1 << 10
 
 // clip shortens msg to maxStatusMessage bytes, on a rune boundary, saying
 // how long it was.
-func clip(msg string) string { return clipTo(msg, maxStatusMessage) }
+func clip(msg string) string { return clipReporting(msg, maxStatusMessage, len(msg)) }
 
-// clipTo shortens msg to max bytes, on a rune boundary, saying how long it
-// was.
-func clipTo(msg string, max int) string {
-	if len(msg) <= max {
+// clipReporting shortens msg to max bytes, on a rune boundary, and says
+// how long the text was that msg was taken from (total bytes): when that
+// is more than msg, it says so even if msg fits.
+func clipReporting(msg string, max, total int) string {
+	if len(msg) <= max && total <= len(msg) {
 		return msg
 	}
-	cut := max
-	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+	cut := min(max, len(msg))
+	for cut > 0 && cut < len(msg) && !utf8.RuneStart(msg[cut]) {
 		cut--
 	}
-	return fmt.Sprintf("%s… (%d bytes in all)", msg[:cut], len(msg))
+	return fmt.Sprintf("%s… (%d bytes in all)", msg[:cut], total)
 }
 
 func (c *connection) streamError(err error) error {
