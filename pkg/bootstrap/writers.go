@@ -20,10 +20,11 @@ package bootstrap
 //     would never trust the root, and every admission call to them would
 //     fail its TLS handshake.
 //
-// istio-ca-root-cert and the caBundle are idempotent, yet not safe for all: while a rotated root
-// reaches the replicas one by one, two replicas that disagree would each
-// rewrite the objects back to their own root and wake each other on every
-// write. With leader election off (one replica) they run all the time.
+// istio-ca-root-cert and the caBundle are idempotent, yet not safe for
+// all: while a rotated root reaches the replicas one by one, two replicas
+// that disagree would each rewrite the objects back to their own root and
+// wake each other on every write. With leader election off (one replica)
+// they run all the time.
 //
 // Every replica:
 //   - istio-ca-secret, created when neither CA Secret exists

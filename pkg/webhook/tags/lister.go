@@ -24,10 +24,11 @@ type RevisionTagLister struct {
 // NewRevisionTagLister watches the tag webhook configurations of revision
 // rev ("" or "default" for the default revision).
 func NewRevisionTagLister(client kubernetes.Interface, rev string) *RevisionTagLister {
-	selector := LabelRev + "=" + NormalizeRevision(rev) + "," + LabelTag
+	revision := NormalizeRevision(rev)
+	selector := LabelRev + "=" + revision + "," + LabelTag
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
-	return &RevisionTagLister{client: client, revision: NormalizeRevision(rev), factory: factory,
+	return &RevisionTagLister{client: client, revision: revision, factory: factory,
 		informer: factory.Admissionregistration().V1().MutatingWebhookConfigurations().Informer()}
 }
 
