@@ -167,7 +167,7 @@ func runNodeProxy(f nodeProxyFlags) error {
 				http.Error(w, "waiting for the first WDS response", http.StatusServiceUnavailable)
 			}
 		})
-		srv := &http.Server{Addr: f.httpAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		srv := &http.Server{Addr: f.httpAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second}
 		go func() {
 			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				logger.Error("http server failed", "err", err)

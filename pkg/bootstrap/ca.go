@@ -106,6 +106,16 @@ func (m *meshCA) publishRoot(ctx context.Context) {
 	}
 }
 
+// hasRoot reports, without waiting, whether the root is loaded.
+func (m *meshCA) hasRoot() bool {
+	select {
+	case <-m.keeper.Ready():
+		return true
+	default:
+		return false
+	}
+}
+
 // loaded waits for the root; false when ctx ended first.
 func (m *meshCA) loaded(ctx context.Context) bool {
 	select {

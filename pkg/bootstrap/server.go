@@ -146,7 +146,14 @@ func (s *Server) listen() error {
 			return fmt.Errorf("http listener: %w", err)
 		}
 		s.httpListener = append(s.httpListener, l)
-		s.httpServers = append(s.httpServers, &http.Server{Handler: h.handler, ReadHeaderTimeout: 10 * time.Second})
+		s.httpServers = append(s.httpServers, &http.Server{
+			Handler:           h.handler,
+			ReadHeaderTimeout: 10 * time.Second,
+			// No WriteTimeout: a CPU profile or a trace streams for as
+			// long as it was asked to. Idle keep-alive connections of
+			// scrapers and probes are closed, so they cannot pile up.
+			IdleTimeout: 90 * time.Second,
+		})
 	}
 	return nil
 }
@@ -326,6 +333,9 @@ func (s *Server) notReadyReason() string {
 		return "waiting for config sources to sync: " + s.sourcesSynced()
 	case !s.xds.Ready():
 		return "waiting for the first push context"
+	case s.ca != nil && !s.ca.hasRoot():
+		// 15012 and the webhooks cannot complete a handshake without it.
+		return "waiting for the CA root"
 	}
 	return ""
 }

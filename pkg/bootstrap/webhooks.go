@@ -94,6 +94,10 @@ func (s *Server) newWebhooks() (*webhooks, error) {
 		webhook.ValidatePath: webhook.NewValidationHandler(webhook.ValidationOptions{Logger: s.log, Metrics: metrics}),
 		"/inject":            w.inject,
 	}
+	grace := s.opts.ShutdownGrace
+	if grace == 0 {
+		grace = -1 // no grace means none, not the package's default
+	}
 	server, err := webhook.NewServer(webhook.ServerOptions{
 		Addr:     s.opts.Webhook.Addr,
 		Handlers: handlers,
@@ -102,7 +106,7 @@ func (s *Server) newWebhooks() (*webhooks, error) {
 		Metrics:  metrics,
 		// In-flight reviews drain within the grace that bounds the whole
 		// shutdown (Run stops the webhooks as the shutdown begins).
-		ShutdownTimeout: s.opts.ShutdownGrace,
+		ShutdownTimeout: grace,
 	})
 	if err != nil {
 		// The server's errors name it already.

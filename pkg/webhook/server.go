@@ -38,7 +38,8 @@ type ServerOptions struct {
 	// Metrics defaults to unregistered metrics.
 	Metrics *Metrics
 	// ShutdownTimeout bounds how long Run waits for in-flight requests
-	// after its context ends; default 5s.
+	// after its context ends; zero means 5s, and a negative value closes
+	// them at once.
 	ShutdownTimeout time.Duration
 }
 
@@ -75,8 +76,11 @@ func NewServer(opts ServerOptions) (*Server, error) {
 	if opts.Metrics == nil {
 		opts.Metrics = NewMetrics(nil)
 	}
-	if opts.ShutdownTimeout <= 0 {
+	switch {
+	case opts.ShutdownTimeout == 0:
 		opts.ShutdownTimeout = defaultShutdownTimeout
+	case opts.ShutdownTimeout < 0:
+		opts.ShutdownTimeout = 0
 	}
 	mux, err := newMux(opts.Handlers, opts.Metrics)
 	if err != nil {

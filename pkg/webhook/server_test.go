@@ -30,7 +30,7 @@ func (fixedCert) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) 
 // startServer runs a server whose certificate for 127.0.0.1 comes from an
 // in-memory mesh CA, as in the control plane, and returns it with that
 // certificate, the CA's root and a stop function that waits for Run.
-func startServer(t *testing.T, handlers map[string]http.Handler, metrics *Metrics) (*Server, *ca.RotatingServingCert, []byte, func() error) {
+func startServer(t *testing.T, handlers map[string]http.Handler, metrics *Metrics, tweaks ...func(*ServerOptions)) (*Server, *ca.RotatingServingCert, []byte, func() error) {
 	t.Helper()
 	authority, err := ca.NewSelfSigned(ca.Options{})
 	if err != nil {
@@ -45,7 +45,11 @@ func startServer(t *testing.T, handlers map[string]http.Handler, metrics *Metric
 	if _, err := certs.Issue(); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := NewServer(ServerOptions{Addr: "127.0.0.1:0", Handlers: handlers, Certs: certs, Logger: discardLogger(), Metrics: metrics})
+	opts := ServerOptions{Addr: "127.0.0.1:0", Handlers: handlers, Certs: certs, Logger: discardLogger(), Metrics: metrics}
+	for _, tweak := range tweaks {
+		tweak(&opts)
+	}
+	srv, err := NewServer(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,6 +214,44 @@ func TestServerShutsDownGracefully(t *testing.T) {
 	}
 	if err := <-stopped; err != nil {
 		t.Fatalf("Run = %v, want nil after a clean shutdown", err)
+	}
+}
+
+// TestServerWithoutGraceCutsRequestsShort: a negative ShutdownTimeout
+// (--shutdown-grace=0) closes in-flight requests at once instead of
+// waiting the default.
+func TestServerWithoutGraceCutsRequestsShort(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	defer close(release)
+	slow := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		close(entered)
+		<-release
+	})
+	srv, _, root, stop := startServer(t, map[string]http.Handler{"/slow": slow}, NewMetrics(nil),
+		func(o *ServerOptions) { o.ShutdownTimeout = -1 })
+	failed := make(chan error, 1)
+	go func() {
+		resp, err := clientFor(root).Get("https://" + srv.Addr() + "/slow")
+		if err == nil {
+			resp.Body.Close()
+		}
+		failed <- err
+	}()
+	<-entered
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	select {
+	case err := <-stopped:
+		if err == nil {
+			t.Error("Run = nil with a request cut short, want the shutdown's error")
+		}
+	case <-time.After(defaultShutdownTimeout / 2):
+		// Without a grace Run returns in milliseconds; half the default
+		// tells "none" from "the default" with room for a slow machine.
+		t.Fatal("Run waited for the in-flight request with no grace")
+	}
+	if err := <-failed; err == nil {
+		t.Error("the in-flight request succeeded; want its connection closed")
 	}
 }
 
