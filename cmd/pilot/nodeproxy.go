@@ -39,6 +39,7 @@ type nodeProxyFlags struct {
 	logLevel, logFormat                string
 	cniSocket, kubeconfig, trustDomain string
 	captureBackend                     string
+	excludeNamespaces                  []string
 	drain                              time.Duration
 	releaseStartupPages                bool
 }
@@ -73,6 +74,7 @@ listeners, and annotates the Pod so that peers start using HBONE.`,
 	fl.StringVar(&f.httpAddr, "http-addr", ":15020", "/metrics, /healthz/ready and /debug/ (certs, workloads, tunnels); empty disables")
 	fl.StringVar(&f.domain, "cluster-domain", "cluster.local", "the cluster's DNS domain")
 	fl.StringVar(&f.cniSocket, "cni-socket", agentapi.DefaultSocketPath, "the node agent's Unix socket, where the CNI plugin asks for each new ambient pod's capture; empty disables the agent")
+	fl.StringSliceVar(&f.excludeNamespaces, "cni-exclude-namespaces", []string{"kube-system"}, "namespaces whose running pods the node agent never captures when they are labelled into ambient mode (the CNI plugin's --exclude-namespaces)")
 	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig the node agent reads and annotates Pods with (default: $KUBECONFIG, ~/.kube/config, or the pod's service account)")
 	fl.StringVar(&f.captureBackend, "capture-backend", capture.DefaultBackend, "how the node agent redirects a pod's traffic inside its network namespace: nftables (over netlink, no binary needed) or iptables (the node's iptables-restore, for nodes whose rules are iptables rules)")
 	fl.StringVar(&f.trustDomain, "trust-domain", "cluster.local", "the mesh's trust domain, for the identity of a pod captured before WDS tells of it")
@@ -146,7 +148,7 @@ func runNodeProxy(f nodeProxyFlags) error {
 		PodNetns: func(namespace, name string) (string, error) {
 			return strings.NewReplacer("{namespace}", namespace, "{name}", name).Replace(f.netnsTemplate), nil
 		},
-		Kube: kube, CNISocket: f.cniSocket, TrustDomain: f.trustDomain, Capture: backend,
+		Kube: kube, CNISocket: f.cniSocket, ExcludeNamespaces: f.excludeNamespaces, TrustDomain: f.trustDomain, Capture: backend,
 		Metrics: nodeproxy.NewMetrics(registry),
 		Log:     logger,
 	})

@@ -185,17 +185,27 @@ func (p *Proxy) cniAdd(ctx context.Context, req agentapi.Request) error {
 			return fmt.Errorf("addresses of pod %s: %w", key, err)
 		}
 	}
-	if err := p.capture().Install(req.Netns, capturePorts); err != nil {
+	if err := p.enrol(ctx, pod, ips, req.Netns, req.ContainerID); err != nil {
 		return err
 	}
-	if err := p.serveCaptured(key, podWorkload(pod, ips, p.opts.TrustDomain), req.Netns, req.ContainerID); err != nil {
-		return errors.Join(err, p.capture().Remove(req.Netns))
+	p.log.Info("pod captured", "pod", key, "netns", req.Netns, "ips", ips)
+	return nil
+}
+
+// enrol captures pod in the namespace at path, for cniAdd and for a running
+// pod that joins the mesh. A failed step undoes the earlier ones.
+func (p *Proxy) enrol(ctx context.Context, pod *corev1.Pod, ips []netip.Addr, path, containerID string) error {
+	key := pod.Namespace + "/" + pod.Name
+	if err := p.capture().Install(path, capturePorts); err != nil {
+		return err
+	}
+	if err := p.serveCaptured(key, podWorkload(pod, ips, p.opts.TrustDomain), path, containerID); err != nil {
+		return errors.Join(err, p.capture().Remove(path))
 	}
 	if err := p.annotate(ctx, pod.Namespace, pod.Name, true); err != nil {
 		p.forgetCaptured(key)
-		return errors.Join(fmt.Errorf("annotate Pod %s: %w", key, err), p.capture().Remove(req.Netns))
+		return errors.Join(fmt.Errorf("annotate Pod %s: %w", key, err), p.capture().Remove(path))
 	}
-	p.log.Info("pod captured", "pod", key, "netns", req.Netns, "ips", ips)
 	return nil
 }
 
@@ -216,21 +226,13 @@ func (p *Proxy) cniDel(ctx context.Context, req agentapi.Request) error {
 		p.agent.mu.Unlock()
 		return p.staleDel(key, rec, req)
 	}
-	delete(p.agent.captured, key)
-	p.agent.released[key] = true
 	p.agent.mu.Unlock()
-	p.reconcile()
 
 	path := req.Netns
 	if path == "" && rec != nil {
 		path = rec.netns
 	}
-	var errs []error
-	if path != "" {
-		if _, err := os.Stat(path); err == nil {
-			errs = append(errs, p.capture().Remove(path))
-		}
-	}
+	errs := []error{p.releaseCapture(key, path)}
 	if err := p.annotate(ctx, req.PodNamespace, req.PodName, false); err != nil && !apierrors.IsNotFound(err) {
 		errs = append(errs, fmt.Errorf("remove the annotation of Pod %s: %w", key, err))
 	}
@@ -315,6 +317,19 @@ func (p *Proxy) serveCaptured(key string, w *workloadapi.Workload, path, contain
 		return fmt.Errorf("serve pod %s: %w", key, err)
 	}
 	return nil
+}
+
+// releaseCapture forgets the pod, closes its listeners, and removes the
+// rules from the namespace at path if it is still there.
+func (p *Proxy) releaseCapture(key, path string) error {
+	p.forgetCaptured(key)
+	if path == "" {
+		return nil
+	}
+	if _, err := os.Stat(path); err != nil {
+		return nil
+	}
+	return p.capture().Remove(path)
 }
 
 func (p *Proxy) forgetCaptured(key string) {

@@ -59,6 +59,10 @@ type Options struct {
 	// CNISocket leaves the agent off: the capture is then someone else's.
 	Kube      kubernetes.Interface
 	CNISocket string
+	// ExcludeNamespaces are never captured, as the CNI plugin's
+	// --exclude-namespaces: a running pod there that is labelled into the
+	// mesh is left alone too.
+	ExcludeNamespaces []string
 	// TrustDomain is the mesh's, for the identity of a pod captured before
 	// WDS tells of it; cluster.local by default.
 	TrustDomain string
@@ -144,8 +148,14 @@ func (p *Proxy) Run(ctx context.Context, drain time.Duration) error {
 			return errorf("node agent socket %s: %w", p.opts.CNISocket, err)
 		}
 		p.log.Info("node agent listening", "socket", p.opts.CNISocket)
-		wg.Add(1)
+		wg.Add(2)
 		go func() { defer wg.Done(); _ = agentapi.Serve(l, p) }()
+		go func() {
+			defer wg.Done()
+			if err := p.watchMembership(ctx); err != nil {
+				p.log.Error("node agent: running pods do not follow ambient labels", "err", err)
+			}
+		}()
 		// Closing the socket first means no ADD starts serving a pod
 		// while the proxy shuts down.
 		defer wg.Wait()

@@ -35,8 +35,8 @@ import (
 // did both. The two nodes use the two capture backends: nftables on
 // node-1, iptables on node-2.
 func TestCNIAgentCapturesPods(t *testing.T) {
-	fabric, pods := podNetwork(t, 2)
-	a, b := pods[0], pods[1]
+	fabric, pods := podNetwork(t, 3)
+	a, b, c := pods[0], pods[1], pods[2]
 	m := newKubeMesh(t)
 	cp := startControlPlane(t, m)
 	m.apply(t, "cni-world", cniWorldYAML())
@@ -162,6 +162,55 @@ func TestCNIAgentCapturesPods(t *testing.T) {
 		}
 	})
 
+	t.Run("a running pod joins the mesh by its namespace's label and leaves by its own", func(t *testing.T) {
+		// C started before its namespace was ambient: its ADD passed it by.
+		if res := plugin.exec(t, "ADD", c, "cni-late", "c", sockets["node-1"]); res.code != 0 {
+			t.Fatalf("ADD c exited %d: %s %s", res.code, res.stdout, res.stderr)
+		}
+		setPodIP(t, m, "cni-late", "c", c.ip)
+		if got, err := capture.NFTables.Installed(c.path); err != nil || got {
+			t.Fatalf("C captured (%v, %v) though not ambient at its ADD", got, err)
+		}
+
+		m.run(t, "", "label", "namespace", "cni-late", "istio.io/dataplane-mode=ambient")
+		waitFor(t, 30*time.Second, "C captured while it runs", func() error {
+			if ok, err := capture.NFTables.Installed(c.path); err != nil || !ok {
+				return fmt.Errorf("no capture in C's namespace (%v)", err)
+			}
+			if got := annotation(t, kube, "cni-late", "c"); got != "enabled" {
+				return fmt.Errorf("C's %s=%q", nodeproxy.RedirectionAnnotation, got)
+			}
+			return hboneOpen(c)
+		})
+		fromC := "peer=spiffe://cluster.local/ns/cni-late/sa/c"
+		waitFor(t, 30*time.Second, "C reaches B over HBONE", func() error {
+			if err := echoOnce(c, toB, "joined"); err != nil {
+				return err
+			}
+			if !strings.Contains(logs["node-2"].String(), fromC) {
+				return errors.New("node-2 logged no tunnel from " + fromC)
+			}
+			return nil
+		})
+
+		m.run(t, "", "label", "pod", "c", "-n", "cni-late", "istio.io/dataplane-mode=none")
+		waitFor(t, 30*time.Second, "C released while it runs", func() error {
+			if ok, err := capture.NFTables.Installed(c.path); err != nil || ok {
+				return fmt.Errorf("C's capture is still installed (%v)", err)
+			}
+			if got := annotation(t, kube, "cni-late", "c"); got != "" {
+				return fmt.Errorf("C's %s=%q", nodeproxy.RedirectionAnnotation, got)
+			}
+			if hboneOpen(c) == nil {
+				return errors.New("C's :15008 still answers")
+			}
+			return nil
+		})
+		if err := echoOnce(c, toB, "left"); err != nil {
+			t.Errorf("C, out of the mesh, cannot reach B: %v", err)
+		}
+	})
+
 	t.Run("a restarted node proxy serves the captured pod again, rules untouched", func(t *testing.T) {
 		addCanary(t, a.path)
 		stopNode1()
@@ -241,7 +290,8 @@ func TestCNIAgentCapturesPods(t *testing.T) {
 }
 
 // cniWorldYAML: namespace cni-demo in ambient mode with pods A (node-1)
-// and B (node-2), neither annotated: that is the agents' job.
+// and B (node-2), neither annotated: that is the agents' job; and pod C
+// (node-1) in cni-late, not in ambient mode yet.
 func cniWorldYAML() string {
 	pod := func(ns, name, node, sa string) string {
 		return fmt.Sprintf("apiVersion: v1\nkind: Pod\nmetadata: {name: %s, namespace: %s, labels: {app: %s}}\n"+
@@ -252,6 +302,9 @@ func cniWorldYAML() string {
 		"apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: a, namespace: cni-demo}\n",
 		"apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: b, namespace: cni-demo}\n",
 		"apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: ztunnel, namespace: istio-system}\n",
+		"apiVersion: v1\nkind: Namespace\nmetadata: {name: cni-late}\n",
+		"apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: c, namespace: cni-late}\n",
+		pod("cni-late", "c", "node-1", "c"),
 		pod("cni-demo", "a", "node-1", "a"),
 		pod("cni-demo", "b", "node-2", "b"),
 		pod("istio-system", "ztunnel-node-1", "node-1", "ztunnel"),

@@ -284,8 +284,9 @@ func TestCNIChartOnAPIServer(t *testing.T) {
 // plugin's and the node agent's API calls with nothing but each
 // ServiceAccount's token: the plugin's own Pod reader (plugin.KubePods, as
 // the plugin runs it with the kubeconfig the installer writes), and the node
-// agent's get, list by node and merge patch of Pods. Then the authorizer is
-// asked about what neither may do.
+// agent's get, list and watch by node and merge patch of Pods, and its
+// watch of Namespaces. Then the authorizer is asked about what neither may
+// do.
 func TestCNIRBACIsSufficientAndMinimal(t *testing.T) {
 	tl := newTools(t)
 	env := kubetest.Start(t)
@@ -322,17 +323,30 @@ func TestCNIRBACIsSufficientAndMinimal(t *testing.T) {
 		}
 	})
 
-	t.Run("the node agent reads, lists by node and annotates pods", func(t *testing.T) {
+	t.Run("the node agent reads, watches by node and annotates pods, and watches namespaces", func(t *testing.T) {
 		kube := clientAs("ztunnel")
 		if _, err := kube.CoreV1().Pods("shop").Get(ctx, "web-0", metav1.GetOptions{}); err != nil {
 			t.Errorf("get: %v", err)
 		}
-		list, err := kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{
-			FieldSelector: fields.OneTermEqualSelector("spec.nodeName", "node-1").String()})
+		byNode := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", "node-1").String()}
+		list, err := kube.CoreV1().Pods("").List(ctx, byNode)
 		if err != nil {
 			t.Errorf("list by node: %v", err)
 		} else if len(list.Items) != 1 {
 			t.Errorf("list by node: %d pods", len(list.Items))
+		}
+		if w, err := kube.CoreV1().Pods("").Watch(ctx, byNode); err != nil {
+			t.Errorf("watch by node: %v", err)
+		} else {
+			w.Stop()
+		}
+		if _, err := kube.CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); err != nil {
+			t.Errorf("list namespaces: %v", err)
+		}
+		if w, err := kube.CoreV1().Namespaces().Watch(ctx, metav1.ListOptions{}); err != nil {
+			t.Errorf("watch namespaces: %v", err)
+		} else {
+			w.Stop()
 		}
 		for _, value := range []string{`"enabled"`, "null"} {
 			patch := fmt.Sprintf(`{"metadata":{"annotations":{"ambient.istio.io/redirection":%s}}}`, value)
@@ -356,10 +370,11 @@ func TestCNIRBACIsSufficientAndMinimal(t *testing.T) {
 			{"ztunnel", "get", "pods", true},
 			{"ztunnel", "list", "pods", true},
 			{"ztunnel", "patch", "pods", true},
-			{"ztunnel", "watch", "pods", false},
+			{"ztunnel", "watch", "pods", true},
 			{"ztunnel", "update", "pods", false},
 			{"ztunnel", "delete", "pods", false},
-			{"ztunnel", "get", "namespaces", false},
+			{"ztunnel", "get", "namespaces", true},
+			{"ztunnel", "patch", "namespaces", false},
 			{"ztunnel", "get", "secrets", false},
 		} {
 			review, err := env.Kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{

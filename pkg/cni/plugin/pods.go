@@ -8,17 +8,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
-)
 
-// Ambient mode labels, Istio's names. They repeat pkg/model's on purpose:
-// the plugin is data plane and imports no control-plane package, and the
-// names are Istio's API, which does not change under us.
-const (
-	dataplaneModeLabel   = "istio.io/dataplane-mode"
-	dataplaneModeAmbient = "ambient"
-	dataplaneModeNone    = "none"
-	// sidecarStatusAnnotation is what sidecar injection writes on a Pod.
-	sidecarStatusAnnotation = "sidecar.istio.io/status"
+	"github.com/meshpilot/meshpilot/pkg/cni/membership"
 )
 
 // PodInfo is what the plugin needs to know of a pod.
@@ -29,22 +20,9 @@ type PodInfo struct {
 	NamespaceLabels map[string]string
 }
 
-// Ambient reports whether the pod is to be captured for ambient mode, by
-// the control plane's rule (its own label says ambient, or its namespace's
-// does and its own does not say none), and, as istio-cni decides, only
-// when it has no injected sidecar: a sidecar's own redirection and ours in
-// one namespace would send its traffic through both proxies, or in a loop.
+// Ambient reports whether the pod is to be captured (membership.Ambient).
 func (p PodInfo) Ambient() bool {
-	if _, ok := p.Annotations[sidecarStatusAnnotation]; ok {
-		return false
-	}
-	switch p.Labels[dataplaneModeLabel] {
-	case dataplaneModeAmbient:
-		return true
-	case dataplaneModeNone:
-		return false
-	}
-	return p.NamespaceLabels[dataplaneModeLabel] == dataplaneModeAmbient
+	return membership.Ambient(p.Labels, p.Annotations, p.NamespaceLabels)
 }
 
 // Pods reads a pod's metadata. KubePods reads it from the API server.
