@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -50,6 +51,13 @@ func (p *Proxy) watchMembership(ctx context.Context) error {
 	nsFactory := informers.NewSharedInformerFactory(p.opts.Kube, 0)
 	podInformer := podFactory.Core().V1().Pods()
 	nsInformer := nsFactory.Core().V1().Namespaces()
+	for _, inf := range []cache.SharedIndexInformer{podInformer.Informer(), nsInformer.Informer()} {
+		// Only labels, annotations, addresses and the spec's node and
+		// network matter here; managedFields is often most of an object.
+		if err := inf.SetTransform(dropManagedFields); err != nil {
+			return err
+		}
+	}
 	w := &membershipWatch{
 		p: p, pods: podInformer.Lister(), namespaces: nsInformer.Lister(),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
@@ -105,6 +113,13 @@ func (p *Proxy) watchMembership(ctx context.Context) error {
 	for w.next(ctx) {
 	}
 	return nil
+}
+
+func dropManagedFields(obj any) (any, error) {
+	if m, err := meta.Accessor(obj); err == nil {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
 }
 
 // podJoinChanged reports whether an update may move a pod into the mesh or
@@ -183,9 +198,13 @@ func (w *membershipWatch) sync(ctx context.Context, key string) error {
 	want := w.p.inMesh(pod, ns)
 	switch {
 	case want && rec == nil && running(pod):
-		return w.p.enrolRunning(ctx, pod)
+		err := w.p.enrolRunning(ctx, pod)
+		w.p.m.membershipChange("joined", err)
+		return err
 	case !want && rec != nil:
-		return w.p.unenrol(ctx, key, rec)
+		err := w.p.unenrol(ctx, key, rec)
+		w.p.m.membershipChange("left", err)
+		return err
 	}
 	return nil
 }

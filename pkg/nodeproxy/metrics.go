@@ -22,6 +22,7 @@ type Metrics struct {
 	certs                  prometheus.Gauge
 	certExpiry             prometheus.Gauge
 	wdsUpdates             *prometheus.CounterVec
+	membership             *prometheus.CounterVec
 }
 
 // NewMetrics makes the metrics and registers them with reg (nil: not
@@ -53,10 +54,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "When the first of the held workload certificates expires (Unix seconds); 0 when none is held."}),
 		wdsUpdates: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meshpilot_nodeproxy_wds_resources_total",
 			Help: "WDS resources applied, by kind of change (updated, removed)."}, []string{"change"}),
+		membership: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meshpilot_nodeproxy_membership_changes_total",
+			Help: "Running pods captured as they joined ambient mode or released as they left it, by change (joined, left) and result (ok, error; an error is retried)."},
+			[]string{"change", "result"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.conns, m.openConns, m.streams, m.openStreams, m.bytes, m.refusals, m.passthrough,
-			m.localWorkloads, m.workloadErrors, m.certs, m.certExpiry, m.wdsUpdates)
+			m.localWorkloads, m.workloadErrors, m.certs, m.certExpiry, m.wdsUpdates, m.membership)
 	}
 	return m
 }
@@ -88,6 +92,14 @@ func (m *Metrics) certsChanged(held int, earliest time.Time) {
 		return
 	}
 	m.certExpiry.Set(float64(earliest.Unix()))
+}
+
+func (m *Metrics) membershipChange(change string, err error) {
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	m.membership.WithLabelValues(change, result).Inc()
 }
 
 func (m *Metrics) wdsResponse(updated, removed int) {
