@@ -129,6 +129,33 @@ func meshCRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
 	return copies, nil
 }
 
+// startAttempts is how many fresh environments start tries. envtest
+// retries a failed start itself, but with the ports it chose the first
+// time: when another process took one of them between envtest's probe and
+// etcd's bind (the tests beside it dial and listen all the time), every
+// retry fails the same way. A fresh environment chooses new ports.
+const startAttempts = 3
+
+func startEnvironment(configure func(*envtest.Environment)) (*envtest.Environment, *rest.Config, error) {
+	var errs []error
+	for range startAttempts {
+		env := &envtest.Environment{}
+		if os.Getenv(startTimeoutEnv) == "" {
+			env.ControlPlaneStartTimeout = defaultStartTimeout
+		}
+		if configure != nil {
+			configure(env)
+		}
+		cfg, err := env.Start()
+		if err == nil {
+			return env, cfg, nil
+		}
+		_ = env.Stop() // whatever did start
+		errs = append(errs, err)
+	}
+	return nil, nil, errors.Join(errs...)
+}
+
 func start(t testing.TB, short bool, configure func(*envtest.Environment)) *Env {
 	t.Helper()
 	if short {
@@ -138,14 +165,7 @@ func start(t testing.TB, short bool, configure func(*envtest.Environment)) *Env 
 		t.Fatalf("%s is not set: run `make envtest-assets` (the Makefile's test targets set it), "+
 			"or export %s=<dir holding kube-apiserver, etcd and kubectl>", assetsEnv, assetsEnv)
 	}
-	env := &envtest.Environment{}
-	if os.Getenv(startTimeoutEnv) == "" {
-		env.ControlPlaneStartTimeout = defaultStartTimeout
-	}
-	if configure != nil {
-		configure(env)
-	}
-	cfg, err := env.Start()
+	env, cfg, err := startEnvironment(configure)
 	if err != nil {
 		t.Fatalf("start envtest control plane: %v", err)
 	}
