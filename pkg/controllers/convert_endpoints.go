@@ -64,8 +64,11 @@ func ConvertEndpointSlice(slice *discoveryv1.EndpointSlice, lookup WorkloadLooku
 			zone = *ep.Zone
 		}
 		var w *model.Workload
-		if ref := ep.TargetRef; ref != nil && ref.Kind == "Pod" && lookup != nil {
-			w = lookup(podKey(ref, slice.Namespace))
+		if ref := ep.TargetRef; ref != nil && ref.Kind == "Pod" {
+			base.FromPod = true
+			if lookup != nil {
+				w = lookup(podKey(ref, slice.Namespace))
+			}
 		}
 		if w != nil {
 			base.Labels, base.MTLS = w.Labels, model.LabelledForMTLS(w.Labels)

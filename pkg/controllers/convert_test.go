@@ -392,7 +392,7 @@ func TestConvertEndpointSlice(t *testing.T) {
 				Addresses: []string{"10.244.1.5", "10.244.1.6"}, TargetRef: podRef("pod-v1"), Zone: ptr("eu-1a"),
 			}),
 			want: func() []*model.Endpoint {
-				base := model.Endpoint{Labels: v1Labels, ServiceAccount: "sa-v1",
+				base := model.Endpoint{Labels: v1Labels, ServiceAccount: "sa-v1", FromPod: true,
 					Namespace: "ns", Locality: model.Locality{Region: "eu", Zone: "eu-1a", SubZone: "s1"}}
 				var out []*model.Endpoint
 				for _, addr := range []string{"10.244.1.5", "10.244.1.6"} {
@@ -436,7 +436,7 @@ func TestConvertEndpointSlice(t *testing.T) {
 				Addresses: []string{"10.244.1.7"}, TargetRef: podRef("pod-pinned"), Zone: ptr("other"), NodeName: ptr("node-b"),
 			}),
 			want: []*model.Endpoint{{Address: "10.244.1.7", Port: 8080, ServicePortName: "http", Namespace: "ns",
-				Labels:   pinnedLabels,
+				Labels: pinnedLabels, FromPod: true,
 				Locality: model.Locality{Region: "r", Zone: "z", SubZone: "s"}}},
 		},
 		{
@@ -445,15 +445,16 @@ func TestConvertEndpointSlice(t *testing.T) {
 				Addresses: []string{"10.244.1.10"}, TargetRef: podRef("pod-injected"),
 			}),
 			want: []*model.Endpoint{{Address: "10.244.1.10", Port: 8080, ServicePortName: "http", Namespace: "ns",
-				Labels: injectedLabels, MTLS: true, ServiceAccount: "ratings"}},
+				Labels: injectedLabels, MTLS: true, ServiceAccount: "ratings", FromPod: true}},
 		},
 		{
+			// Still the Pod's endpoint: node proxies learn it from the Pod.
 			name: "pod not known yet",
 			slice: testSlice("s", twoPorts[:1], discoveryv1.Endpoint{
 				Addresses: []string{"10.244.1.8"}, TargetRef: podRef("pod-late"), Zone: ptr("z1"),
 			}),
 			want: []*model.Endpoint{{Address: "10.244.1.8", Port: 8080, ServicePortName: "http", Namespace: "ns",
-				Locality: model.Locality{Zone: "z1"}}},
+				Locality: model.Locality{Zone: "z1"}, FromPod: true}},
 		},
 		{
 			name: "ports without number are skipped",
@@ -468,6 +469,13 @@ func TestConvertEndpointSlice(t *testing.T) {
 				s.AddressType = discoveryv1.AddressTypeFQDN
 				return s
 			}(),
+		},
+		{
+			name: "an endpoint that names something other than a Pod is not a Pod's",
+			slice: testSlice("s", twoPorts[:1], discoveryv1.Endpoint{
+				Addresses: []string{"10.244.1.11"}, TargetRef: &corev1.ObjectReference{Kind: "Node", Name: "node-a"},
+			}),
+			want: []*model.Endpoint{{Address: "10.244.1.11", Port: 8080, ServicePortName: "http", Namespace: "ns"}},
 		},
 		{name: "no endpoints", slice: testSlice("s", twoPorts)},
 	}

@@ -49,6 +49,11 @@ type Endpoint struct {
 	// lookup in the workload's label map is a cache miss per endpoint. (It
 	// takes no room: it fills the padding after Health.)
 	MTLS bool
+	// FromPod says the EndpointSlice names a Pod as the endpoint's target.
+	// Node proxies learn such a workload from the Pod itself; an endpoint
+	// without one (a selector-less Service's, written by hand or by
+	// another controller) is a workload of its own for them.
+	FromPod bool
 	// ServicePortName names the service port that this endpoint serves; it is
 	// the EndpointSlice port name, which Kubernetes sets to the Service's.
 	ServicePortName string
