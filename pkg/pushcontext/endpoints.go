@@ -15,6 +15,10 @@ import (
 // touches nothing else.
 type endpointIndex struct {
 	slots []endpointSlot
+	// podlessVersion counts the fast-path updates that changed a service's
+	// endpoints without a Pod (EndpointWorkloads): the snapshot stays the
+	// same object, so WDS needs something else to tell it changed.
+	podlessVersion atomic.Uint64
 }
 
 type endpointSlot struct {
@@ -34,6 +38,8 @@ type endpointEntry struct {
 	// identities are the SPIFFE identities of the workloads behind the
 	// endpoints.
 	identities WorkloadIdentities
+	// podless are the endpoints that name no Pod, nil for most services.
+	podless []*model.Endpoint
 }
 
 type subsetEndpoints struct {
@@ -99,6 +105,7 @@ func (b *entryBuilder) build(svc *model.Service, eps []*model.Endpoint, subsets 
 	e := b.newEntry()
 	e.service, e.version, e.all = svc, version, eps
 	e.identities = identitiesOf(eps, b.trustDomain)
+	e.podless = podless(eps)
 	b.indexPorts(svc.Ports, eps)
 	e.byPort = b.split(len(svc.Ports), eps, nil)
 	if len(subsets) > 0 {
@@ -320,6 +327,10 @@ func (pc *PushContext) UpdateEndpoints(store model.Store, services []model.Names
 		if e.identities != old.identities {
 			update.IdentitiesChanged = append(update.IdentitiesChanged, name)
 		}
+		if len(old.podless)+len(e.podless) > 0 {
+			update.EndpointWorkloadsChanged = true
+			pc.endpoints.podlessVersion.Add(1)
+		}
 	}
 	return update
 }
@@ -332,6 +343,9 @@ type EndpointUpdate struct {
 	// changed with them. Clusters verify servers against that set, so
 	// these changes need more than EDS: Istio pushes them in full too.
 	IdentitiesChanged []model.NamespacedName
+	// EndpointWorkloadsChanged says that WDS changed too: a service whose
+	// endpoints changed has, or had, endpoints without a Pod.
+	EndpointWorkloadsChanged bool
 }
 
 func listAt(lists [][]*model.Endpoint, i int) []*model.Endpoint {
@@ -423,7 +437,8 @@ func sameEndpoints(a, b []*model.Endpoint) bool {
 			return false
 		}
 		return x.Address == y.Address && x.Port == y.Port && x.ServicePortName == y.ServicePortName &&
-			x.Locality == y.Locality && x.Health == y.Health && x.MTLS == y.MTLS && x.ServiceAccount == y.ServiceAccount &&
+			x.Locality == y.Locality && x.Health == y.Health && x.MTLS == y.MTLS && x.FromPod == y.FromPod &&
+			x.ServiceAccount == y.ServiceAccount &&
 			x.Namespace == y.Namespace && maps.Equal(x.Labels, y.Labels)
 	})
 }

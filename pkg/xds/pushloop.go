@@ -110,12 +110,15 @@ func (s *Server) pushLoop(ctx context.Context) {
 // types the request can affect.
 func (s *Server) push(req *model.PushRequest) {
 	prev := s.current.Load()
+	var endpointWorkloadsChanged bool
 	if req.Full {
 		s.metrics.debouncedPushes.WithLabelValues("full").Inc()
 		s.build(req)
 	} else {
 		s.metrics.debouncedPushes.WithLabelValues("eds").Inc()
-		switch update := s.updateEndpoints(req); {
+		update := s.updateEndpoints(req)
+		endpointWorkloadsChanged = update.EndpointWorkloadsChanged
+		switch {
 		case len(update.Hosts) == 0:
 			return
 		case len(update.IdentitiesChanged) > 0:
@@ -133,6 +136,11 @@ func (s *Server) push(req *model.PushRequest) {
 		prevPush = prev.push
 	}
 	plan := newPushPlan(s.planIDs.Add(1), req, prevPush, cur.push)
+	if endpointWorkloadsChanged && !req.Full {
+		// The fast path changed the snapshot in place, so the plan cannot
+		// compare it with the one before.
+		plan.addressesChanged = true
+	}
 	conns := s.connections()
 	s.log.Debug("push", "full", req.Full, "changes", len(req.ConfigsUpdated), "connections", len(conns),
 		"version", cur.version)

@@ -56,8 +56,9 @@ type pushPlan struct {
 	// routes follow them (a route naming a new subset makes a gRPC client
 	// subscribe to its cluster through CDS on its own).
 	virtualServicesChanged bool
-	// addressesChanged is set when Pods, Services or Namespaces changed:
-	// what node proxies are sent (WDS) is made of them.
+	// addressesChanged is set when Pods, Services or Namespaces changed,
+	// or endpoints that name no Pod: what node proxies are sent (WDS) is
+	// made of them.
 	addressesChanged bool
 
 	// scopes memoizes scopeFor by what a scope depends on (namespace, and
@@ -114,6 +115,11 @@ func newPushPlan(id uint64, req *model.PushRequest, prev, cur *pushcontext.PushC
 		case model.KindEndpoints:
 			addEDS(key)
 			p.endpointsChanged = true
+			// Endpoints without a Pod are workloads of their own in WDS.
+			name := model.NamespacedName{Namespace: key.Namespace, Name: key.Name}
+			if prev.HasEndpointWorkloads(name) || cur.HasEndpointWorkloads(name) {
+				p.addressesChanged = true
+			}
 		case model.KindDestinationRule:
 			rulesChanged = true
 		case model.KindWorkload:
@@ -213,7 +219,7 @@ func (p *pushPlan) scopeFor(proxy *model.Proxy) pushScope {
 	case p.everything:
 		return pushScope{all: true}
 	case !p.req.Full:
-		return pushScope{endpoints: p.eds != nil}
+		return pushScope{endpoints: p.eds != nil, addresses: p.addressesChanged}
 	case p.workloadsChanged && p.ownWorkloadChanged(proxy):
 		// Not memoized: it depends on this proxy's own Pod.
 		return pushScope{all: true}

@@ -720,3 +720,39 @@ func gatewayNode() *corev3.Node {
 	}
 	return &corev3.Node{Id: "router~10.0.0.9~gateway.istio-system~istio-system.svc.cluster.local", Metadata: meta}
 }
+
+// TestFullPlanFollowsEndpointWorkloads: in a full push, an endpoint change
+// regenerates WDS when the service has, or had, endpoints that name no Pod
+// (they are workloads of their own there), and only then.
+func TestFullPlanFollowsEndpointWorkloads(t *testing.T) {
+	endpoints := func(fromPod bool, ips ...string) []*model.Endpoint {
+		var out []*model.Endpoint
+		for _, ip := range ips {
+			out = append(out, &model.Endpoint{Address: ip, Port: 8080, ServicePortName: "http", Namespace: "default", FromPod: fromPod})
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name        string
+		before, now []*model.Endpoint
+		want        bool
+	}{
+		{"endpoints without a Pod appear", nil, endpoints(false, "192.168.0.1"), true},
+		{"endpoints without a Pod go", endpoints(false, "192.168.0.1"), nil, true},
+		{"Pods' endpoints change", endpoints(true, "10.0.0.1"), endpoints(true, "10.0.0.2"), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := model.NewStore()
+			upsertService(store, "db", nil, nil)
+			store.SetEndpoints(serviceKey("db"), "db-slice", tc.before)
+			prev := pushcontext.Build(store, pushcontext.Options{}, nil, nil)
+			store.SetEndpoints(serviceKey("db"), "db-slice", tc.now)
+			key := model.ConfigKey{Kind: model.KindEndpoints, Namespace: "default", Name: "db"}
+			req := &model.PushRequest{Full: true, ConfigsUpdated: map[model.ConfigKey]struct{}{key: {}}}
+			cur := pushcontext.Build(store, pushcontext.Options{}, prev, req)
+			if got := newPushPlan(1, req, prev, cur).addressesChanged; got != tc.want {
+				t.Errorf("WDS regenerated: %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

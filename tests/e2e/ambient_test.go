@@ -112,6 +112,20 @@ func TestAmbientHBONE(t *testing.T) {
 		}
 	})
 
+	t.Run("a selector-less Service reaches its endpoint outside the cluster", func(t *testing.T) {
+		// The fabric stands for a host outside the cluster; only the
+		// EndpointSlice, written by hand, names it.
+		outside := startEcho(t, fabric)
+		m.apply(t, "external-endpoint", externalServiceYAML(fabric.ip))
+		waitFor(t, 30*time.Second, "A reaches the outside host by the Service's VIP", func() error {
+			return echoOnce(a, netip.MustParseAddrPort("10.0.0.78:80"), "to the outside")
+		})
+		// Node-1's proxy dials it from inside A's namespace, in plain TCP.
+		if got := outside.lastPeer(); got != a.ip {
+			t.Errorf("the outside host saw %s, want A (%s)", got, a.ip)
+		}
+	})
+
 	// A foreign HBONE client: Go's own HTTP/2 client with a certificate
 	// from meshpilot's CA, dialling B's :15008 from outside the pods.
 	tester := meshCertificate(t, m, cp, "ambient-demo", "tester")
@@ -249,6 +263,30 @@ func TestAmbientHBONE(t *testing.T) {
 // renderAmbientWorld is the test's API objects: namespace ambient-demo in
 // ambient mode with pods A, B, D (captured: the annotation the CNI writes),
 // namespace plain with C, the Service b, and the node proxies' Pods.
+// externalServiceYAML is a selector-less Service in namespace plain whose
+// one endpoint, at ip:8080, a hand-written EndpointSlice names.
+func externalServiceYAML(ip netip.Addr) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: Service
+metadata: {name: ext, namespace: plain}
+spec:
+  clusterIP: 10.0.0.78
+  ports: [{name: tcp, port: 80, targetPort: 8080}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: ext-manual
+  namespace: plain
+  labels: {kubernetes.io/service-name: ext}
+addressType: IPv4
+ports: [{name: tcp, port: 8080, protocol: TCP}]
+endpoints:
+- addresses: [%s]
+  conditions: {ready: true}
+`, ip)
+}
+
 func ambientWorldYAML() string {
 	pod := func(ns, name, node, sa string, ambient bool) string {
 		annotations := ""

@@ -50,6 +50,52 @@ func workloadAddress(push *pushcontext.PushContext, w *model.Workload, uid strin
 	return &anyAddress{msg: &workloadapi.Address{Type: &workloadapi.Address_Workload{Workload: wl}}}
 }
 
+// endpointWorkloadUID names an endpoint workload as istiod does, with the
+// Service's name where istiod has the EndpointSlice's: meshpilot keeps a
+// service's endpoints, not its slices, and an address is one workload per
+// service either way.
+func endpointWorkloadUID(clusterID string, ew pushcontext.EndpointWorkload) string {
+	return clusterID + "/discovery.k8s.io/EndpointSlice/" + ew.Service.Namespace + "/" + ew.Service.Name + "/" + ew.Address
+}
+
+// endpointWorkloadAddress is the Address of an endpoint workload, as
+// istiod builds one: nothing is known of it but its address, its service's
+// ports and its readiness, so it has no identity and no tunnel, and, since
+// such an address may also be another's (a node's, say), it is sent as a
+// shared one, which node proxies do not index by IP.
+func endpointWorkloadAddress(push *pushcontext.PushContext, ew pushcontext.EndpointWorkload, uid string) *anyAddress {
+	ip, err := netip.ParseAddr(ew.Address)
+	if err != nil {
+		return nil
+	}
+	pl := &workloadapi.PortList{}
+	healthy := true
+	for _, ep := range ew.Endpoints {
+		healthy = healthy && ep.Health == model.Healthy
+		for _, p := range ew.Service.Ports {
+			if p.Name == ep.ServicePortName {
+				pl.Ports = append(pl.Ports, &workloadapi.Port{ServicePort: p.Port, TargetPort: ep.Port})
+				break
+			}
+		}
+	}
+	wl := &workloadapi.Workload{
+		Uid:         uid,
+		Name:        ew.Service.Name,
+		Namespace:   ew.Service.Namespace,
+		Addresses:   [][]byte{ip.Unmap().AsSlice()},
+		Network:     push.Network(),
+		TrustDomain: push.TrustDomain(),
+		Services:    map[string]*workloadapi.PortList{serviceName(ew.Service): pl},
+		ClusterId:   push.ClusterID(),
+		NetworkMode: workloadapi.NetworkMode_HOST_NETWORK,
+	}
+	if !healthy {
+		wl.Status = workloadapi.WorkloadStatus_UNHEALTHY
+	}
+	return &anyAddress{msg: &workloadapi.Address{Type: &workloadapi.Address_Workload{Workload: wl}}}
+}
+
 // workloadServices maps each service that selects w to the ports that
 // reach w: a named target port resolves through w's own container ports,
 // and a port that w does not have is left out, as Kubernetes does.

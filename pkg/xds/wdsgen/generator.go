@@ -116,11 +116,14 @@ func (g *AddressGenerator) Generate(_ *model.Proxy, push *pushcontext.PushContex
 		}
 		wls, svc := push.LookupAddress(key)
 		switch {
-		case len(wls) > 0:
+		case len(wls) > 0 || len(set.endpointsAt[key]) > 0:
 			// Every workload there (host-network Pods share their node's
 			// IP): the node proxy picks the owner, as ztunnel does.
 			for _, wl := range wls {
 				add(push.WorkloadUID(wl), name)
+			}
+			for _, uid := range set.endpointsAt[key] {
+				add(uid, name)
 			}
 		case svc != nil:
 			add(serviceName(svc), name)

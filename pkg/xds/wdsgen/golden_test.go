@@ -25,8 +25,16 @@ type fixture struct {
 	Namespaces []*model.Namespace `json:"namespaces"`
 	Services   []*model.Service   `json:"services"`
 	Workloads  []*model.Workload  `json:"workloads"`
+	// Slices are EndpointSlices' endpoints, by service.
+	Slices []fixtureSlice `json:"slices"`
 	// Names subscribes to those names; none means a wildcard.
 	Names []string `json:"names"`
+}
+
+type fixtureSlice struct {
+	// Service is "<namespace>/<name>".
+	Service   string            `json:"service"`
+	Endpoints []*model.Endpoint `json:"endpoints"`
 }
 
 type goldenResource struct {
@@ -93,6 +101,10 @@ func Build(f fixture) *pushcontext.PushContext {
 	}
 	for _, w := range f.Workloads {
 		store.UpsertWorkload(w)
+	}
+	for _, sl := range f.Slices {
+		ns, name, _ := strings.Cut(sl.Service, "/")
+		store.SetEndpoints(model.NamespacedName{Namespace: ns, Name: name}, name+"-slice", sl.Endpoints)
 	}
 	return pushcontext.Build(store, pushcontext.Options{}, nil, nil)
 }

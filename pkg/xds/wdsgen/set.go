@@ -19,6 +19,9 @@ type addressSet struct {
 	push  *pushcontext.PushContext
 	once  sync.Once
 	ready atomic.Bool
+	// endpointWorkloads is push's EndpointWorkloadsVersion when built: the
+	// endpoint fast path changes a snapshot in place.
+	endpointWorkloads uint64
 
 	// items are sorted by name; never mutated once built.
 	items  model.Resources
@@ -26,6 +29,9 @@ type addressSet struct {
 	// backing maps a service's name to the uids of the workloads it
 	// selects, for on-demand subscriptions to its VIP.
 	backing map[string][]string
+	// endpointsAt maps a "<network>/<ip>" key to the uids of the endpoint
+	// workloads there, for on-demand subscriptions to the address.
+	endpointsAt map[string][]string
 	// inputs are what each item was built from, for the next set to reuse,
 	// and services the push context's services they were matched against.
 	inputs   map[string]inputs
@@ -54,13 +60,16 @@ type inputs struct {
 	targets  []*model.Service
 	hbone    bool
 	service  *model.Service
+	// endpoints is the service's endpoints version, for an endpoint
+	// workload (whose address is in its name).
+	endpoints uint64
 	// trustDomain, clusterID and network are mesh-wide, but a change of
 	// any must not reuse what was built with another.
 	trustDomain, clusterID, network string
 }
 
 func (a inputs) equal(b inputs) bool {
-	return a.workload == b.workload && a.service == b.service && a.hbone == b.hbone &&
+	return a.workload == b.workload && a.service == b.service && a.hbone == b.hbone && a.endpoints == b.endpoints &&
 		a.trustDomain == b.trustDomain && a.clusterID == b.clusterID && a.network == b.network &&
 		slices.Equal(a.targets, b.targets)
 }
@@ -68,10 +77,11 @@ func (a inputs) equal(b inputs) bool {
 // setFor returns push's address set, building it if needed from the most
 // recent set that is ready.
 func (g *AddressGenerator) setFor(push *pushcontext.PushContext) *addressSet {
+	version := push.EndpointWorkloadsVersion()
 	g.mu.Lock()
 	var set, prev *addressSet
 	for _, s := range g.sets {
-		if s.push == push {
+		if s.push == push && s.endpointWorkloads == version {
 			set = s
 		}
 		if s.ready.Load() {
@@ -79,7 +89,7 @@ func (g *AddressGenerator) setFor(push *pushcontext.PushContext) *addressSet {
 		}
 	}
 	if set == nil {
-		set = &addressSet{push: push}
+		set = &addressSet{push: push, endpointWorkloads: version}
 		g.sets = append(g.sets, set)
 		if len(g.sets) > keptSets {
 			g.sets = slices.Delete(g.sets, 0, len(g.sets)-keptSets)
@@ -146,6 +156,16 @@ func (s *addressSet) build(prev *addressSet, g *AddressGenerator) {
 			s.backing[serviceName(svc)] = append(s.backing[serviceName(svc)], uids[i])
 		}
 	}
+	s.endpointsAt = map[string][]string{}
+	for _, ew := range push.EndpointWorkloads() {
+		uid := endpointWorkloadUID(cluster, ew)
+		in := inputs{service: ew.Service, endpoints: ew.Version, trustDomain: td, clusterID: cluster, network: network}
+		emit(uid, in, func() *anyAddress { return endpointWorkloadAddress(push, ew, uid) })
+		s.backing[serviceName(ew.Service)] = append(s.backing[serviceName(ew.Service)], uid)
+		if key := pushcontext.NetworkAddress(network, ew.Address); key != "" {
+			s.endpointsAt[key] = append(s.endpointsAt[key], uid)
+		}
+	}
 	for _, svc := range services {
 		if svc.IsExternalName() {
 			// Left out, as Istio does: the workload API has no DNS
@@ -162,8 +182,9 @@ func (s *addressSet) build(prev *addressSet, g *AddressGenerator) {
 		in := inputs{service: svc, trustDomain: td, clusterID: cluster, network: network}
 		emit(serviceName(svc), in, func() *anyAddress { return serviceAddress(svc, network) })
 	}
-	// Names are unique: uids start with the cluster and contain "//",
-	// which no namespace or hostname does.
+	// Names are unique: uids start with the cluster and contain "//" (a
+	// Pod's) or more than one "/" (an endpoint workload's), which no
+	// "<namespace>/<hostname>" does.
 	slices.SortFunc(s.items, func(a, b model.Resource) int { return strings.Compare(a.Name, b.Name) })
 	s.byName = make(map[string]int, len(s.items))
 	for i, it := range s.items {

@@ -1,0 +1,109 @@
+package xds
+
+import (
+	"testing"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+
+	"github.com/meshpilot/meshpilot/pkg/model"
+	"github.com/meshpilot/meshpilot/pkg/workloadapi"
+)
+
+// TestWDSEndpointWorkloads: a selector-less Service's endpoints, which name
+// no Pod, reach node proxies as workloads of their own (as istiod's ambient
+// index sends them), and follow each endpoint change, which takes the
+// endpoint fast path; endpoints that name a Pod add nothing, the Pod is
+// the workload.
+func TestWDSEndpointWorkloads(t *testing.T) {
+	h := wdsHarness(t)
+	dbName := model.NamespacedName{Namespace: "amb", Name: "db"}
+	dbKey := "amb/db.amb.svc.cluster.local"
+	h.store.UpsertService(&model.Service{Name: "db", Namespace: "amb", Hostname: "db.amb.svc.cluster.local",
+		ClusterIPs: []string{"10.96.0.20"}, Ports: []*model.Port{{Name: "tcp", Port: 5432, Protocol: model.ProtocolTCP, TargetPort: 5432}}})
+	endpoint := func(ip string, health model.HealthStatus) *model.Endpoint {
+		return &model.Endpoint{Address: ip, Port: 15432, ServicePortName: "tcp", Namespace: "amb", Health: health}
+	}
+	sliceUID := func(ip string) string { return "Kubernetes/discovery.k8s.io/EndpointSlice/amb/db/" + ip }
+
+	c := h.wdsClient()
+	c.send(&discoveryv3.DeltaDiscoveryRequest{Node: ztunnelNode, TypeUrl: AddressType})
+	r := c.expect(AddressType)
+	checkWDS(t, "wildcard", r, []string{uid("echo-1"), uid("echo-2"), dbKey, "amb/" + echoHost}, nil)
+	c.ack(r)
+	c.expectQuiet("after the ACK")
+
+	steps := []struct {
+		name          string
+		change        func(model.Store)
+		sent, removed []string
+		check         func(t *testing.T, got map[string]*workloadapi.Address)
+	}{
+		{
+			name: "an endpoint without a Pod",
+			change: func(s model.Store) {
+				s.SetEndpoints(dbName, "db-manual", []*model.Endpoint{endpoint("192.168.1.10", model.Healthy)})
+			},
+			sent: []string{sliceUID("192.168.1.10")},
+			check: func(t *testing.T, got map[string]*workloadapi.Address) {
+				w := got[sliceUID("192.168.1.10")].GetWorkload()
+				ports := w.GetServices()[dbKey].GetPorts()
+				if len(ports) != 1 || ports[0].GetServicePort() != 5432 || ports[0].GetTargetPort() != 15432 {
+					t.Errorf("ports %v, want 5432 → 15432", ports)
+				}
+				if w.GetNetworkMode() != workloadapi.NetworkMode_HOST_NETWORK || w.GetTunnelProtocol() != workloadapi.TunnelProtocol_NONE ||
+					w.GetServiceAccount() != "" || w.GetStatus() != workloadapi.WorkloadStatus_HEALTHY {
+					t.Errorf("workload %v: want a shared address, no tunnel, no identity, healthy", w)
+				}
+			},
+		},
+		{
+			name: "it stops being ready",
+			change: func(s model.Store) {
+				s.SetEndpoints(dbName, "db-manual", []*model.Endpoint{endpoint("192.168.1.10", model.Unhealthy)})
+			},
+			sent: []string{sliceUID("192.168.1.10")},
+			check: func(t *testing.T, got map[string]*workloadapi.Address) {
+				if st := got[sliceUID("192.168.1.10")].GetWorkload().GetStatus(); st != workloadapi.WorkloadStatus_UNHEALTHY {
+					t.Errorf("status %v, want UNHEALTHY", st)
+				}
+			},
+		},
+		{
+			name: "it is replaced by another",
+			change: func(s model.Store) {
+				s.SetEndpoints(dbName, "db-manual", []*model.Endpoint{endpoint("192.168.1.11", model.Healthy)})
+			},
+			sent:    []string{sliceUID("192.168.1.11")},
+			removed: []string{sliceUID("192.168.1.10")},
+		},
+		{
+			name: "endpoints that name Pods add nothing",
+			change: func(s model.Store) {
+				s.SetEndpoints(model.NamespacedName{Namespace: "amb", Name: "echo"}, "echo-abc", []*model.Endpoint{
+					{Address: "10.0.0.1", Port: 8080, ServicePortName: "http", Namespace: "amb", FromPod: true},
+				})
+			},
+		},
+		{
+			name:    "the service is deleted",
+			change:  func(s model.Store) { s.DeleteService(dbName) },
+			removed: []string{sliceUID("192.168.1.11"), dbKey},
+		},
+	}
+	for _, step := range steps {
+		t.Run(step.name, func(t *testing.T) {
+			step.change(h.store)
+			if step.sent == nil && step.removed == nil {
+				c.expectQuiet("after " + step.name)
+				return
+			}
+			r := c.expect(AddressType)
+			got := checkWDS(t, step.name, r, step.sent, step.removed)
+			if step.check != nil {
+				step.check(t, got)
+			}
+			c.ack(r)
+			c.expectQuiet("after " + step.name)
+		})
+	}
+}
