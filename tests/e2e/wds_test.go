@@ -12,6 +12,7 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/meshpilot/meshpilot/pkg/workloadapi"
 )
@@ -233,8 +234,15 @@ spec:
 	if got := c.removals(wdsAddressType); !slices.Equal(got, []string{uid("echo-1")}) {
 		t.Errorf("removals %v, want exactly echo-1's uid", got)
 	}
-	// The API server's own Service is in the mesh too.
-	want := []string{uid("echo-2"), svcName, "default/kubernetes.default.svc.cluster.local"}
+	// The API server's own Service is in the mesh too, and so is the
+	// API server: its EndpointSlice, which it writes itself, names no Pod.
+	apiSlices, err := kubeClientFor(t, m).DiscoveryV1().EndpointSlices("default").List(context.Background(),
+		metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=kubernetes"})
+	if err != nil || len(apiSlices.Items) != 1 || len(apiSlices.Items[0].Endpoints) != 1 {
+		t.Fatalf("the kubernetes Service's EndpointSlices: %v (%v)", apiSlices, err)
+	}
+	apiServer := "Kubernetes/discovery.k8s.io/EndpointSlice/default/kubernetes/" + apiSlices.Items[0].Endpoints[0].Addresses[0]
+	want := []string{uid("echo-2"), apiServer, svcName, "default/kubernetes.default.svc.cluster.local"}
 	if names, _, _ := c.state(""); !slices.Equal(names, want) {
 		t.Errorf("holding %v, want %v", names, want)
 	}
