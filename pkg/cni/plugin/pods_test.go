@@ -9,12 +9,9 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 )
 
-// TestAmbient reads Pods and their Namespace through KubePods and decides
-// which are captured. A Pod with an injected sidecar is not, even in an
-// ambient namespace: its sidecar redirects its traffic already, and a
-// second capture in front of it would send that traffic through both
-// proxies, or back and forth between them.
-func TestAmbient(t *testing.T) {
+// TestKubePodsReadsMembership reads Pods and their Namespace through
+// KubePods, as the plugin does at ADD; the rule itself is membership's.
+func TestKubePodsReadsMembership(t *testing.T) {
 	injected := map[string]string{"sidecar.istio.io/status": `{"containers":["istio-proxy"]}`}
 	for _, tc := range []struct {
 		name        string
@@ -24,12 +21,9 @@ func TestAmbient(t *testing.T) {
 		want        bool
 	}{
 		{"namespace ambient", map[string]string{"istio.io/dataplane-mode": "ambient"}, nil, nil, true},
-		{"pod ambient", nil, map[string]string{"istio.io/dataplane-mode": "ambient"}, nil, true},
 		{"pod opted out", map[string]string{"istio.io/dataplane-mode": "ambient"},
 			map[string]string{"istio.io/dataplane-mode": "none"}, nil, false},
-		{"neither", nil, nil, nil, false},
 		{"namespace ambient, sidecar injected", map[string]string{"istio.io/dataplane-mode": "ambient"}, nil, injected, false},
-		{"pod ambient, sidecar injected", nil, map[string]string{"istio.io/dataplane-mode": "ambient"}, injected, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pods := &KubePods{Client: fake.NewSimpleClientset(
