@@ -32,12 +32,7 @@ func TestWDSEndpointWorkloads(t *testing.T) {
 	c.ack(r)
 	c.expectQuiet("after the ACK")
 
-	steps := []struct {
-		name          string
-		change        func(model.Store)
-		sent, removed []string
-		check         func(t *testing.T, got map[string]*workloadapi.Address)
-	}{
+	runWDSSteps(t, h, c, []wdsStep{
 		{
 			name: "an endpoint without a Pod",
 			change: func(s model.Store) {
@@ -89,21 +84,5 @@ func TestWDSEndpointWorkloads(t *testing.T) {
 			change:  func(s model.Store) { s.DeleteService(dbName) },
 			removed: []string{sliceUID("192.168.1.11"), dbKey},
 		},
-	}
-	for _, step := range steps {
-		t.Run(step.name, func(t *testing.T) {
-			step.change(h.store)
-			if step.sent == nil && step.removed == nil {
-				c.expectQuiet("after " + step.name)
-				return
-			}
-			r := c.expect(AddressType)
-			got := checkWDS(t, step.name, r, step.sent, step.removed)
-			if step.check != nil {
-				step.check(t, got)
-			}
-			c.ack(r)
-			c.expectQuiet("after " + step.name)
-		})
-	}
+	})
 }

@@ -122,12 +122,7 @@ func TestWDSPodChurnSendsExactlyTheChangedAddresses(t *testing.T) {
 	c.ack(authz)
 	c.expectQuiet("after the ACKs")
 
-	steps := []struct {
-		name          string
-		change        func(model.Store)
-		sent, removed []string
-		check         func(t *testing.T, got map[string]*workloadapi.Address)
-	}{
+	runWDSSteps(t, h, c, []wdsStep{
 		{
 			name:   "a pod is added",
 			change: func(s model.Store) { s.UpsertWorkload(echoPod("echo-3", "10.0.0.3", nil)) },
@@ -189,10 +184,30 @@ func TestWDSPodChurnSendsExactlyTheChangedAddresses(t *testing.T) {
 			sent:    []string{uid("echo-1")},
 			removed: []string{svc},
 		},
-	}
+	})
+}
+
+// wdsStep is one change to the store and the delta a node proxy must get
+// for it: exactly these names sent and removed (none of either: nothing at
+// all), then check on what was sent.
+type wdsStep struct {
+	name          string
+	change        func(model.Store)
+	sent, removed []string
+	check         func(t *testing.T, got map[string]*workloadapi.Address)
+}
+
+// runWDSSteps applies each step in order, checks the delta c receives and
+// ACKs it, and expects quiet after each.
+func runWDSSteps(t *testing.T, h *harness, c *deltaClient, steps []wdsStep) {
+	t.Helper()
 	for _, step := range steps {
 		t.Run(step.name, func(t *testing.T) {
 			step.change(h.store)
+			if step.sent == nil && step.removed == nil {
+				c.expectQuiet("after " + step.name)
+				return
+			}
 			r := c.expect(AddressType)
 			got := checkWDS(t, step.name, r, step.sent, step.removed)
 			if step.check != nil {
