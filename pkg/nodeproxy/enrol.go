@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"slices"
 	"time"
 
@@ -264,16 +265,22 @@ func namespaceHolding(byIP map[netip.Addr][]string, ips []netip.Addr) (string, e
 
 // unenrol releases a running pod that left the mesh. The annotation goes
 // first, so that WDS stops sending the pod with HBONE while its listeners
-// still serve the peers that tunnel to it meanwhile; then the listeners
-// and the rules go.
+// still serve the peers that tunnel to it meanwhile; then the rules, so
+// that the pod's own traffic is never sent to listeners already closed;
+// then the listeners. The record is forgotten only once the rules are
+// gone: a failed removal is retried, and a retry that found no record
+// would leave the pod's traffic sent to a proxy that no longer serves it.
 func (p *Proxy) unenrol(ctx context.Context, key string, rec *capturedPod) error {
 	namespace, name, _ := cache.SplitMetaNamespaceKey(key)
 	if err := p.annotate(ctx, namespace, name, false); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("remove the annotation of Pod %s: %w", key, err)
 	}
-	if err := p.releaseCapture(key, rec.netns); err != nil {
-		return err
+	if _, err := os.Stat(rec.netns); err == nil {
+		if err := p.capture().Remove(rec.netns); err != nil {
+			return fmt.Errorf("remove the capture of Pod %s: %w", key, err)
+		}
 	}
+	p.forgetCaptured(key)
 	p.log.Info("running pod left the mesh: released", "pod", key, "netns", rec.netns)
 	return nil
 }
