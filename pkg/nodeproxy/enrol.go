@@ -124,15 +124,16 @@ func dropManagedFields(obj any) (any, error) {
 }
 
 // podJoinChanged reports whether an update may move a pod into the mesh or
-// out of it: the inputs of membership.Ambient, or its first addresses (a
-// sandbox that its ADD passed by, its namespace labelled meanwhile). Other
+// out of it: the inputs of membership.Ambient, or its addresses (a new
+// sandbox, whose ADD decided on labels that its namespace's may have
+// changed since, while the watch found no record to act on). Other
 // updates are not looked at, so that a pod whose sandbox's DEL released it,
 // the Pod not yet gone, is not captured again by the annotation's removal.
 func podJoinChanged(old, cur *corev1.Pod) bool {
 	_, oldSidecar := old.Annotations[membership.SidecarStatusAnnotation]
 	_, curSidecar := cur.Annotations[membership.SidecarStatusAnnotation]
 	return old.Labels[membership.DataplaneModeLabel] != cur.Labels[membership.DataplaneModeLabel] ||
-		oldSidecar != curSidecar || (len(old.Status.PodIPs) == 0) != (len(cur.Status.PodIPs) == 0)
+		oldSidecar != curSidecar || !slices.Equal(old.Status.PodIPs, cur.Status.PodIPs)
 }
 
 func (w *membershipWatch) enqueueNamespace(namespace string) {

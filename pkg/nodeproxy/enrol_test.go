@@ -29,6 +29,11 @@ func TestPodJoinChanged(t *testing.T) {
 		{"opted out", pod(ambient, nil, ip), pod(none, nil, ip), true},
 		{"label removed", pod(ambient, nil, ip), pod(plain, nil, ip), true},
 		{"first addresses", pod(ambient, nil, nil), pod(ambient, nil, ip), true},
+		// A new sandbox (the old one died) has new addresses. Its ADD
+		// decided on the labels it read; a namespace relabelled while it
+		// ran was looked at with the old sandbox's record gone, so the new
+		// addresses are the last chance to decide again.
+		{"new sandbox's addresses", pod(plain, nil, ip), pod(plain, nil, []corev1.PodIP{{IP: "10.0.0.9"}}), true},
 		{"sidecar injected", pod(plain, nil, ip), pod(plain, injected, ip), true},
 		// The agent's own annotation, set or removed, moves nothing: a
 		// DEL's removal must not bring the pod straight back.
