@@ -160,8 +160,8 @@ func (p *Proxy) HandleCNI(ctx context.Context, req agentapi.Request) error {
 	return fmt.Errorf("unknown command %q", req.Command)
 }
 
-// cniAdd captures a new pod in three steps, in this order: the rules in its
-// namespace, the proxy's listeners there, then the annotation. A peer
+// cniAdd captures a new pod in three steps, in this order: the proxy's
+// listeners in its namespace, the rules there, then the annotation. A peer
 // tunnels to the pod only after the annotation, so it always finds both.
 // A failed step undoes the earlier ones: the pod does not start half
 // captured.
@@ -193,14 +193,17 @@ func (p *Proxy) cniAdd(ctx context.Context, req agentapi.Request) error {
 }
 
 // enrol captures pod in the namespace at path, for cniAdd and for a running
-// pod that joins the mesh. A failed step undoes the earlier ones.
+// pod that joins the mesh. The listeners open before the rules send them
+// anything, so a running pod's new connections never find the capture's
+// ports closed. A failed step undoes the earlier ones.
 func (p *Proxy) enrol(ctx context.Context, pod *corev1.Pod, ips []netip.Addr, path, containerID string) error {
 	key := pod.Namespace + "/" + pod.Name
-	if err := p.capture().Install(path, capturePorts); err != nil {
+	if err := p.serveCaptured(key, podWorkload(pod, ips, p.opts.TrustDomain), path, containerID); err != nil {
 		return err
 	}
-	if err := p.serveCaptured(key, podWorkload(pod, ips, p.opts.TrustDomain), path, containerID); err != nil {
-		return errors.Join(err, p.capture().Remove(path))
+	if err := p.capture().Install(path, capturePorts); err != nil {
+		p.forgetCaptured(key)
+		return err
 	}
 	if err := p.annotate(ctx, pod.Namespace, pod.Name, true); err != nil {
 		p.forgetCaptured(key)
