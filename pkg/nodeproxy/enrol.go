@@ -229,8 +229,8 @@ func running(pod *corev1.Pod) bool {
 var errNetnsNotFound = errors.New("no single network namespace holds the pod's addresses")
 
 // enrolRunning captures a pod that is already running: the namespace that
-// holds its addresses is found as on a restart, then it is captured as an
-// ADD captures.
+// holds its addresses is found as on a restart, and must not be another
+// pod's by its processes' cgroups; then it is captured as an ADD captures.
 func (p *Proxy) enrolRunning(ctx context.Context, pod *corev1.Pod) error {
 	var ips []netip.Addr
 	for _, s := range pod.Status.PodIPs {
@@ -240,6 +240,9 @@ func (p *Proxy) enrolRunning(ctx context.Context, pod *corev1.Pod) error {
 	}
 	path, err := namespaceHolding(scanNamespaces(p), ips)
 	if err != nil {
+		return err
+	}
+	if err := checkOwner(path, string(pod.UID)); err != nil {
 		return err
 	}
 	if err := p.enrol(ctx, pod, ips, path, ""); err != nil {
