@@ -86,3 +86,39 @@ func TestWDSEndpointWorkloads(t *testing.T) {
 		},
 	})
 }
+
+// TestWDSSelectorlessServiceOfPods: a Service without a selector whose
+// EndpointSlice names Pods (a hand-written or another controller's slice,
+// or one mirrored from Endpoints with targetRefs) is backed by those Pods.
+// istiod lists such a service among the Pod workload's services
+// (matchingServicesWithoutSelectors in its ambient index); without it a
+// node proxy has the VIP and no workload behind it.
+func TestWDSSelectorlessServiceOfPods(t *testing.T) {
+	t.Skip("known gap (review-s47): a Pod workload lists only the services that select it; " +
+		"FromPod endpoints of a selector-less service reach no node proxy")
+	h := wdsHarness(t)
+	extKey := "amb/ext.amb.svc.cluster.local"
+	h.store.UpsertService(&model.Service{Name: "ext", Namespace: "amb", Hostname: "ext.amb.svc.cluster.local",
+		ClusterIPs: []string{"10.96.0.30"}, Ports: []*model.Port{{Name: "tcp", Port: 9000, Protocol: model.ProtocolTCP, TargetPort: 9000}}})
+	c := h.wdsClient()
+	c.send(&discoveryv3.DeltaDiscoveryRequest{Node: ztunnelNode, TypeUrl: AddressType})
+	r := c.expect(AddressType)
+	checkWDS(t, "wildcard", r, []string{uid("echo-1"), uid("echo-2"), "amb/" + echoHost, extKey}, nil)
+	c.ack(r)
+	c.expectQuiet("after the ACK")
+
+	runWDSSteps(t, h, c, []wdsStep{{
+		name: "a slice names echo-1",
+		change: func(s model.Store) {
+			s.SetEndpoints(model.NamespacedName{Namespace: "amb", Name: "ext"}, "ext-manual", []*model.Endpoint{
+				{Address: "10.0.0.1", Port: 9000, ServicePortName: "tcp", Namespace: "amb", FromPod: true},
+			})
+		},
+		sent: []string{uid("echo-1")},
+		check: func(t *testing.T, got map[string]*workloadapi.Address) {
+			if _, ok := got[uid("echo-1")].GetWorkload().GetServices()[extKey]; !ok {
+				t.Errorf("echo-1's services %v: want %s", got[uid("echo-1")].GetWorkload().GetServices(), extKey)
+			}
+		},
+	}})
+}
