@@ -41,14 +41,17 @@ func (pc *PushContext) EndpointWorkloads() []EndpointWorkload {
 }
 
 // EndpointWorkloadsVersion changes whenever the endpoint fast path changes
-// what EndpointWorkloads returns; a new snapshot may start it over.
+// what EndpointWorkloads or SelectorlessPods return; a new snapshot may
+// start it over.
 func (pc *PushContext) EndpointWorkloadsVersion() uint64 {
 	return pc.endpoints.podlessVersion.Load()
 }
 
-// HasEndpointWorkloads reports whether the service has endpoints that name
-// no Pod.
-func (pc *PushContext) HasEndpointWorkloads(name model.NamespacedName) bool {
+// WDSReadsEndpoints reports whether WDS is made of the service's
+// endpoints too: some name no Pod (EndpointWorkloads), or the service has
+// no selector, so the Pods its endpoints name serve it only through them
+// (SelectorlessPods).
+func (pc *PushContext) WDSReadsEndpoints(name model.NamespacedName) bool {
 	if pc == nil {
 		return false
 	}
@@ -56,7 +59,40 @@ func (pc *PushContext) HasEndpointWorkloads(name model.NamespacedName) bool {
 	if !ok {
 		return false
 	}
-	return len(pc.endpoints.slots[ord].entry.Load().podless) > 0
+	return wdsReads(pc.endpoints.slots[ord].entry.Load())
+}
+
+func wdsReads(e *endpointEntry) bool {
+	return len(e.podless) > 0 || (len(e.service.Selector) == 0 && len(e.all) > 0)
+}
+
+// SelectorlessPods is a Service without a selector and its endpoints that
+// name Pods. Those Pods serve it only through its slices, so WDS lists it
+// among their services, as istiod does.
+type SelectorlessPods struct {
+	Service   *model.Service
+	Endpoints []*model.Endpoint
+	// Version is the service's endpoints version.
+	Version uint64
+}
+
+// SelectorlessPods returns every SelectorlessPods, in the services' order.
+func (pc *PushContext) SelectorlessPods() []SelectorlessPods {
+	var out []SelectorlessPods
+	for i := range pc.endpoints.slots {
+		e := pc.endpoints.slots[i].entry.Load()
+		if len(e.service.Selector) > 0 || e.service.IsExternalName() || len(e.all) == len(e.podless) {
+			continue
+		}
+		eps := make([]*model.Endpoint, 0, len(e.all)-len(e.podless))
+		for _, ep := range e.all {
+			if ep.FromPod {
+				eps = append(eps, ep)
+			}
+		}
+		out = append(out, SelectorlessPods{Service: e.service, Endpoints: eps, Version: e.version})
+	}
+	return out
 }
 
 // podless returns the endpoints of eps that name no Pod: nil if none do,

@@ -15,9 +15,9 @@ import (
 // touches nothing else.
 type endpointIndex struct {
 	slots []endpointSlot
-	// podlessVersion counts the fast-path updates that changed a service's
-	// endpoints without a Pod (EndpointWorkloads): the snapshot stays the
-	// same object, so WDS needs something else to tell it changed.
+	// podlessVersion counts the fast-path updates that changed endpoints
+	// WDS is made of (WDSReadsEndpoints): the snapshot stays the same
+	// object, so WDS needs something else to tell it changed.
 	podlessVersion atomic.Uint64
 }
 
@@ -327,7 +327,7 @@ func (pc *PushContext) UpdateEndpoints(store model.Store, services []model.Names
 		if e.identities != old.identities {
 			update.IdentitiesChanged = append(update.IdentitiesChanged, name)
 		}
-		if len(old.podless)+len(e.podless) > 0 {
+		if wdsReads(old) || wdsReads(e) {
 			update.EndpointWorkloadsChanged = true
 			pc.endpoints.podlessVersion.Add(1)
 		}
@@ -343,8 +343,8 @@ type EndpointUpdate struct {
 	// changed with them. Clusters verify servers against that set, so
 	// these changes need more than EDS: Istio pushes them in full too.
 	IdentitiesChanged []model.NamespacedName
-	// EndpointWorkloadsChanged says that WDS changed too: a service whose
-	// endpoints changed has, or had, endpoints without a Pod.
+	// EndpointWorkloadsChanged says that WDS changed too: WDS reads, or
+	// read, the endpoints of a service whose endpoints changed.
 	EndpointWorkloadsChanged bool
 }
 

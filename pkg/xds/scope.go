@@ -57,8 +57,8 @@ type pushPlan struct {
 	// subscribe to its cluster through CDS on its own).
 	virtualServicesChanged bool
 	// addressesChanged is set when Pods, Services or Namespaces changed,
-	// or endpoints that name no Pod: what node proxies are sent (WDS) is
-	// made of them.
+	// or endpoints WDS reads (WDSReadsEndpoints): what node proxies are
+	// sent is made of them.
 	addressesChanged bool
 
 	// scopes memoizes scopeFor by what a scope depends on (namespace, and
@@ -115,9 +115,10 @@ func newPushPlan(id uint64, req *model.PushRequest, prev, cur *pushcontext.PushC
 		case model.KindEndpoints:
 			addEDS(key)
 			p.endpointsChanged = true
-			// Endpoints without a Pod are workloads of their own in WDS.
+			// Endpoints without a Pod are workloads of their own in WDS, and
+			// a selector-less service's are its Pods' services there.
 			name := model.NamespacedName{Namespace: key.Namespace, Name: key.Name}
-			if prev.HasEndpointWorkloads(name) || cur.HasEndpointWorkloads(name) {
+			if prev.WDSReadsEndpoints(name) || cur.WDSReadsEndpoints(name) {
 				p.addressesChanged = true
 			}
 		case model.KindDestinationRule:

@@ -723,7 +723,8 @@ func gatewayNode() *corev3.Node {
 
 // TestFullPlanFollowsEndpointWorkloads: in a full push, an endpoint change
 // regenerates WDS when the service has, or had, endpoints that name no Pod
-// (they are workloads of their own there), and only then.
+// (they are workloads of their own there), or has no selector (the Pods
+// its endpoints name serve it only through them), and only then.
 func TestFullPlanFollowsEndpointWorkloads(t *testing.T) {
 	endpoints := func(fromPod bool, ips ...string) []*model.Endpoint {
 		var out []*model.Endpoint
@@ -732,18 +733,22 @@ func TestFullPlanFollowsEndpointWorkloads(t *testing.T) {
 		}
 		return out
 	}
+	selected := map[string]string{"app": "db"}
 	for _, tc := range []struct {
 		name        string
+		selector    map[string]string
 		before, now []*model.Endpoint
 		want        bool
 	}{
-		{"endpoints without a Pod appear", nil, endpoints(false, "192.168.0.1"), true},
-		{"endpoints without a Pod go", endpoints(false, "192.168.0.1"), nil, true},
-		{"Pods' endpoints change", endpoints(true, "10.0.0.1"), endpoints(true, "10.0.0.2"), false},
+		{"endpoints without a Pod appear", selected, nil, endpoints(false, "192.168.0.1"), true},
+		{"endpoints without a Pod go", selected, endpoints(false, "192.168.0.1"), nil, true},
+		{"Pods' endpoints change", selected, endpoints(true, "10.0.0.1"), endpoints(true, "10.0.0.2"), false},
+		{"Pods' endpoints of a selector-less service change", nil, endpoints(true, "10.0.0.1"), endpoints(true, "10.0.0.2"), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			store := model.NewStore()
-			upsertService(store, "db", nil, nil)
+			store.UpsertService(&model.Service{Name: "db", Namespace: "default", Hostname: hostname("db"), Selector: tc.selector,
+				Ports: []*model.Port{{Name: "http", Port: 80, Protocol: model.ProtocolHTTP, TargetPort: 8080}}})
 			store.SetEndpoints(serviceKey("db"), "db-slice", tc.before)
 			prev := pushcontext.Build(store, pushcontext.Options{}, nil, nil)
 			store.SetEndpoints(serviceKey("db"), "db-slice", tc.now)

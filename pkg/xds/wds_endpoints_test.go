@@ -94,8 +94,6 @@ func TestWDSEndpointWorkloads(t *testing.T) {
 // (matchingServicesWithoutSelectors in its ambient index); without it a
 // node proxy has the VIP and no workload behind it.
 func TestWDSSelectorlessServiceOfPods(t *testing.T) {
-	t.Skip("known gap (review-s47): a Pod workload lists only the services that select it; " +
-		"FromPod endpoints of a selector-less service reach no node proxy")
 	h := wdsHarness(t)
 	extKey := "amb/ext.amb.svc.cluster.local"
 	h.store.UpsertService(&model.Service{Name: "ext", Namespace: "amb", Hostname: "ext.amb.svc.cluster.local",
@@ -116,8 +114,25 @@ func TestWDSSelectorlessServiceOfPods(t *testing.T) {
 		},
 		sent: []string{uid("echo-1")},
 		check: func(t *testing.T, got map[string]*workloadapi.Address) {
-			if _, ok := got[uid("echo-1")].GetWorkload().GetServices()[extKey]; !ok {
-				t.Errorf("echo-1's services %v: want %s", got[uid("echo-1")].GetWorkload().GetServices(), extKey)
+			ports := got[uid("echo-1")].GetWorkload().GetServices()[extKey].GetPorts()
+			if len(ports) != 1 || ports[0].GetServicePort() != 9000 || ports[0].GetTargetPort() != 9000 {
+				t.Errorf("echo-1's services %v: want %s on 9000", got[uid("echo-1")].GetWorkload().GetServices(), extKey)
+			}
+		},
+	}, {
+		name: "the slice names echo-2 instead",
+		change: func(s model.Store) {
+			s.SetEndpoints(model.NamespacedName{Namespace: "amb", Name: "ext"}, "ext-manual", []*model.Endpoint{
+				{Address: "10.0.0.2", Port: 9001, ServicePortName: "tcp", Namespace: "amb", FromPod: true},
+			})
+		},
+		sent: []string{uid("echo-1"), uid("echo-2")},
+		check: func(t *testing.T, got map[string]*workloadapi.Address) {
+			if _, ok := got[uid("echo-1")].GetWorkload().GetServices()[extKey]; ok {
+				t.Errorf("echo-1 still serves %s", extKey)
+			}
+			if ports := got[uid("echo-2")].GetWorkload().GetServices()[extKey].GetPorts(); len(ports) != 1 || ports[0].GetTargetPort() != 9001 {
+				t.Errorf("echo-2's services %v: want %s to 9001", got[uid("echo-2")].GetWorkload().GetServices(), extKey)
 			}
 		},
 	}})

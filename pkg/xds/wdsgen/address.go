@@ -13,7 +13,9 @@ import (
 const defaultServiceAccount = "default"
 
 // workloadAddress is the Address of one workload.
-func workloadAddress(push *pushcontext.PushContext, w *model.Workload, uid string, targets []*model.Service, hbone bool) *anyAddress {
+func workloadAddress(push *pushcontext.PushContext, w *model.Workload, uid string, targets []*model.Service,
+	sliced map[*model.Service][]*workloadapi.Port, hbone bool,
+) *anyAddress {
 	wl := &workloadapi.Workload{
 		Uid:               uid,
 		Name:              w.Name,
@@ -29,7 +31,7 @@ func workloadAddress(push *pushcontext.PushContext, w *model.Workload, uid strin
 		// owner is not told apart any more.
 		WorkloadType: workloadapi.WorkloadType_POD,
 		WorkloadName: w.WorkloadName,
-		Services:     workloadServices(w, targets),
+		Services:     workloadServices(w, targets, sliced),
 		ClusterId:    push.ClusterID(),
 	}
 	if wl.ServiceAccount == "" {
@@ -98,12 +100,16 @@ func endpointWorkloadAddress(push *pushcontext.PushContext, ew pushcontext.Endpo
 
 // workloadServices maps each service that selects w to the ports that
 // reach w: a named target port resolves through w's own container ports,
-// and a port that w does not have is left out, as Kubernetes does.
-func workloadServices(w *model.Workload, targets []*model.Service) map[string]*workloadapi.PortList {
-	if len(targets) == 0 {
+// and a port that w does not have is left out, as Kubernetes does. Each
+// selector-less service whose slices name w maps to the ports they give.
+func workloadServices(w *model.Workload, targets []*model.Service, sliced map[*model.Service][]*workloadapi.Port) map[string]*workloadapi.PortList {
+	if len(targets)+len(sliced) == 0 {
 		return nil
 	}
-	out := make(map[string]*workloadapi.PortList, len(targets))
+	out := make(map[string]*workloadapi.PortList, len(targets)+len(sliced))
+	for svc, ports := range sliced {
+		out[serviceName(svc)] = &workloadapi.PortList{Ports: ports}
+	}
 	for _, svc := range targets {
 		pl := &workloadapi.PortList{Ports: make([]*workloadapi.Port, 0, len(svc.Ports))}
 		for _, p := range svc.Ports {

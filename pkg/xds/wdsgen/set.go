@@ -58,8 +58,11 @@ func sameSlice[T any](a, b []T) bool {
 type inputs struct {
 	workload *model.Workload
 	targets  []*model.Service
-	hbone    bool
-	service  *model.Service
+	// slices are the selector-less services the workload serves through
+	// their slices.
+	slices  []sliceTarget
+	hbone   bool
+	service *model.Service
 	// endpoints is the service's endpoints version, for an endpoint
 	// workload (whose address is in its name).
 	endpoints uint64
@@ -71,7 +74,7 @@ type inputs struct {
 func (a inputs) equal(b inputs) bool {
 	return a.workload == b.workload && a.service == b.service && a.hbone == b.hbone && a.endpoints == b.endpoints &&
 		a.trustDomain == b.trustDomain && a.clusterID == b.clusterID && a.network == b.network &&
-		slices.Equal(a.targets, b.targets)
+		slices.Equal(a.targets, b.targets) && slices.Equal(a.slices, b.slices)
 }
 
 // setFor returns push's address set, building it if needed from the most
@@ -143,6 +146,7 @@ func (s *addressSet) build(prev *addressSet, g *AddressGenerator) {
 		s.inputs[name] = in
 	}
 
+	bySlices := indexSelectorless(push.SelectorlessPods())
 	for i, w := range workloads {
 		var targets []*model.Service
 		if old, ok := prev.input(uids[i]); ok && sameServices && old.workload == w {
@@ -150,10 +154,16 @@ func (s *addressSet) build(prev *addressSet, g *AddressGenerator) {
 		} else {
 			targets = push.ServiceTargets(w)
 		}
-		in := inputs{workload: w, targets: targets, hbone: push.TunnelsTo(w), trustDomain: td, clusterID: cluster, network: network}
-		emit(uids[i], in, func() *anyAddress { return workloadAddress(push, w, uids[i], targets, in.hbone) })
+		sliced := bySlices.targets(w, targets)
+		in := inputs{workload: w, targets: targets, slices: sliced, hbone: push.TunnelsTo(w), trustDomain: td, clusterID: cluster, network: network}
+		emit(uids[i], in, func() *anyAddress {
+			return workloadAddress(push, w, uids[i], targets, bySlices.ports(w, sliced), in.hbone)
+		})
 		for _, svc := range targets {
 			s.backing[serviceName(svc)] = append(s.backing[serviceName(svc)], uids[i])
+		}
+		for _, t := range sliced {
+			s.backing[serviceName(t.service)] = append(s.backing[serviceName(t.service)], uids[i])
 		}
 	}
 	s.endpointsAt = map[string][]string{}
