@@ -24,8 +24,8 @@ import (
 )
 
 // enrolRetries bounds how often a running pod whose network namespace was
-// not found is tried again; its sandbox may be being replaced, and the new
-// sandbox's ADD captures it then.
+// not found, or not certainly its own, is tried again; its sandbox may be
+// being replaced, and the new sandbox's ADD captures it then.
 const enrolRetries = 5
 
 // membershipWatch keeps the capture of this node's running pods in step
@@ -158,7 +158,7 @@ func (w *membershipWatch) next(ctx context.Context) bool {
 	case err == nil:
 		w.queue.Forget(key)
 	case errors.Is(err, errNetnsNotFound) && w.queue.NumRequeues(key) >= enrolRetries:
-		w.p.log.Warn("node agent: running pod not captured: its network namespace was not found", "pod", key, "err", err)
+		w.p.log.Warn("node agent: running pod not captured: no network namespace is certainly its own", "pod", key, "err", err)
 		w.queue.Forget(key)
 	default:
 		w.p.log.Info("node agent: membership change not applied yet, retrying", "pod", key, "err", err)
