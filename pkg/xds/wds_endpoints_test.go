@@ -20,6 +20,7 @@ func TestWDSEndpointWorkloads(t *testing.T) {
 	dbKey := "amb/db.amb.svc.cluster.local"
 	h.store.UpsertService(&model.Service{Name: "db", Namespace: "amb", Hostname: "db.amb.svc.cluster.local",
 		ClusterIPs: []string{"10.96.0.20"}, Ports: []*model.Port{{Name: "tcp", Port: 5432, Protocol: model.ProtocolTCP, TargetPort: 5432}}})
+	h.waitForService(dbName)
 	endpoint := func(ip string, health model.HealthStatus) *model.Endpoint {
 		return &model.Endpoint{Address: ip, Port: 15432, ServicePortName: "tcp", Namespace: "amb", Health: health}
 	}
@@ -98,6 +99,7 @@ func TestWDSSelectorlessServiceOfPods(t *testing.T) {
 	extKey := "amb/ext.amb.svc.cluster.local"
 	h.store.UpsertService(&model.Service{Name: "ext", Namespace: "amb", Hostname: "ext.amb.svc.cluster.local",
 		ClusterIPs: []string{"10.96.0.30"}, Ports: []*model.Port{{Name: "tcp", Port: 9000, Protocol: model.ProtocolTCP, TargetPort: 9000}}})
+	h.waitForService(model.NamespacedName{Namespace: "amb", Name: "ext"})
 	c := h.wdsClient()
 	c.send(&discoveryv3.DeltaDiscoveryRequest{Node: ztunnelNode, TypeUrl: AddressType})
 	r := c.expect(AddressType)
@@ -136,4 +138,14 @@ func TestWDSSelectorlessServiceOfPods(t *testing.T) {
 			}
 		},
 	}})
+}
+
+// waitForService waits until the push context served has the service, so
+// that a client subscribing next is answered with it.
+func (h *harness) waitForService(name model.NamespacedName) {
+	h.t.Helper()
+	h.eventually(name.String()+" in the push context", func() bool {
+		pc := h.server.PushContext()
+		return pc != nil && pc.ServiceByName(name.Namespace, name.Name) != nil
+	})
 }
