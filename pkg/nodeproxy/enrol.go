@@ -207,6 +207,16 @@ func (w *membershipWatch) sync(ctx context.Context, key string) error {
 		err := w.p.unenrol(ctx, key, rec)
 		w.p.m.membershipChange("left", err)
 		return err
+	case !want && pod.Annotations[RedirectionAnnotation] == "enabled":
+		// An earlier agent's annotation with no capture behind it (this
+		// agent's restart found none to serve): WDS must stop sending the
+		// pod with HBONE, or peers tunnel to listeners that are not there.
+		err := w.p.annotate(ctx, namespace, name, false)
+		if apierrors.IsNotFound(err) {
+			err = nil
+		}
+		w.p.m.membershipChange("left", err)
+		return err
 	}
 	return nil
 }

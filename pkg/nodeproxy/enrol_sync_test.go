@@ -92,3 +92,30 @@ func TestLeaveRetriesAFailedRemoval(t *testing.T) {
 		t.Fatalf("after the retry the rules removed from %v, want [%s]: the pod stays captured with no listeners", backend.removed, path)
 	}
 }
+
+// TestLeaveClearsAnOrphanedAnnotation: a pod that an earlier agent
+// annotated, whose capture this agent's restart did not find, and that has
+// since left the mesh, loses the annotation: WDS would otherwise keep
+// sending it with HBONE, to listeners nobody opened.
+func TestLeaveClearsAnOrphanedAnnotation(t *testing.T) {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "a", UID: "uid-a",
+			Labels:      map[string]string{"istio.io/dataplane-mode": "none"},
+			Annotations: map[string]string{RedirectionAnnotation: "enabled"}},
+		Spec:   corev1.PodSpec{NodeName: "node-1"},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIPs: []corev1.PodIP{{IP: "10.0.0.5"}}},
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "app"}}
+	w, p := syncWatch(t, &flakyCapture{}, pod, ns)
+	ctx := context.Background()
+	if err := w.sync(ctx, "app/a"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := p.opts.Kube.CoreV1().Pods("app").Get(ctx, "a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := got.Annotations[RedirectionAnnotation]; ok {
+		t.Errorf("%s=%q is still on a pod out of the mesh with no capture", RedirectionAnnotation, v)
+	}
+}
