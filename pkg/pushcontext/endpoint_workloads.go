@@ -40,11 +40,11 @@ func (pc *PushContext) EndpointWorkloads() []EndpointWorkload {
 	return out
 }
 
-// EndpointWorkloadsVersion changes whenever the endpoint fast path changes
+// WDSEndpointsVersion changes whenever the endpoint fast path changes
 // what EndpointWorkloads or SelectorlessPods return; a new snapshot may
 // start it over.
-func (pc *PushContext) EndpointWorkloadsVersion() uint64 {
-	return pc.endpoints.podlessVersion.Load()
+func (pc *PushContext) WDSEndpointsVersion() uint64 {
+	return pc.endpoints.wdsVersion.Load()
 }
 
 // WDSReadsEndpoints reports whether WDS is made of the service's

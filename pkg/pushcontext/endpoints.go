@@ -15,10 +15,10 @@ import (
 // touches nothing else.
 type endpointIndex struct {
 	slots []endpointSlot
-	// podlessVersion counts the fast-path updates that changed endpoints
+	// wdsVersion counts the fast-path updates that changed endpoints
 	// WDS is made of (WDSReadsEndpoints): the snapshot stays the same
 	// object, so WDS needs something else to tell it changed.
-	podlessVersion atomic.Uint64
+	wdsVersion atomic.Uint64
 }
 
 type endpointSlot struct {
@@ -328,8 +328,8 @@ func (pc *PushContext) UpdateEndpoints(store model.Store, services []model.Names
 			update.IdentitiesChanged = append(update.IdentitiesChanged, name)
 		}
 		if wdsReads(old) || wdsReads(e) {
-			update.EndpointWorkloadsChanged = true
-			pc.endpoints.podlessVersion.Add(1)
+			update.WDSChanged = true
+			pc.endpoints.wdsVersion.Add(1)
 		}
 	}
 	return update
@@ -343,9 +343,9 @@ type EndpointUpdate struct {
 	// changed with them. Clusters verify servers against that set, so
 	// these changes need more than EDS: Istio pushes them in full too.
 	IdentitiesChanged []model.NamespacedName
-	// EndpointWorkloadsChanged says that WDS changed too: WDS reads, or
-	// read, the endpoints of a service whose endpoints changed.
-	EndpointWorkloadsChanged bool
+	// WDSChanged says that WDS changed too: it reads, or read, the
+	// endpoints of a service whose endpoints changed.
+	WDSChanged bool
 }
 
 func listAt(lists [][]*model.Endpoint, i int) []*model.Endpoint {

@@ -110,14 +110,14 @@ func (s *Server) pushLoop(ctx context.Context) {
 // types the request can affect.
 func (s *Server) push(req *model.PushRequest) {
 	prev := s.current.Load()
-	var endpointWorkloadsChanged bool
+	var wdsChanged bool
 	if req.Full {
 		s.metrics.debouncedPushes.WithLabelValues("full").Inc()
 		s.build(req)
 	} else {
 		s.metrics.debouncedPushes.WithLabelValues("eds").Inc()
 		update := s.updateEndpoints(req)
-		endpointWorkloadsChanged = update.EndpointWorkloadsChanged
+		wdsChanged = update.WDSChanged
 		switch {
 		case len(update.Hosts) == 0:
 			return
@@ -136,7 +136,7 @@ func (s *Server) push(req *model.PushRequest) {
 		prevPush = prev.push
 	}
 	plan := newPushPlan(s.planIDs.Add(1), req, prevPush, cur.push)
-	if endpointWorkloadsChanged && !req.Full {
+	if wdsChanged && !req.Full {
 		// The fast path changed the snapshot in place, so the plan cannot
 		// compare it with the one before.
 		plan.addressesChanged = true

@@ -19,9 +19,9 @@ type addressSet struct {
 	push  *pushcontext.PushContext
 	once  sync.Once
 	ready atomic.Bool
-	// endpointWorkloads is push's EndpointWorkloadsVersion when built: the
+	// wdsEndpoints is push's WDSEndpointsVersion when built: the
 	// endpoint fast path changes a snapshot in place.
-	endpointWorkloads uint64
+	wdsEndpoints uint64
 
 	// items are sorted by name; never mutated once built.
 	items  model.Resources
@@ -80,11 +80,11 @@ func (a inputs) equal(b inputs) bool {
 // setFor returns push's address set, building it if needed from the most
 // recent set that is ready.
 func (g *AddressGenerator) setFor(push *pushcontext.PushContext) *addressSet {
-	version := push.EndpointWorkloadsVersion()
+	version := push.WDSEndpointsVersion()
 	g.mu.Lock()
 	var set, prev *addressSet
 	for _, s := range g.sets {
-		if s.push == push && s.endpointWorkloads == version {
+		if s.push == push && s.wdsEndpoints == version {
 			set = s
 		}
 		if s.ready.Load() {
@@ -92,7 +92,7 @@ func (g *AddressGenerator) setFor(push *pushcontext.PushContext) *addressSet {
 		}
 	}
 	if set == nil {
-		set = &addressSet{push: push, endpointWorkloads: version}
+		set = &addressSet{push: push, wdsEndpoints: version}
 		g.sets = append(g.sets, set)
 		if len(g.sets) > keptSets {
 			g.sets = slices.Delete(g.sets, 0, len(g.sets)-keptSets)
