@@ -76,10 +76,7 @@ func (p *Proxy) desired() map[string]served {
 		// The Pod was deleted without a DEL reaching us (the runtime's DEL
 		// failed, or came while the agent was down). If its sandbox is
 		// still there, the capture must not outlive the proxy's service.
-		if _, err := os.Stat(path); err != nil {
-			continue
-		}
-		if err := p.capture().Remove(path); err != nil {
+		if err := p.removeRules(path); err != nil {
 			p.log.Warn("capture of a departed pod not removed", "workload", key, "netns", path, "err", err)
 		}
 	}
@@ -235,7 +232,8 @@ func (p *Proxy) cniDel(ctx context.Context, req agentapi.Request) error {
 	if path == "" && rec != nil {
 		path = rec.netns
 	}
-	errs := []error{p.releaseCapture(key, path)}
+	p.forgetCaptured(key)
+	errs := []error{p.removeRules(path)}
 	if err := p.annotate(ctx, req.PodNamespace, req.PodName, false); err != nil && !apierrors.IsNotFound(err) {
 		errs = append(errs, fmt.Errorf("remove the annotation of Pod %s: %w", key, err))
 	}
@@ -322,10 +320,9 @@ func (p *Proxy) serveCaptured(key string, w *workloadapi.Workload, path, contain
 	return nil
 }
 
-// releaseCapture forgets the pod, closes its listeners, and removes the
-// rules from the namespace at path if it is still there.
-func (p *Proxy) releaseCapture(key, path string) error {
-	p.forgetCaptured(key)
+// removeRules removes the capture from the namespace at path if that is
+// still there: a sandbox already gone took its rules with it.
+func (p *Proxy) removeRules(path string) error {
 	if path == "" {
 		return nil
 	}

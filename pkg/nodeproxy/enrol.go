@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"slices"
 	"time"
 
@@ -289,10 +288,8 @@ func (p *Proxy) unenrol(ctx context.Context, key string, rec *capturedPod) error
 	if err := p.annotate(ctx, namespace, name, false); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("remove the annotation of Pod %s: %w", key, err)
 	}
-	if _, err := os.Stat(rec.netns); err == nil {
-		if err := p.capture().Remove(rec.netns); err != nil {
-			return fmt.Errorf("remove the capture of Pod %s: %w", key, err)
-		}
+	if err := p.removeRules(rec.netns); err != nil {
+		return fmt.Errorf("remove the capture of Pod %s: %w", key, err)
 	}
 	p.forgetCaptured(key)
 	p.log.Info("running pod left the mesh: released", "pod", key, "netns", rec.netns)
