@@ -38,6 +38,8 @@ type membershipWatch struct {
 	pods       corelisters.PodLister
 	namespaces corelisters.NamespaceLister
 	queue      workqueue.TypedRateLimitingInterface[string]
+	// scan is used by the one worker only.
+	scan *addressScan
 }
 
 // watchMembership runs the watch until ctx ends. It is started after the
@@ -59,7 +61,7 @@ func (p *Proxy) watchMembership(ctx context.Context) error {
 		}
 	}
 	w := &membershipWatch{
-		p: p, pods: podInformer.Lister(), namespaces: nsInformer.Lister(),
+		p: p, pods: podInformer.Lister(), namespaces: nsInformer.Lister(), scan: newAddressScan(p),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](500*time.Millisecond, time.Minute),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodeproxy-membership"}),
@@ -199,7 +201,7 @@ func (w *membershipWatch) sync(ctx context.Context, key string) error {
 	want := w.p.inMesh(pod, ns)
 	switch {
 	case want && rec == nil && running(pod):
-		err := w.p.enrolRunning(ctx, pod)
+		err := w.enrolRunning(ctx, pod)
 		w.p.m.membershipChange("joined", err)
 		return err
 	case !want && rec != nil:
@@ -240,24 +242,26 @@ var errNetnsNotFound = errors.New("no single network namespace holds the pod's a
 // enrolRunning captures a pod that is already running: the namespace that
 // holds its addresses is found as on a restart, and must not be another
 // pod's by its processes' cgroups; then it is captured as an ADD captures.
-func (p *Proxy) enrolRunning(ctx context.Context, pod *corev1.Pod) error {
+func (w *membershipWatch) enrolRunning(ctx context.Context, pod *corev1.Pod) error {
 	var ips []netip.Addr
 	for _, s := range pod.Status.PodIPs {
 		if ip, err := netip.ParseAddr(s.IP); err == nil {
 			ips = append(ips, ip.Unmap())
 		}
 	}
-	path, err := namespaceHolding(scanNamespaces(p), ips)
+	path, err := w.scan.namespaceOf(ips)
+	if err == nil {
+		err = checkOwner(path, string(pod.UID))
+	}
+	if err == nil {
+		err = w.p.enrol(ctx, pod, ips, path, "")
+	}
 	if err != nil {
+		// What the scan said may be out of date; the retry scans again.
+		w.scan.invalidate()
 		return err
 	}
-	if err := checkOwner(path, string(pod.UID)); err != nil {
-		return err
-	}
-	if err := p.enrol(ctx, pod, ips, path, ""); err != nil {
-		return err
-	}
-	p.log.Info("running pod joined the mesh: captured", "pod", pod.Namespace+"/"+pod.Name, "netns", path, "ips", ips)
+	w.p.log.Info("running pod joined the mesh: captured", "pod", pod.Namespace+"/"+pod.Name, "netns", path, "ips", ips)
 	return nil
 }
 

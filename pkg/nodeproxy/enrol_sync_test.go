@@ -56,7 +56,7 @@ func syncWatch(t *testing.T, backend capture.Backend, pod *corev1.Pod, ns *corev
 	namespaces := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	_ = pods.Add(pod)
 	_ = namespaces.Add(ns)
-	return &membershipWatch{p: p, pods: corelisters.NewPodLister(pods), namespaces: corelisters.NewNamespaceLister(namespaces)}, p
+	return &membershipWatch{p: p, pods: corelisters.NewPodLister(pods), namespaces: corelisters.NewNamespaceLister(namespaces), scan: newAddressScan(p)}, p
 }
 
 // TestLeaveRetriesAFailedRemoval: a running pod labelled out of the mesh
