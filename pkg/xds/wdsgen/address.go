@@ -76,7 +76,7 @@ func endpointWorkloadAddress(push *pushcontext.PushContext, ew pushcontext.Endpo
 		healthy = healthy && ep.Health == model.Healthy
 		for _, p := range ew.Service.Ports {
 			if p.Name == ep.ServicePortName {
-				pl.Ports = append(pl.Ports, &workloadapi.Port{ServicePort: p.Port, TargetPort: ep.Port})
+				pl.Ports = appendPortOnce(pl.Ports, &workloadapi.Port{ServicePort: p.Port, TargetPort: ep.Port})
 				break
 			}
 		}

@@ -1,6 +1,7 @@
 package wdsgen
 
 import (
+	"cmp"
 	"encoding/base64"
 	"encoding/json"
 	"net/netip"
@@ -33,7 +34,9 @@ type fixture struct {
 
 type fixtureSlice struct {
 	// Service is "<namespace>/<name>".
-	Service   string            `json:"service"`
+	Service string `json:"service"`
+	// Name tells a service's slices apart; "<service>-slice" if empty.
+	Name      string            `json:"name"`
 	Endpoints []*model.Endpoint `json:"endpoints"`
 }
 
@@ -104,7 +107,8 @@ func Build(f fixture) *pushcontext.PushContext {
 	}
 	for _, sl := range f.Slices {
 		ns, name, _ := strings.Cut(sl.Service, "/")
-		store.SetEndpoints(model.NamespacedName{Namespace: ns, Name: name}, name+"-slice", sl.Endpoints)
+		sliceName := cmp.Or(sl.Name, name+"-slice")
+		store.SetEndpoints(model.NamespacedName{Namespace: ns, Name: name}, sliceName, sl.Endpoints)
 	}
 	return pushcontext.Build(store, pushcontext.Options{}, nil, nil)
 }

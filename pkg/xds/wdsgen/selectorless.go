@@ -40,7 +40,7 @@ func indexSelectorless(all []pushcontext.SelectorlessPods) selectorlessIndex {
 			port := &workloadapi.Port{ServicePort: sp.Service.Ports[i].Port, TargetPort: ep.Port}
 			list := idx[ep.Address]
 			if j := slices.IndexFunc(list, func(s slicePorts) bool { return s.sliceTarget == target }); j >= 0 {
-				list[j].ports = append(list[j].ports, port)
+				list[j].ports = appendPortOnce(list[j].ports, port)
 				continue
 			}
 			idx[ep.Address] = append(list, slicePorts{sliceTarget: target, ports: []*workloadapi.Port{port}})
@@ -76,10 +76,26 @@ func (idx selectorlessIndex) ports(w *model.Workload, targets []sliceTarget) map
 	out := make(map[*model.Service][]*workloadapi.Port, len(targets))
 	for _, ip := range w.IPs {
 		for _, sp := range idx[ip] {
-			if slices.Contains(targets, sp.sliceTarget) {
-				out[sp.service] = append(out[sp.service], sp.ports...)
+			if !slices.Contains(targets, sp.sliceTarget) {
+				continue
+			}
+			for _, p := range sp.ports {
+				out[sp.service] = appendPortOnce(out[sp.service], p)
 			}
 		}
 	}
 	return out
+}
+
+// appendPortOnce appends p unless list has its service and target port
+// already: an address that two slices of one service list (an IPv4 and an
+// IPv6 slice for a dual-stack Pod, or a mirrored slice) serves each port
+// once.
+func appendPortOnce(list []*workloadapi.Port, p *workloadapi.Port) []*workloadapi.Port {
+	for _, q := range list {
+		if q.ServicePort == p.ServicePort && q.TargetPort == p.TargetPort {
+			return list
+		}
+	}
+	return append(list, p)
 }
