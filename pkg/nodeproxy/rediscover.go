@@ -1,12 +1,17 @@
 package nodeproxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,10 +21,13 @@ import (
 	"github.com/meshpilot/meshpilot/pkg/netns"
 )
 
-// netnsGlobs are where a node's pod namespaces can be found: those the
-// runtime pins (CRI-O, ip netns) first, so that a stable path is kept over
-// a process's, then every process's.
-var netnsGlobs = []string{"/var/run/netns/*", "/proc/[0-9]*/ns/net"}
+// Where a node's pod namespaces can be found: those the runtime pins
+// (containerd, CRI-O, ip netns) first, so that a stable path is kept over a
+// process's, then every process's (cri-dockerd pins none).
+const (
+	pinnedNetnsGlob  = "/var/run/netns/*"
+	processNetnsGlob = "/proc/[0-9]*/ns/net"
+)
 
 // rediscover serves again the pods an earlier agent captured: this node's
 // Pods with the annotation, each in the namespace that holds its IP and
@@ -82,27 +90,85 @@ func (p *Proxy) rediscover(ctx context.Context) {
 // namespaces that hold it, one path per namespace.
 func scanNamespaces(p *Proxy) map[netip.Addr][]string {
 	self, _ := netns.IDOf("/proc/self/ns/net")
-	seen := map[netns.ID]bool{self: true}
+	pinned, _ := filepath.Glob(pinnedNetnsGlob)
+	procs, _ := filepath.Glob(processNetnsGlob)
 	byIP := map[netip.Addr][]string{}
-	for _, glob := range netnsGlobs {
-		paths, _ := filepath.Glob(glob)
-		for _, path := range paths {
-			id, err := netns.IDOf(path)
-			if err != nil || seen[id] {
-				continue // a process that ended, or a namespace already read
-			}
-			seen[id] = true
-			addrs, err := namespaceAddrs(path)
-			if err != nil {
-				p.log.Debug("node agent: namespace not readable", "netns", path, "err", err)
-				continue
-			}
-			for _, ip := range addrs {
-				byIP[ip] = append(byIP[ip], path)
-			}
+	for _, path := range namespacePaths(self, pinned, procs) {
+		addrs, err := namespaceAddrs(path)
+		if err != nil {
+			p.log.Debug("node agent: namespace not readable", "netns", path, "err", err)
+			continue
+		}
+		for _, ip := range addrs {
+			byIP[ip] = append(byIP[ip], path)
 		}
 	}
 	return byIP
+}
+
+// namespacePaths names each namespace that pinned or procs reach, but
+// skip, once: by its first pinned path, or else by the path of its oldest
+// process. The path is kept in a capture's record, to release it later,
+// and a process's dies with it: in a pod whose runtime pins nothing, the
+// oldest process is the sandbox's own (the pause container's), which
+// lives as long as the namespace is the pod's, where an application's
+// container may restart and take its path with it.
+func namespacePaths(skip netns.ID, pinned, procs []string) []string {
+	seen := map[netns.ID]bool{skip: true}
+	var out []string
+	for _, path := range pinned {
+		if id, err := netns.IDOf(path); err == nil && !seen[id] {
+			seen[id] = true
+			out = append(out, path)
+		}
+	}
+	type oldest struct {
+		path  string
+		start uint64
+	}
+	byID := map[netns.ID]oldest{}
+	var order []netns.ID
+	for _, path := range procs {
+		id, err := netns.IDOf(path)
+		if err != nil || seen[id] {
+			continue // a process that ended, or a namespace pinned
+		}
+		start, err := processStart(filepath.Dir(filepath.Dir(path)))
+		if err != nil {
+			continue
+		}
+		cur, found := byID[id]
+		if !found {
+			order = append(order, id)
+		}
+		if !found || start < cur.start {
+			byID[id] = oldest{path: path, start: start}
+		}
+	}
+	for _, id := range order {
+		out = append(out, byID[id].path)
+	}
+	return out
+}
+
+// processStart is when the process at /proc/<pid> started, in clock ticks
+// since boot: the 22nd field of its stat file, counted after the command
+// name, which may itself hold spaces and parentheses.
+func processStart(proc string) (uint64, error) {
+	stat, err := os.ReadFile(proc + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("%s/stat: no command name", proc)
+	}
+	// After the name come the fields from the third (the state) on.
+	fields := strings.Fields(string(stat[i+1:]))
+	if len(fields) < 20 {
+		return 0, fmt.Errorf("%s/stat: %d fields after the command name", proc, len(fields))
+	}
+	return strconv.ParseUint(fields[19], 10, 64)
 }
 
 // namespaceAddrs returns the addresses of the interfaces in the namespace
