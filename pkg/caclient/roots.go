@@ -80,8 +80,11 @@ func (r *RootFile) ClientTLS(serverName string) *tls.Config {
 			for _, c := range cs.PeerCertificates[1:] {
 				inter.AddCert(c)
 			}
+			// serverName, not cs.ServerName: crypto/tls leaves the latter
+			// empty for an IP address (never sent as SNI), and an empty
+			// name would accept any certificate of the mesh root.
 			_, err = cs.PeerCertificates[0].Verify(x509.VerifyOptions{
-				Roots: roots, Intermediates: inter, DNSName: cs.ServerName,
+				Roots: roots, Intermediates: inter, DNSName: serverName,
 				KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 			})
 			return err
