@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"time"
 
@@ -110,7 +111,7 @@ func (s *Server) CreateCertificate(ctx context.Context, req *pb.IstioCertificate
 	// One Authority for the whole call, so the leaf and the root it is
 	// answered with belong together even while the root is being replaced.
 	authority := s.ca.Current()
-	cert, err := authority.Sign([]byte(req.GetCsr()), id, time.Duration(req.GetValidityDuration())*time.Second)
+	cert, err := authority.Sign([]byte(req.GetCsr()), id, requestedTTL(req.GetValidityDuration()))
 	if err != nil {
 		var se *SignError
 		label := ErrCertGen.Label
@@ -188,6 +189,17 @@ func (s *Server) impersonate(ctx context.Context, caller *Caller, v *structpb.Va
 		return Identity{}, fmt.Errorf("%w: metadata %s: %v", ErrNoIdentity, ImpersonatedIdentityKey, err)
 	}
 	return target, s.nodes.Authorize(ctx, caller, target)
+}
+
+// requestedTTL is validity_duration (seconds) as a Duration, saturated
+// rather than overflowed: a huge request would otherwise wrap around to an
+// arbitrary lifetime, negative (the default) or within the maximum, and be
+// signed with it instead of refused.
+func requestedTTL(seconds int64) time.Duration {
+	if seconds > int64(math.MaxInt64/time.Second) {
+		return math.MaxInt64
+	}
+	return time.Duration(seconds) * time.Second
 }
 
 func peerAddr(ctx context.Context) string {
