@@ -124,7 +124,7 @@ func (a *TokenAuthenticator) Authenticate(ctx context.Context) (*Caller, error) 
 	if err != nil {
 		return nil, err
 	}
-	id, err := identityFromUsername(a.opts.TrustDomain, status.User.Username)
+	id, err := identityFromUser(a.opts.TrustDomain, status.User)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNoIdentity, err)
 	}

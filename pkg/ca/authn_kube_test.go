@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/metadata"
+	authnv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/meshpilot/meshpilot/internal/kubetest"
@@ -98,20 +99,33 @@ func TestTokenAuthenticator(t *testing.T) {
 	}
 }
 
-func TestIdentityFromUsername(t *testing.T) {
+func TestIdentityFromUser(t *testing.T) {
+	serviceAccounts := []string{"system:serviceaccounts", "system:serviceaccounts:ns", "system:authenticated"}
 	for _, tc := range []struct {
-		user string
-		ok   bool
+		name   string
+		user   string
+		groups []string
+		ok     bool
 	}{
-		{"system:serviceaccount:ns:sa", true},
-		{"system:serviceaccount:ns", false},
-		{"system:serviceaccount::sa", false},
-		{"system:serviceaccount:ns:sa:x", false},
-		{"admin", false},
-		{"system:node:n1", false},
+		{"a ServiceAccount", "system:serviceaccount:ns:sa", serviceAccounts, true},
+		{"no account", "system:serviceaccount:ns", serviceAccounts, false},
+		{"no namespace", "system:serviceaccount::sa", serviceAccounts, false},
+		{"one part too many", "system:serviceaccount:ns:sa:x", serviceAccounts, false},
+		{"a person", "admin", []string{"system:authenticated"}, false},
+		{"a node", "system:node:n1", []string{"system:nodes", "system:authenticated"}, false},
+		// A webhook or static-token authenticator can name any user; only
+		// the group says the API server's ServiceAccount tokens vouch for it.
+		{"named like a ServiceAccount, not in the group", "system:serviceaccount:ns:sa", []string{"system:authenticated"}, false},
+		{"only the namespace's group", "system:serviceaccount:ns:sa", []string{"system:serviceaccounts:ns"}, false},
 	} {
-		if _, err := identityFromUsername("td", tc.user); (err == nil) != tc.ok {
-			t.Errorf("%q: err %v, want ok %v", tc.user, err, tc.ok)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			id, err := identityFromUser("td", authnv1.UserInfo{Username: tc.user, Groups: tc.groups})
+			if (err == nil) != tc.ok {
+				t.Fatalf("err %v, want ok %v", err, tc.ok)
+			}
+			if tc.ok && id.String() != "spiffe://td/ns/ns/sa/sa" {
+				t.Errorf("identity %s, want spiffe://td/ns/ns/sa/sa", id)
+			}
+		})
 	}
 }

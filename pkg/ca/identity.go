@@ -3,7 +3,10 @@ package ca
 import (
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
+
+	authnv1 "k8s.io/api/authentication/v1"
 )
 
 // Identity is a workload identity: the ServiceAccount <Namespace>/<ServiceAccount>
@@ -45,16 +48,25 @@ func ParseIdentity(s string) (Identity, error) {
 	return id, nil
 }
 
-// identityFromUsername turns a TokenReview user name
-// (system:serviceaccount:<ns>:<sa>) into an identity.
-func identityFromUsername(trustDomain, username string) (Identity, error) {
-	rest, ok := strings.CutPrefix(username, "system:serviceaccount:")
+// serviceAccountsGroup is the group the API server puts every
+// ServiceAccount's tokens in.
+const serviceAccountsGroup = "system:serviceaccounts"
+
+// identityFromUser turns a TokenReview user (system:serviceaccount:<ns>:<sa>)
+// into an identity. The user must also be in the ServiceAccounts group, as
+// istiod requires: another authenticator of the API server (a webhook, a
+// static token file) may name a user that way without it being one.
+func identityFromUser(trustDomain string, user authnv1.UserInfo) (Identity, error) {
+	if !slices.Contains(user.Groups, serviceAccountsGroup) {
+		return Identity{}, fmt.Errorf("user %q is not in the group %s", user.Username, serviceAccountsGroup)
+	}
+	rest, ok := strings.CutPrefix(user.Username, "system:serviceaccount:")
 	if !ok {
-		return Identity{}, fmt.Errorf("user %q is not a ServiceAccount", username)
+		return Identity{}, fmt.Errorf("user %q is not a ServiceAccount", user.Username)
 	}
 	ns, sa, ok := strings.Cut(rest, ":")
 	if !ok || ns == "" || sa == "" || strings.Contains(sa, ":") {
-		return Identity{}, fmt.Errorf("user %q is not a ServiceAccount", username)
+		return Identity{}, fmt.Errorf("user %q is not a ServiceAccount", user.Username)
 	}
 	return Identity{TrustDomain: trustDomain, Namespace: ns, ServiceAccount: sa}, nil
 }
