@@ -402,21 +402,24 @@ func (c *h2conn) data(f *http2.DataFrame) error {
 
 // consumed gives n bytes of window back once they have left the proxy,
 // batching the updates; st is nil for bytes that belonged to no stream.
+// The windows we check DATA against grow only by the updates we send: the
+// peer knows of no other room, so bytes held back in unacked must not let
+// it send past what it was granted.
 func (c *h2conn) consumed(st *h2stream, n int64) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	c.mu.Lock()
-	c.recvWin += n
 	c.unacked += n
 	var connInc, streamInc int64
 	if c.unacked >= connWindow/refreshDivisor {
 		connInc, c.unacked = c.unacked, 0
+		c.recvWin += connInc
 	}
 	if st != nil {
-		st.recvWin += n
 		st.unacked += n
 		if st.unacked >= streamWindow/refreshDivisor && !st.remoteDone && !st.isReset {
 			streamInc, st.unacked = st.unacked, 0
+			st.recvWin += streamInc
 		}
 	}
 	closed := c.closed
