@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
 	"sync"
 	"time"
 )
@@ -272,7 +273,27 @@ func (d *Dialer) conn(ctx context.Context, key poolKey, src *tls.Certificate) (*
 		if err != nil {
 			return nil, err
 		}
+		// A key may never be dialled again (in-pod mode keys by
+		// destination pod), so an ended connection must leave the pool
+		// by itself. The hook can run inside Reserve, under d.mu.
+		pc.cc.SetStateHook(func(cc *http.ClientConn) {
+			if cc.Err() != nil {
+				go d.forget(key, pc)
+			}
+		})
 	}
+}
+
+// forget drops an ended connection from the pool.
+func (d *Dialer) forget(key poolKey, pc *pooled) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	pcs := slices.DeleteFunc(d.pool[key], func(p *pooled) bool { return p == pc })
+	if len(pcs) == 0 {
+		delete(d.pool, key)
+		return
+	}
+	d.pool[key] = pcs
 }
 
 func (d *Dialer) newConn(ctx context.Context, key poolKey, src *tls.Certificate) (*pooled, error) {
