@@ -219,7 +219,7 @@ func (st *h2stream) reset(code http2.ErrCode) {
 	up := st.stop()
 	c.mu.Unlock()
 	if up != nil {
-		up.Close()
+		hangUp(up)
 	}
 	if skip {
 		return
@@ -236,8 +236,18 @@ func (st *h2stream) abort() {
 	up := st.stop()
 	c.mu.Unlock()
 	if up != nil {
-		up.Close()
+		hangUp(up)
 	}
+}
+
+// hangUp closes the destination's connection of a stream that did not end
+// cleanly with a TCP reset rather than a FIN, which would tell the
+// destination that what it has read is all there is (RFC 9113 §8.5).
+func hangUp(up net.Conn) {
+	if l, ok := up.(interface{ SetLinger(sec int) error }); ok {
+		l.SetLinger(0)
+	}
+	up.Close()
 }
 
 // stop marks the stream reset, wakes its goroutines and cancels its
