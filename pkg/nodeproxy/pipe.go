@@ -15,12 +15,19 @@ type halfCloser interface {
 // pipe copies a to b and b to a until both directions end. Each side's end
 // of input is passed on as a half-close, so a client that shuts its write
 // side still gets the reply; when either copy fails both connections are
-// closed, so neither end waits forever. It returns the bytes each way.
+// reset (a tunnel's stream, a TCP connection's RST), so neither end waits
+// forever nor takes what it read so far for all there was. It returns the
+// bytes each way.
 func pipe(a, b net.Conn) (aToB, bToA int64) {
 	var wg sync.WaitGroup
 	var once sync.Once
-	closeBoth := func() {
+	closeBoth := func(abort bool) {
 		once.Do(func() {
+			if abort {
+				// A FIN would tell a peer the data ended well.
+				lingerZero(a)
+				lingerZero(b)
+			}
 			a.Close()
 			b.Close()
 		})
@@ -30,7 +37,7 @@ func pipe(a, b net.Conn) (aToB, bToA int64) {
 		var err error
 		*n, err = io.Copy(dst, src)
 		if err != nil && !errors.Is(err, net.ErrClosed) {
-			closeBoth()
+			closeBoth(true)
 			return
 		}
 		if hc, ok := dst.(halfCloser); ok {
@@ -38,12 +45,20 @@ func pipe(a, b net.Conn) (aToB, bToA int64) {
 				return
 			}
 		}
-		closeBoth()
+		closeBoth(false)
 	}
 	wg.Add(2)
 	go copyHalf(b, a, &aToB)
 	go copyHalf(a, b, &bToA)
 	wg.Wait()
-	closeBoth()
+	closeBoth(false)
 	return aToB, bToA
+}
+
+// lingerZero makes a TCP connection's Close send a reset; a tunnel's Close
+// resets its stream by itself.
+func lingerZero(c net.Conn) {
+	if l, ok := c.(interface{ SetLinger(sec int) error }); ok {
+		l.SetLinger(0)
+	}
 }
