@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -154,8 +155,7 @@ func (s *Server) Serve(l net.Listener) error {
 			if draining {
 				return ErrServerClosed
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
+			if acceptWillRecover(err) {
 				// Out of descriptors and the like: back off, as net/http does.
 				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
 				s.log.Warn("hbone accept", "err", err, "retry", delay)
@@ -167,6 +167,22 @@ func (s *Server) Serve(l net.Listener) error {
 		delay = 0
 		go s.ServeConn(c)
 	}
+}
+
+// acceptWillRecover reports whether an accept failed for want of a
+// resource that frees up (file descriptors, memory) rather than because the
+// listener is gone. Such an errno is no net.Error timeout, and returning on
+// it would leave the listener open with nobody accepting.
+func acceptWillRecover(err error) bool {
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		switch errno {
+		case syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM:
+			return true
+		}
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // ServeConn runs the TLS handshake and HTTP/2 on one accepted connection and
