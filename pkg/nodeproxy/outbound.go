@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/meshpilot/meshpilot/pkg/hbone"
@@ -16,16 +17,42 @@ import (
 
 // accept serves one of the workload's capture listeners.
 func (lw *localWorkload) accept(l net.Listener, serve func(net.Conn)) {
+	var delay time.Duration
 	for {
 		c, err := l.Accept()
 		if err != nil {
-			if !errors.Is(err, net.ErrClosed) {
-				lw.p.log.Error("accept failed; this capture of the workload stops", "workload", lw.name(), "listener", l.Addr().String(), "err", err)
+			if errors.Is(err, net.ErrClosed) {
+				return
 			}
+			if acceptWillRecover(err) {
+				// The listener stays open whatever we do: the workload's
+				// connections would wait in its backlog for good.
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				lw.p.log.Warn("accept failed; retrying", "workload", lw.name(), "listener", l.Addr().String(), "err", err, "retry", delay)
+				time.Sleep(delay)
+				continue
+			}
+			lw.p.log.Error("accept failed; this capture of the workload stops", "workload", lw.name(), "listener", l.Addr().String(), "err", err)
 			return
 		}
+		delay = 0
 		go serve(c)
 	}
+}
+
+// acceptWillRecover reports whether an accept failed for want of a
+// resource that frees up (file descriptors, memory); Linux fails accept so
+// before it even looks for a connection.
+func acceptWillRecover(err error) bool {
+	var errno syscall.Errno
+	if !errors.As(err, &errno) {
+		return false
+	}
+	switch errno {
+	case syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM:
+		return true
+	}
+	return false
 }
 
 // servePlaintextInbound passes a connection that reached the workload
