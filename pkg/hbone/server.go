@@ -155,7 +155,7 @@ func (s *Server) Serve(l net.Listener) error {
 			if draining {
 				return ErrServerClosed
 			}
-			if acceptWillRecover(err) {
+			if AcceptWillRecover(err) {
 				// Out of descriptors and the like: back off, as net/http does.
 				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
 				s.log.Warn("hbone accept", "err", err, "retry", delay)
@@ -169,11 +169,12 @@ func (s *Server) Serve(l net.Listener) error {
 	}
 }
 
-// acceptWillRecover reports whether an accept failed for want of a
+// AcceptWillRecover reports whether an accept failed for want of a
 // resource that frees up (file descriptors, memory) rather than because the
-// listener is gone. Such an errno is no net.Error timeout, and returning on
-// it would leave the listener open with nobody accepting.
-func acceptWillRecover(err error) bool {
+// listener is gone. Such an errno is no net.Error timeout, and Linux fails
+// accept with it before it even looks for a connection: a loop that
+// returned on it would leave the listener open with nobody accepting.
+func AcceptWillRecover(err error) bool {
 	var errno syscall.Errno
 	if errors.As(err, &errno) {
 		switch errno {

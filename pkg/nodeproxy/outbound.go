@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/netip"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/meshpilot/meshpilot/pkg/hbone"
@@ -24,7 +23,7 @@ func (lw *localWorkload) accept(l net.Listener, serve func(net.Conn)) {
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
-			if acceptWillRecover(err) {
+			if hbone.AcceptWillRecover(err) {
 				// The listener stays open whatever we do: the workload's
 				// connections would wait in its backlog for good.
 				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
@@ -38,21 +37,6 @@ func (lw *localWorkload) accept(l net.Listener, serve func(net.Conn)) {
 		delay = 0
 		go serve(c)
 	}
-}
-
-// acceptWillRecover reports whether an accept failed for want of a
-// resource that frees up (file descriptors, memory); Linux fails accept so
-// before it even looks for a connection.
-func acceptWillRecover(err error) bool {
-	var errno syscall.Errno
-	if !errors.As(err, &errno) {
-		return false
-	}
-	switch errno {
-	case syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM:
-		return true
-	}
-	return false
 }
 
 // servePlaintextInbound passes a connection that reached the workload
