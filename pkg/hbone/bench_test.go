@@ -86,7 +86,7 @@ func newTopology(b *testing.B) *topology {
 	})
 
 	srv, err := NewServer(ServerConfig{
-		Certificate: func(netip.AddrPort) (*tls.Certificate, error) { return &tp.m.b, nil },
+		Certificate: func(context.Context, netip.AddrPort) (*tls.Certificate, error) { return &tp.m.b, nil },
 		Roots:       tp.m.roots,
 		Authorize:   func(context.Context, StreamInfo) error { return nil },
 		Dial: func(ctx context.Context, dest netip.AddrPort) (net.Conn, error) {

@@ -114,7 +114,7 @@ func newNode(t testing.TB, o nodeOpts) *node {
 	t.Helper()
 	n := &node{counters: &Counters{}, log: &syncBuffer{}}
 	srv, err := NewServer(ServerConfig{
-		Certificate: func(local netip.AddrPort) (*tls.Certificate, error) {
+		Certificate: func(_ context.Context, local netip.AddrPort) (*tls.Certificate, error) {
 			if c := o.certs[local.Addr()]; c != nil {
 				return c, nil
 			}

@@ -35,7 +35,9 @@ type ServerConfig struct {
 	// Certificate picks the certificate to serve on a connection by the
 	// connection's local address. A node proxy answers with the certificate
 	// of the workload that owns that address; an error fails the handshake.
-	Certificate func(local netip.AddrPort) (*tls.Certificate, error)
+	// ctx is the handshake's: a certificate still on its way may be waited
+	// for until it ends.
+	Certificate func(ctx context.Context, local netip.AddrPort) (*tls.Certificate, error)
 	// Roots returns the mesh roots that client certificates must chain to.
 	// It is called per handshake, so a rotated root takes effect at once;
 	// while it returns nil every handshake is refused.
@@ -236,8 +238,8 @@ func (s *Server) tlsConfig(local netip.AddrPort) *tls.Config {
 		NextProtos: []string{ALPN},
 		ClientAuth: tls.RequireAndVerifyClientCert,
 		ClientCAs:  roots,
-		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-			cert, err := s.cfg.Certificate(local)
+		GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+			cert, err := s.cfg.Certificate(hello.Context(), local)
 			if err != nil {
 				return nil, fmt.Errorf("no certificate for %s: %w", local, err)
 			}

@@ -35,25 +35,47 @@ type certStore struct {
 	onChange func(held int, earliestExpiry time.Time)
 	// kick wakes the sync loop when want adds an identity.
 	kick chan struct{}
+	// changed is closed, and replaced, whenever a certificate is stored
+	// or the wanted identities change, for await.
+	changed chan struct{}
 }
 
 func newCertStore(ca *caclient.Client, log *slog.Logger) *certStore {
 	return &certStore{ca: ca, log: log, now: time.Now, certs: map[string]*caclient.Certificate{}, wanted: map[string]bool{},
-		kick: make(chan struct{}, 1)}
+		kick: make(chan struct{}, 1), changed: make(chan struct{})}
 }
 
 // errNoCertificate: the identity has no certificate (yet).
 var errNoCertificate = errors.New("no certificate for this identity")
 
-// get returns the certificate held for identity.
-func (s *certStore) get(identity string) (*tls.Certificate, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c := s.certs[identity]
-	if c == nil {
-		return nil, fmt.Errorf("%s: %w", identity, errNoCertificate)
+// certWait bounds how long a connection waits for its workload's first
+// certificate. After a node proxy starts, the node's certificates arrive
+// one by one; a connection that comes before its own should wait for it,
+// as ztunnel's do, rather than fail.
+const certWait = 5 * time.Second
+
+// await returns the certificate for identity, waiting, up to certWait or
+// until ctx ends, while the identity is wanted and its certificate has not
+// come yet. An identity no longer wanted fails at once.
+func (s *certStore) await(ctx context.Context, identity string) (*tls.Certificate, error) {
+	ctx, cancel := context.WithTimeout(ctx, certWait)
+	defer cancel()
+	for {
+		s.mu.Lock()
+		c, wanted, changed := s.certs[identity], s.wanted[identity], s.changed
+		s.mu.Unlock()
+		switch {
+		case c != nil:
+			return &c.TLS, nil
+		case !wanted:
+			return nil, fmt.Errorf("%s: %w", identity, errNoCertificate)
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%s: %w: still waiting for the CA (%v)", identity, errNoCertificate, context.Cause(ctx))
+		}
 	}
-	return &c.TLS, nil
 }
 
 // rootPool is the mesh root the CA sent last; nil before the first
@@ -146,6 +168,8 @@ func (s *certStore) store(id string, c *caclient.Certificate) {
 }
 
 func (s *certStore) changedLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
 	if s.onChange == nil {
 		return
 	}

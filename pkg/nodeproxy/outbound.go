@@ -131,7 +131,7 @@ func (lw *localWorkload) dialRoute(ctx context.Context, r route) (net.Conn, erro
 		lw.p.m.passthrough.Inc()
 		return netns.Dial(ctx, lw.netns, r.dest, markedDialer())
 	}
-	src, err := lw.p.certs.get(identity(lw.w()))
+	src, err := lw.p.certs.await(ctx, identity(lw.w()))
 	if err != nil {
 		lw.p.m.refused(hbone.Outbound, "no-certificate")
 		return nil, err

@@ -118,11 +118,11 @@ func (p *Proxy) startWorkload(w *workloadapi.Workload, path string) (*localWorkl
 
 // serverCertificate presents the certificate of the workload that owns
 // the address the tunnel was sent to: this workload's, or none.
-func (lw *localWorkload) serverCertificate(local netip.AddrPort) (*tls.Certificate, error) {
+func (lw *localWorkload) serverCertificate(ctx context.Context, local netip.AddrPort) (*tls.Certificate, error) {
 	if !lw.owns(local.Addr()) {
 		return nil, errorf("%s is not %s's address", local.Addr(), lw.name())
 	}
-	return lw.p.certs.get(identity(lw.w()))
+	return lw.p.certs.await(ctx, identity(lw.w()))
 }
 
 // authorize lets a tunnel through only to this workload's own addresses,
