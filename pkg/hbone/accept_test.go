@@ -2,13 +2,13 @@ package hbone
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net"
 	"net/netip"
 	"strings"
-	"syscall"
 	"testing"
+
+	"github.com/meshpilot/meshpilot/internal/fdtest"
 )
 
 // Running out of file descriptors passes: the server goes on accepting
@@ -31,7 +31,7 @@ func TestServeSurvivesRunningOutOfDescriptors(t *testing.T) {
 	served := make(chan error, 1)
 	go func() { served <- n.srv.Serve(l) }()
 
-	exhaustDescriptors(t, func() {
+	fdtest.Exhaust(t, func() {
 		// The dial takes the last descriptor, so the accept fails.
 		c, err := net.Dial("tcp", node.String())
 		if err != nil {
@@ -64,44 +64,4 @@ func TestServeSurvivesRunningOutOfDescriptors(t *testing.T) {
 	defer r.c.Close()
 	go io.WriteString(r.c, "ping")
 	readFull(t, up, len("ping"))
-}
-
-// exhaustDescriptors runs fn with one file descriptor left to the process,
-// then frees them and restores the limit. Any accept in the process fails
-// meanwhile, even with no connection waiting.
-func exhaustDescriptors(t *testing.T, fn func()) {
-	t.Helper()
-	var old syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &old); err != nil {
-		t.Fatal(err)
-	}
-	var fillers []int
-	defer func() {
-		for _, fd := range fillers {
-			syscall.Close(fd)
-		}
-		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old); err != nil {
-			t.Fatal(err)
-		}
-	}()
-	low := syscall.Rlimit{Cur: 1024, Max: old.Max}
-	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &low); err != nil {
-		t.Fatal(err)
-	}
-	for {
-		fd, err := syscall.Dup(0)
-		if errors.Is(err, syscall.EMFILE) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		fillers = append(fillers, fd)
-	}
-	if len(fillers) == 0 {
-		t.Fatal("no descriptor could be taken")
-	}
-	syscall.Close(fillers[len(fillers)-1])
-	fillers = fillers[:len(fillers)-1]
-	fn()
 }

@@ -2,15 +2,14 @@ package nodeproxy
 
 import (
 	"bytes"
-	"errors"
 	"log/slog"
 	"net"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/meshpilot/meshpilot/internal/fdtest"
 	"github.com/meshpilot/meshpilot/pkg/workloadapi"
 )
 
@@ -35,7 +34,7 @@ func TestCaptureAcceptSurvivesRunningOutOfDescriptors(t *testing.T) {
 		close(stopped)
 	}()
 
-	exhaustDescriptors(t, func() {
+	fdtest.Exhaust(t, func() {
 		// The dial takes the last descriptor, so the accept fails.
 		c, err := net.Dial("tcp", l.Addr().String())
 		if err != nil {
@@ -83,44 +82,4 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
-}
-
-// exhaustDescriptors runs fn with one file descriptor left to the process,
-// then frees them and restores the limit. Any accept in the process fails
-// meanwhile, even with no connection waiting.
-func exhaustDescriptors(t *testing.T, fn func()) {
-	t.Helper()
-	var old syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &old); err != nil {
-		t.Fatal(err)
-	}
-	var fillers []int
-	defer func() {
-		for _, fd := range fillers {
-			syscall.Close(fd)
-		}
-		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old); err != nil {
-			t.Fatal(err)
-		}
-	}()
-	low := syscall.Rlimit{Cur: 1024, Max: old.Max}
-	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &low); err != nil {
-		t.Fatal(err)
-	}
-	for {
-		fd, err := syscall.Dup(0)
-		if errors.Is(err, syscall.EMFILE) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		fillers = append(fillers, fd)
-	}
-	if len(fillers) == 0 {
-		t.Fatal("no descriptor could be taken")
-	}
-	syscall.Close(fillers[len(fillers)-1])
-	fillers = fillers[:len(fillers)-1]
-	fn()
 }
