@@ -159,14 +159,31 @@ func (p *Proxy) resolve(src *workloadapi.Workload, orig netip.AddrPort) route {
 			return route{dest: orig}
 		}
 		ep := eps[next.Add(1)%uint64(len(eps))]
-		ips := workloadIPs(ep.Workload)
-		if len(ips) == 0 {
+		ip, ok := addressLike(workloadIPs(ep.Workload), orig.Addr())
+		if !ok {
 			return route{dest: orig}
 		}
-		return route{dest: netip.AddrPortFrom(ips[0], uint16(ep.Port)), target: ep.Workload}
+		return route{dest: netip.AddrPortFrom(ip, uint16(ep.Port)), target: ep.Workload}
 	}
 	if w := p.dir.WorkloadByIP(orig.Addr()); w != nil {
 		return route{dest: orig, target: w}
 	}
 	return route{dest: orig}
+}
+
+// addressLike picks, of a dual-stack workload's addresses, one of the
+// family the application dialled (its Service's IPv6 VIP, say), as
+// ztunnel does: the application chose that family, and the path to the
+// other may not exist. A workload with none of that family is reached on
+// its first address.
+func addressLike(ips []netip.Addr, dialled netip.Addr) (netip.Addr, bool) {
+	for _, ip := range ips {
+		if ip.Is4() == dialled.Is4() {
+			return ip, true
+		}
+	}
+	if len(ips) == 0 {
+		return netip.Addr{}, false
+	}
+	return ips[0], true
 }
