@@ -121,6 +121,16 @@ func newPushPlan(id uint64, req *model.PushRequest, prev, cur *pushcontext.PushC
 			if prev.WDSReadsEndpoints(name) || cur.WDSReadsEndpoints(name) {
 				p.addressesChanged = true
 			}
+			// Clusters verify servers against the identities behind the
+			// service. The fast path turns a change of them into a service
+			// change before planning; an endpoint change that rode along
+			// with a config change reaches the plan as it is, so it must
+			// be told apart here, or CDS keeps the old identities.
+			if svc := cur.ServiceByName(key.Namespace, key.Name); svc != nil &&
+				prev.ServiceIdentities(svc.Hostname) != cur.ServiceIdentities(svc.Hostname) {
+				p.services = append(p.services, changedService{namespace: svc.Namespace, hostname: svc.Hostname})
+				p.services = appendAliasesReading(p.services, prev, cur, svc.Hostname)
+			}
 		case model.KindDestinationRule:
 			rulesChanged = true
 		case model.KindWorkload:

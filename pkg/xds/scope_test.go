@@ -224,6 +224,23 @@ func TestPushScopes(t *testing.T) {
 			mine: all,
 		},
 		{
+			// The same, when a config change in the same debounce window
+			// makes the push a full one.
+			name: "a new workload identity behind the restricted service, beside a config change",
+			change: func(s model.Store) []model.ConfigKey {
+				eps := s.Endpoints(serviceKey("private"))
+				moved := *eps[0]
+				moved.ServiceAccount = "private-v2"
+				s.SetEndpoints(serviceKey("private"), "private-slice", []*model.Endpoint{&moved})
+				s.UpsertNamespace(&model.Namespace{Name: "other", Labels: map[string]string{"team": "x"}})
+				return []model.ConfigKey{
+					{Kind: model.KindEndpoints, Namespace: "default", Name: "private"},
+					{Kind: model.KindNamespace, Name: "other"},
+				}
+			},
+			mine: all,
+		},
+		{
 			name: "endpoints of the public service",
 			change: func(s model.Store) []model.ConfigKey {
 				setHTTPEndpoints(s, "a", "10.9.0.3")
