@@ -29,12 +29,14 @@ func buildResolutionIndex(services *serviceIndex, rules *ruleIndex, rootNamespac
 
 // DestinationRuleFor resolves the rule a proxy in proxyNamespace uses for
 // host. The lookup order is Istio's: first the rules of the proxy's own
-// namespace (all of them, whatever their exportTo), then the rules exported
-// to it from the service's namespace, then those exported to it from the root
-// namespace. For a proxy in the root namespace the first step looks only at
-// that namespace's private rules: its public rules are often catch-alls
-// meant for the whole mesh, and must not shadow the service's own rules. The
-// result is shared: never mutate it. nil if no rule applies.
+// namespace that are exported to it (no exportTo, ".", "*" or its name; a
+// rule exported only to other namespaces is not its own namespace's), then
+// the rules exported to it from the service's namespace, then those
+// exported to it from the root namespace. For a proxy in the root
+// namespace the first step looks only at that namespace's private rules:
+// its public rules are often catch-alls meant for the whole mesh, and must
+// not shadow the service's own rules. The result is shared: never mutate
+// it. nil if no rule applies.
 func (pc *PushContext) DestinationRuleFor(proxyNamespace, host string) *DestinationRule {
 	rules, root := pc.rules, pc.opts.RootNamespace
 	own := rules.local[proxyNamespace]

@@ -13,8 +13,9 @@ import (
 // ruleIndex holds the DestinationRules of every namespace, merged per host
 // the way Istio merges them. It depends on DestinationRules only.
 type ruleIndex struct {
-	// local holds every rule of a namespace: what proxies in that namespace
-	// see of their own namespace's rules, whatever the rules' exportTo.
+	// local holds the rules of a namespace that are exported to it (no
+	// exportTo, ".", "*" or its name): what proxies in that namespace see
+	// of their own namespace's rules, as in Istio.
 	local map[string]*hostRules
 	// exported holds the rules of a namespace that other namespaces may see:
 	// the same entries as local, without the private ones.
@@ -193,7 +194,7 @@ func buildRuleIndex(configs []*model.Config, opts Options) *ruleIndex {
 			exportTo := newExportSet(spec.ExportTo, cfg.Namespace)
 			h := hostsOf(idx.local, cfg.Namespace)
 			e = h.add(wildcardPos[h], from, spec, host, exportTo, &idx.problems)
-			if cfg.Namespace == opts.RootNamespace && exportTo.privateTo(cfg.Namespace) {
+			if cfg.Namespace == opts.RootNamespace && exportTo.privateTo(cfg.Namespace) && exportTo.allows(cfg.Namespace) {
 				// Its problems are the ones local already reported.
 				h := hostsOf(rootPrivate, cfg.Namespace)
 				h.add(wildcardPos[h], from, spec, host, exportTo, new([]Problem))
@@ -215,6 +216,12 @@ func buildRuleIndex(configs []*model.Config, opts Options) *ruleIndex {
 		if exported := h.withoutPrivate(ns); exported != nil {
 			idx.exported[ns] = exported
 		}
+		// Only now, since the exported rules are taken from every rule.
+		if own := h.exportedTo(ns); own != nil {
+			idx.local[ns] = own
+		} else {
+			delete(idx.local, ns)
+		}
 	}
 	idx.layerSelected()
 	idx.indexSubsets()
@@ -229,13 +236,29 @@ func buildRuleIndex(configs []*model.Config, opts Options) *ruleIndex {
 // a non-private rule can never be contained in a private one's, so the
 // non-private entries of a namespace never absorb private rules.
 func (h *hostRules) withoutPrivate(ns string) *hostRules {
+	return h.filter(func(e *ruleEntry) bool { return !e.exportTo.privateTo(ns) })
+}
+
+// exportedTo returns the entries of namespace ns that ns itself may see:
+// h itself when that is all of them, nil when none. Istio leaves a rule
+// whose exportTo names other namespaces only (or "~") out of its own
+// namespace's lookup. By the argument above, such a rule never merges
+// into an entry its namespace sees, so filtering gives what merging those
+// entries alone would.
+func (h *hostRules) exportedTo(ns string) *hostRules {
+	return h.filter(func(e *ruleEntry) bool { return e.exportTo.allows(ns) })
+}
+
+// filter returns the entries that keep accepts: h itself when it accepts
+// them all, nil when it accepts none.
+func (h *hostRules) filter(keepEntry func(*ruleEntry) bool) *hostRules {
 	keep := func(entries []*ruleEntry) []*ruleEntry {
-		if !slices.ContainsFunc(entries, func(e *ruleEntry) bool { return e.exportTo.privateTo(ns) }) {
+		if !slices.ContainsFunc(entries, func(e *ruleEntry) bool { return !keepEntry(e) }) {
 			return entries
 		}
 		var out []*ruleEntry
 		for _, e := range entries {
-			if !e.exportTo.privateTo(ns) {
+			if keepEntry(e) {
 				out = append(out, e)
 			}
 		}

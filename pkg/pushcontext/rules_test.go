@@ -53,10 +53,12 @@ func TestDestinationRuleFor(t *testing.T) {
 			},
 		},
 		{
-			name:    "tilde exports to no other namespace",
+			// As in Istio, "~" exports a rule to no namespace, its own
+			// included.
+			name:    "tilde exports to no namespace",
 			configs: []*model.Config{ruleConfig("bookinfo", "reviews", 0, dr(reviews, "~"))},
 			lookups: []lookup{
-				{"bookinfo", reviews, []string{"bookinfo/reviews"}},
+				{"bookinfo", reviews, nil},
 				{"frontend", reviews, nil},
 			},
 		},
@@ -86,15 +88,31 @@ func TestDestinationRuleFor(t *testing.T) {
 			},
 		},
 		{
-			name: "a rule in the proxy namespace is visible there whatever its exportTo",
+			// Istio looks first at the rules of the proxy's namespace that
+			// are exported to it: none, ".", "*" or its name.
+			name: "a rule in the proxy namespace is seen there only if exported to it",
+			configs: []*model.Config{
+				ruleConfig("bookinfo", "service-ns", 0, dr(reviews)),
+				ruleConfig("frontend", "exported-elsewhere", 1, dr(reviews, "backend")),
+				ruleConfig("frontend", "wildcard", 2, dr("*.bookinfo.svc.cluster.local")),
+				ruleConfig("frontend", "named-too", 3, dr(ratings, "backend", "frontend")),
+			},
+			lookups: []lookup{
+				// The exact rule is not frontend's: its wildcard is next.
+				{"frontend", reviews, []string{"frontend/wildcard"}},
+				{"frontend", ratings, []string{"frontend/named-too"}},
+				// Another namespace's rules are not looked at, exportTo or not.
+				{"backend", reviews, []string{"bookinfo/service-ns"}},
+			},
+		},
+		{
+			name: "a rule exported only elsewhere leaves its namespace to the service's rules",
 			configs: []*model.Config{
 				ruleConfig("bookinfo", "service-ns", 0, dr(reviews)),
 				ruleConfig("frontend", "exported-elsewhere", 1, dr(reviews, "backend")),
 			},
 			lookups: []lookup{
-				{"frontend", reviews, []string{"frontend/exported-elsewhere"}},
-				// Another namespace's rules are not looked at, exportTo or not.
-				{"backend", reviews, []string{"bookinfo/service-ns"}},
+				{"frontend", reviews, []string{"bookinfo/service-ns"}},
 			},
 		},
 		{
@@ -217,7 +235,8 @@ func TestDestinationRuleFor(t *testing.T) {
 				{"b", reviews, []string{"bookinfo/to-a-b"}},
 				{"c", reviews, []string{"bookinfo/to-c"}},
 				{"d", reviews, nil},
-				{"bookinfo", reviews, []string{"bookinfo/to-a", "bookinfo/to-a-b"}},
+				// None is exported to bookinfo itself.
+				{"bookinfo", reviews, nil},
 			},
 		},
 	}
