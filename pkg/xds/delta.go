@@ -155,9 +155,9 @@ func (c *deltaStream) push(plan *pushPlan) error {
 		w := c.watches[typeURL]
 		var err error
 		switch req := plan.request(scope, typeURL); {
-		case req != nil:
+		case req != nil && !warmsInstead(req, w):
 			err = c.respond(w, req, plan.id, nil, false, false)
-		case len(w.warming) > 0:
+		case req != nil || len(w.warming) > 0:
 			// Right after the cluster or listener that waits for it, as
 			// in the state of the world (sotwStream.push).
 			err = c.respond(w, warmingRequest(plan.req.Start), 0, nil, false, true)

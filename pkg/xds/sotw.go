@@ -188,9 +188,9 @@ func (c *sotwStream) push(plan *pushPlan) error {
 		w := c.watches[typeURL]
 		var err error
 		switch req := plan.request(scope, typeURL); {
-		case req != nil:
+		case req != nil && !warmsInstead(req, w):
 			err = c.respond(w, req, plan.id, false)
-		case len(w.warming) > 0:
+		case req != nil || len(w.warming) > 0:
 			// What a cluster or listener sent earlier in this push waits
 			// for goes right after it, before the types that follow: a
 			// route must not reach the client before the endpoints of

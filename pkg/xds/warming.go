@@ -179,6 +179,16 @@ func (st *pushState) routesOf(it generated) []string {
 	return names
 }
 
+// warmsInstead reports whether a push's request for w cannot carry what
+// w's client waits for: an incremental EDS push regenerates only the
+// endpoints that changed, not the assignment of a cluster that the same
+// push changed for other reasons (a load balancer, say). A warming
+// response goes in its place: it holds both, what changed and what is
+// awaited.
+func warmsInstead(req *model.PushRequest, w *watch) bool {
+	return !req.Full && len(w.warming) > 0
+}
+
 // warmingRequest regenerates a type only to send what its clients wait
 // for: a complete generation, which identical proxies of the served
 // version share, so that re-sent resources are marshalled once rather than

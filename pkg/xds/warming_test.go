@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -265,5 +266,47 @@ func TestEndpointsFollowTheirClustersInAPush(t *testing.T) {
 		c.expect(ClusterType)
 		checkDelta(t, "EDS after the CDS update", c.expect(EndpointType), []string{outboundA}, nil)
 		c.expect(ListenerType)
+	})
+}
+
+// A push that changes one service's subsets (an incremental EDS push of its
+// endpoints) and another's cluster: the second cluster's client waits for
+// its load assignment, which the incremental push does not regenerate, and
+// it must come in the same push all the same.
+func TestEndpointsFollowTheirClustersBesideAnEndpointPush(t *testing.T) {
+	outboundB := "outbound|80||" + hostname("b")
+	change := func(h *harness) {
+		upsertRule(h.store, "a", hostname("a"), subsetRule(networking.LoadBalancerSettings_LEAST_REQUEST, map[string]string{"version": "v1"}))
+		upsertRule(h.store, "b", hostname("b"), &networking.DestinationRule{TrafficPolicy: simpleLB(networking.LoadBalancerSettings_ROUND_ROBIN)})
+		h.pushNow(&model.PushRequest{Full: true, Start: time.Now(),
+			ConfigsUpdated: map[model.ConfigKey]struct{}{ruleKey("a"): {}, ruleKey("b"): {}}})
+	}
+	t.Run("sotw", func(t *testing.T) {
+		h := newHarness(t, harnessConfig{seed: seedWarming, generators: warmingGenerators(), noStoreHandler: true})
+		c := h.sotw("client")
+		c.ack(c.subscribe(ClusterType))
+		c.ack(c.subscribe(EndpointType, outboundA, outboundB), outboundA, outboundB)
+		c.expectQuiet("after the ACKs")
+
+		change(h)
+		c.expect(ClusterType)
+		if got := names(c.expect(EndpointType).GetResources(), resourceName); !slices.Contains(got, outboundB) {
+			t.Fatalf("EDS after the CDS update = %v, want %s among them", got, outboundB)
+		}
+	})
+	t.Run("delta", func(t *testing.T) {
+		h := newHarness(t, harnessConfig{seed: seedWarming, generators: warmingGenerators(), noStoreHandler: true})
+		c := h.delta("client")
+		c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: ClusterType})
+		c.ack(c.expect(ClusterType))
+		c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResourceNamesSubscribe: []string{outboundA, outboundB}})
+		c.ack(c.expect(EndpointType))
+		c.expectQuiet("after the ACKs")
+
+		change(h)
+		c.expect(ClusterType)
+		if got := deltaNames(c.expect(EndpointType)); !slices.Contains(got, outboundB) {
+			t.Fatalf("EDS after the CDS update = %v, want %s among them", got, outboundB)
+		}
 	})
 }
