@@ -393,7 +393,16 @@ func (p *pushPlan) meshScope(proxy *model.Proxy) pushScope {
 	sc.addresses = p.addressesChanged
 	sc.routes = p.virtualServicesChanged
 	for host, change := range p.rules {
-		if !visibleIn(p.prev, ns, host) && !visibleIn(p.cur, ns, host) {
+		visible := visibleIn(p.prev, ns, host) || visibleIn(p.cur, ns, host)
+		// Consistent hashing is configured on routes (hash_policy), so a
+		// change of it must reach RDS as well as CDS. A route to a host the
+		// proxy cannot see still carries it: a VirtualService of a host it
+		// sees may name that host as its destination.
+		if !sc.routes && (visible || routedTo(p.prev, host) || routedTo(p.cur, host)) &&
+			hashPolicyChanged(p.prev.DestinationRuleForProxy(proxy, host), p.cur.DestinationRuleForProxy(proxy, host)) {
+			sc.routes = true
+		}
+		if !visible {
 			continue
 		}
 		sc.clusters = true
@@ -401,11 +410,6 @@ func (p *pushPlan) meshScope(proxy *model.Proxy) pushScope {
 		// Subsets select endpoints; locality settings set their priorities
 		// and weights.
 		sc.endpoints = sc.endpoints || change.SubsetsChanged || change.LocalityChanged
-		// Consistent hashing is configured on routes (hash_policy), so a
-		// change of it must reach RDS as well as CDS.
-		if !sc.routes && hashPolicyChanged(p.prev.DestinationRuleForProxy(proxy, host), p.cur.DestinationRuleForProxy(proxy, host)) {
-			sc.routes = true
-		}
 	}
 	// A DestinationRule credential is read from the proxy's own namespace.
 	for _, name := range p.secrets {
@@ -460,6 +464,26 @@ func visibleIn(pc *pushcontext.PushContext, ns, host string) bool {
 		return strings.Compare(s.Hostname, h)
 	})
 	return found
+}
+
+// routedTo reports whether some VirtualService names host as an HTTP route
+// destination. It does not ask which namespaces use that VirtualService: a
+// spare push of routes costs less than working that out. (An alias leads
+// routes only to a target the proxy sees, which the caller covers.)
+func routedTo(pc *pushcontext.PushContext, host string) bool {
+	if pc == nil {
+		return false
+	}
+	for _, vs := range pc.VirtualServices() {
+		for _, r := range vs.Spec.GetHttp() {
+			for _, d := range r.GetRoute() {
+				if vs.ResolveHost(d.GetDestination().GetHost()) == host {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // hashPolicyChanged reports whether two resolutions of a host's rule differ
