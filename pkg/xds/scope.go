@@ -61,6 +61,11 @@ type pushPlan struct {
 	// sent is made of them.
 	addressesChanged bool
 
+	// destinations are the hosts VirtualServices route to (routedTo),
+	// worked out on first use.
+	destinationsOnce sync.Once
+	destinations     map[string]struct{}
+
 	// scopes memoizes scopeFor by what a scope depends on (namespace, and
 	// labels where workload-selector rules exist): many proxies share one.
 	scopes sync.Map // string -> pushScope
@@ -380,25 +385,28 @@ func sameTLSHosts(a, b *pushcontext.IngressGateway) bool {
 // the namespace shares: services and destination rules.
 func (p *pushPlan) meshScope(proxy *model.Proxy) pushScope {
 	ns := proxy.Namespace
+	var sc pushScope
 	for _, svc := range p.services {
 		// A proxy's own namespace always counts: its inbound configuration
 		// follows the services that select it, whatever their exportTo.
 		if svc.namespace == ns || visibleIn(p.prev, ns, svc.hostname) || visibleIn(p.cur, ns, svc.hostname) {
 			return pushScope{all: true}
 		}
+		// A route to a service the proxy cannot see still names its
+		// cluster, by the service's port when the destination gives none.
+		sc.routes = sc.routes || p.routedTo(svc.hostname)
 	}
-	var sc pushScope
 	sc.endpoints = p.endpointsChanged
 	sc.clusters, sc.listeners = p.peerAuthnChanged, p.peerAuthnChanged
 	sc.addresses = p.addressesChanged
-	sc.routes = p.virtualServicesChanged
+	sc.routes = sc.routes || p.virtualServicesChanged
 	for host, change := range p.rules {
 		visible := visibleIn(p.prev, ns, host) || visibleIn(p.cur, ns, host)
 		// Consistent hashing is configured on routes (hash_policy), so a
 		// change of it must reach RDS as well as CDS. A route to a host the
 		// proxy cannot see still carries it: a VirtualService of a host it
 		// sees may name that host as its destination.
-		if !sc.routes && (visible || routedTo(p.prev, host) || routedTo(p.cur, host)) &&
+		if !sc.routes && (visible || p.routedTo(host)) &&
 			hashPolicyChanged(p.prev.DestinationRuleForProxy(proxy, host), p.cur.DestinationRuleForProxy(proxy, host)) {
 			sc.routes = true
 		}
@@ -466,24 +474,40 @@ func visibleIn(pc *pushcontext.PushContext, ns, host string) bool {
 	return found
 }
 
-// routedTo reports whether some VirtualService names host as an HTTP route
-// destination. It does not ask which namespaces use that VirtualService: a
-// spare push of routes costs less than working that out. (An alias leads
-// routes only to a target the proxy sees, which the caller covers.)
-func routedTo(pc *pushcontext.PushContext, host string) bool {
-	if pc == nil {
-		return false
-	}
-	for _, vs := range pc.VirtualServices() {
-		for _, r := range vs.Spec.GetHttp() {
-			for _, d := range r.GetRoute() {
-				if vs.ResolveHost(d.GetDestination().GetHost()) == host {
-					return true
+// routedTo reports whether some VirtualService, before or after the push,
+// names host as an HTTP route (or mirror) destination. Routes depend on such a host
+// whether or not the proxy sees it. It does not ask which namespaces use
+// that VirtualService: a spare push of routes costs less than working that
+// out. (An alias leads routes only to a target the proxy sees, which the
+// callers cover.)
+func (p *pushPlan) routedTo(host string) bool {
+	p.destinationsOnce.Do(func() {
+		p.destinations = map[string]struct{}{}
+		for _, pc := range []*pushcontext.PushContext{p.prev, p.cur} {
+			if pc == nil {
+				continue
+			}
+			for _, vs := range pc.VirtualServices() {
+				add := func(d *networking.Destination) {
+					p.destinations[vs.ResolveHost(d.GetHost())] = struct{}{}
+				}
+				for _, r := range vs.Spec.GetHttp() {
+					for _, d := range r.GetRoute() {
+						add(d.GetDestination())
+					}
+					// Mirrors name clusters as destinations do.
+					if r.GetMirror() != nil {
+						add(r.GetMirror())
+					}
+					for _, m := range r.GetMirrors() {
+						add(m.GetDestination())
+					}
 				}
 			}
 		}
-	}
-	return false
+	})
+	_, ok := p.destinations[host]
+	return ok
 }
 
 // hashPolicyChanged reports whether two resolutions of a host's rule differ
