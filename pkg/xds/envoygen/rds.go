@@ -4,12 +4,14 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+	networking "istio.io/api/networking/v1"
 
 	"github.com/meshpilot/meshpilot/pkg/model"
 	"github.com/meshpilot/meshpilot/pkg/pushcontext"
@@ -182,6 +184,48 @@ type vhostKey struct {
 	rule   *pushcontext.DestinationRule
 	// vs is the VirtualService whose routes the virtual host carries.
 	vs *pushcontext.VirtualService
+	// dests is what those routes read of their destinations for the
+	// proxy (destinationsKey); empty without vs.
+	dests string
+}
+
+// destinationsKey identifies what a VirtualService's routes read, for one
+// proxy, of the hosts they route and mirror to: the alias target each
+// resolves to from the proxy's namespace, and the DestinationRule the proxy
+// resolves for it (its consistent hash goes on the route). Neither follows
+// from the virtual host's own service and rule, and both may differ between
+// proxies whose virtual hosts are otherwise shared. Pointers identify them
+// within the push context that the cache generation belongs to.
+func destinationsKey(push *pushcontext.PushContext, proxy *model.Proxy, vs *pushcontext.VirtualService) string {
+	if vs == nil {
+		return ""
+	}
+	var b strings.Builder
+	seen := map[string]bool{}
+	visit := func(d *networking.Destination) {
+		host := vs.ResolveHost(d.GetHost())
+		if seen[host] {
+			return
+		}
+		seen[host] = true
+		target := push.AliasTarget(proxy.Namespace, push.ServiceForHostname(host))
+		if target != nil {
+			host = target.Hostname
+		}
+		fmt.Fprintf(&b, "%p/%p;", target, push.DestinationRuleForProxy(proxy, host))
+	}
+	for _, r := range vs.Spec.GetHttp() {
+		for _, d := range r.GetRoute() {
+			visit(d.GetDestination())
+		}
+		if r.GetMirror() != nil {
+			visit(r.GetMirror())
+		}
+		for _, m := range r.GetMirrors() {
+			visit(m.GetDestination())
+		}
+	}
+	return b.String()
 }
 
 // namespaceRelation is how a proxy's namespace relates to a service's, as
@@ -263,6 +307,7 @@ func (b *routeBuild) appendVirtualHosts(out []byte, services []*model.Service, p
 		shared := len(kept) == len(hosts) && (vs == nil || !vs.UsesSourceLabels) && len(aliases) == 0
 		key := vhostKey{svc: svc, port: port, viewer: relation(b.proxy.Namespace, svc.Namespace), rule: dr, vs: vs}
 		if shared {
+			key.dests = destinationsKey(b.push, b.proxy, vs)
 			if vb, ok := b.gen.vhosts.get(key); ok {
 				out = appendVirtualHost(out, vb)
 				continue

@@ -233,3 +233,62 @@ func TestVhostEncoderMatchesProto(t *testing.T) {
 		})
 	}
 }
+
+// TestRouteVirtualHostSharingFollowsDestinations: a VirtualService's routes
+// carry the consistent hash of the rule each proxy resolves for their
+// destination, which need not be the virtual host's own service. Virtual
+// hosts shared between namespaces must not leak one namespace's rule for
+// the destination into another's route.
+func TestRouteVirtualHostSharingFollowsDestinations(t *testing.T) {
+	const world = `
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: app}
+spec:
+  clusterIP: 10.96.0.1
+  ports: [{name: http, port: 80}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: api, namespace: lib}
+spec:
+  clusterIP: 10.96.0.2
+  ports: [{name: http, port: 80}]
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: web, namespace: app}
+spec:
+  hosts: [web.app.svc.cluster.local]
+  http: [{route: [{destination: {host: api.lib.svc.cluster.local}}]}]
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: api-hash, namespace: x}
+spec:
+  host: api.lib.svc.cluster.local
+  trafficPolicy: {loadBalancer: {consistentHash: {httpHeaderName: x-user}}}
+`
+	push := pushcontext.Build(xdstest.Store(t, world), testPushOptions(), nil, nil)
+	w := &model.WatchedResource{TypeURL: RouteType, ResourceNames: []string{"80"}}
+	for _, order := range [][]string{{"x", "y"}, {"y", "x"}} {
+		shared := NewRouteGenerator(Options{})
+		for _, ns := range order {
+			proxy := lrSidecar(ns, "10.1.0.1", nil)
+			got := lrGenerate(t, shared, proxy, push, w)["80"]
+			rc := &route.RouteConfiguration{}
+			if err := got.Resource.UnmarshalTo(rc); err != nil {
+				t.Fatal(err)
+			}
+			var hashed bool
+			for _, vh := range rc.GetVirtualHosts() {
+				if vh.GetName() == "web.app.svc.cluster.local:80" {
+					hashed = vh.GetRoutes()[0].GetRoute().GetHashPolicy() != nil
+				}
+			}
+			if hashed != (ns == "x") {
+				t.Errorf("order %v, namespace %s: web's route to api has hash policy = %v; only x's local rule for api sets one", order, ns, hashed)
+			}
+		}
+	}
+}
