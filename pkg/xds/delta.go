@@ -67,7 +67,14 @@ func (c *deltaStream) handle(req *discoveryv3.DeltaDiscoveryRequest) error {
 	if err != nil {
 		return err
 	}
-	if first || wildcardAdded || len(added) > 0 {
+	// An on-demand node proxy is sent resources under names it never
+	// subscribed to (a VIP brings the Pods behind it, with the VIP only as
+	// their alias), so unsubscribing a name does not tell the server to
+	// forget them: unanswered, the client would hold them, stale, until
+	// some later push, or for good once nothing is left subscribed. The
+	// answer removes what no remaining name brings.
+	unsubscribed := !first && w.typeURL == AddressType && !w.resource.Wildcard && len(req.GetResourceNamesUnsubscribe()) > 0
+	if first || wildcardAdded || len(added) > 0 || unsubscribed {
 		if !c.admitSync() {
 			return nil
 		}
@@ -178,7 +185,9 @@ func (c *deltaStream) push(plan *pushPlan) error {
 // update (w.warming, see warming.go) are sent even when unchanged; warmOnly
 // regenerates w just for them.
 func (c *deltaStream) respond(w *watch, req *model.PushRequest, planID uint64, added []string, first, warmOnly bool) error {
-	if !w.subscribed() && !first {
+	// A watch with nothing subscribed has nothing to answer but the
+	// removal of what the client still holds.
+	if !w.subscribed() && !first && w.sent.len() == 0 {
 		return nil
 	}
 	start := time.Now()

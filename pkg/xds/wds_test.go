@@ -255,6 +255,41 @@ func TestWDSOnDemand(t *testing.T) {
 	c.ack(r)
 }
 
+// TestWDSOnDemandUnsubscribe: a node proxy that unsubscribes an address
+// is told at once to remove what only that address brought: the service
+// at a VIP and the Pods behind it, held under their own names, which it
+// never unsubscribed. What another subscribed name still brings stays, and
+// once nothing is subscribed nothing is held, deleted Pods included.
+func TestWDSOnDemandUnsubscribe(t *testing.T) {
+	h := wdsHarness(t)
+	c := h.wdsClient()
+	svc := "amb/" + echoHost
+
+	c.send(&discoveryv3.DeltaDiscoveryRequest{Node: ztunnelNode, TypeUrl: AddressType,
+		ResourceNamesSubscribe: []string{"*", "/10.0.0.1", "/10.96.0.10"}, ResourceNamesUnsubscribe: []string{"*"}})
+	r := c.expect(AddressType)
+	checkWDS(t, "by pod address and VIP", r, []string{uid("echo-1"), uid("echo-2"), svc}, nil)
+	c.ack(r)
+	c.expectQuiet("after the ACK")
+
+	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: AddressType, ResourceNamesUnsubscribe: []string{"/10.96.0.10"}})
+	r = c.expect(AddressType)
+	checkWDS(t, "after unsubscribing the VIP", r, nil, []string{uid("echo-2"), svc})
+	c.ack(r)
+	c.expectQuiet("after the ACK")
+
+	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: AddressType, ResourceNamesUnsubscribe: []string{"/10.0.0.1"}})
+	r = c.expect(AddressType)
+	checkWDS(t, "after unsubscribing the last address", r, nil, []string{uid("echo-1")})
+	c.ack(r)
+	c.expectQuiet("after the ACK")
+
+	// Nothing is held, so a deleted Pod has nothing to remove.
+	h.store.DeleteWorkload(model.NamespacedName{Namespace: "amb", Name: "echo-1"})
+	h.eventually("echo-1 to go", func() bool { return h.server.PushContext().WorkloadByUID(uid("echo-1")) == nil })
+	c.expectQuiet("after deleting echo-1")
+}
+
 // TestWDSOverSotWIsRefused: WDS is delta-only; a SotW subscription ends
 // the stream with a reason, rather than an empty answer that would tell
 // the client no workload exists.
