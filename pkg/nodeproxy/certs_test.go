@@ -2,18 +2,14 @@ package nodeproxy
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"io"
 	"log/slog"
-	"math/big"
 	"testing"
 	"time"
 
+	"github.com/meshpilot/meshpilot/internal/testcerts"
 	"github.com/meshpilot/meshpilot/pkg/caclient"
 )
 
@@ -89,19 +85,6 @@ func TestCertStoreAwait(t *testing.T) {
 
 func testCertificate(t *testing.T, id string) *caclient.Certificate {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotBefore: now.Add(-time.Minute), NotAfter: now.Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &caclient.Certificate{Identity: id, Leaf: leaf, TLS: tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}}
+	leaf := testcerts.NewCA(t, "cluster.local").Issue(t, id)
+	return &caclient.Certificate{Identity: id, TLS: leaf, Leaf: leaf.Leaf}
 }
