@@ -1,6 +1,7 @@
 package pushcontext
 
 import (
+	"iter"
 	"strings"
 
 	networking "istio.io/api/networking/v1"
@@ -38,6 +39,31 @@ func (vs *VirtualService) Key() model.ConfigKey {
 // is a service in the VirtualService's own namespace.
 func (vs *VirtualService) ResolveHost(host string) string {
 	return resolveHost(host, vs.Namespace, vs.domainSuffix)
+}
+
+// DestinationHosts yields the hosts, resolved, that the HTTP routes send
+// requests to or mirror them to: what the routes read of other services
+// (their ports, their rules' consistent hashes). A host may come more than
+// once.
+func (vs *VirtualService) DestinationHosts() iter.Seq[string] {
+	return func(yield func(string) bool) {
+		for _, r := range vs.Spec.GetHttp() {
+			for _, d := range r.GetRoute() {
+				if !yield(vs.ResolveHost(d.GetDestination().GetHost())) {
+					return
+				}
+			}
+			// Mirrors name clusters as destinations do.
+			if m := r.GetMirror(); m != nil && !yield(vs.ResolveHost(m.GetHost())) {
+				return
+			}
+			for _, m := range r.GetMirrors() {
+				if !yield(vs.ResolveHost(m.GetDestination().GetHost())) {
+					return
+				}
+			}
+		}
+	}
 }
 
 // matchesHost reports whether one of the VirtualService's hosts names the

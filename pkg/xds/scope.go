@@ -488,20 +488,8 @@ func (p *pushPlan) routedTo(host string) bool {
 				continue
 			}
 			for _, vs := range pc.VirtualServices() {
-				add := func(d *networking.Destination) {
-					p.destinations[vs.ResolveHost(d.GetHost())] = struct{}{}
-				}
-				for _, r := range vs.Spec.GetHttp() {
-					for _, d := range r.GetRoute() {
-						add(d.GetDestination())
-					}
-					// Mirrors name clusters as destinations do.
-					if r.GetMirror() != nil {
-						add(r.GetMirror())
-					}
-					for _, m := range r.GetMirrors() {
-						add(m.GetDestination())
-					}
+				for host := range vs.DestinationHosts() {
+					p.destinations[host] = struct{}{}
 				}
 			}
 		}

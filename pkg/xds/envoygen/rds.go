@@ -11,7 +11,6 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
-	networking "istio.io/api/networking/v1"
 
 	"github.com/meshpilot/meshpilot/pkg/model"
 	"github.com/meshpilot/meshpilot/pkg/pushcontext"
@@ -202,10 +201,9 @@ func destinationsKey(push *pushcontext.PushContext, proxy *model.Proxy, vs *push
 	}
 	var b strings.Builder
 	seen := map[string]bool{}
-	visit := func(d *networking.Destination) {
-		host := vs.ResolveHost(d.GetHost())
+	for host := range vs.DestinationHosts() {
 		if seen[host] {
-			return
+			continue
 		}
 		seen[host] = true
 		target := push.AliasTarget(proxy.Namespace, push.ServiceForHostname(host))
@@ -213,17 +211,6 @@ func destinationsKey(push *pushcontext.PushContext, proxy *model.Proxy, vs *push
 			host = target.Hostname
 		}
 		fmt.Fprintf(&b, "%p/%p;", target, push.DestinationRuleForProxy(proxy, host))
-	}
-	for _, r := range vs.Spec.GetHttp() {
-		for _, d := range r.GetRoute() {
-			visit(d.GetDestination())
-		}
-		if r.GetMirror() != nil {
-			visit(r.GetMirror())
-		}
-		for _, m := range r.GetMirrors() {
-			visit(m.GetDestination())
-		}
 	}
 	return b.String()
 }
