@@ -178,7 +178,7 @@ func (c *connection) syncAnswered() {
 		return
 	}
 	for _, w := range c.watches {
-		if w.sentNonce != "" && w.ackedNonce != w.sentNonce && (w.nack == nil || w.nack.Nonce != w.sentNonce) {
+		if w.awaitsAnswer() {
 			return
 		}
 	}

@@ -63,7 +63,7 @@ func (c *deltaStream) handle(req *discoveryv3.DeltaDiscoveryRequest) error {
 		}
 		c.syncAnswered()
 	}
-	added, wildcardAdded, err := c.applySubscriptions(w, req, first)
+	sub, err := c.applySubscriptions(w, req, first)
 	if err != nil {
 		return err
 	}
@@ -74,11 +74,11 @@ func (c *deltaStream) handle(req *discoveryv3.DeltaDiscoveryRequest) error {
 	// some later push, or for good once nothing is left subscribed. The
 	// answer removes what no remaining name brings.
 	unsubscribed := !first && w.typeURL == AddressType && !w.resource.Wildcard && len(req.GetResourceNamesUnsubscribe()) > 0
-	if first || wildcardAdded || len(added) > 0 || unsubscribed {
+	if first || sub.wildcardAdded || len(sub.added) > 0 || unsubscribed || sub.crossed {
 		if !c.admitSync() {
 			return nil
 		}
-		if err := c.respond(w, nil, 0, added, first, false); err != nil {
+		if err := c.respond(w, nil, 0, sub.added, first, false); err != nil {
 			return err
 		}
 		return c.flushWarming(time.Now())
@@ -97,12 +97,23 @@ func (c *deltaStream) flushWarming(start time.Time) error {
 	return nil
 }
 
-// applySubscriptions updates w from the request; it returns the names it
-// subscribes to, new or again, and whether it subscribes to the wildcard,
-// for the first time or again. Each list is sorted once and merged into
-// the subscription in one pass: inserted one name at a time, 100,000 names
-// took seconds under c.mu.
-func (c *deltaStream) applySubscriptions(w *watch, req *discoveryv3.DeltaDiscoveryRequest, first bool) ([]string, bool, error) {
+// subscriptionChange is what a delta request did to a watch's subscription.
+type subscriptionChange struct {
+	// added are the names it subscribes to, new or again.
+	added []string
+	// wildcardAdded: it subscribes to the wildcard, for the first time or
+	// again.
+	wildcardAdded bool
+	// crossed: it unsubscribes from names that the last response, not yet
+	// answered, may have carried; the client is still counted as holding
+	// them, and the answer removes them.
+	crossed bool
+}
+
+// applySubscriptions updates w from the request. Each list is sorted once
+// and merged into the subscription in one pass: inserted one name at a
+// time, 100,000 names took seconds under c.mu.
+func (c *deltaStream) applySubscriptions(w *watch, req *discoveryv3.DeltaDiscoveryRequest, first bool) (subscriptionChange, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	wasWildcard := w.resource.Wildcard
@@ -115,7 +126,7 @@ func (c *deltaStream) applySubscriptions(w *watch, req *discoveryv3.DeltaDiscove
 		names = sortedDifference(names, dropped)
 	}
 	if err := c.checkSubscribed(w, len(names)); err != nil {
-		return nil, false, err
+		return subscriptionChange{}, err
 	}
 
 	// A name subscribed to again, or one the wildcard already brought, is
@@ -137,10 +148,21 @@ func (c *deltaStream) applySubscriptions(w *watch, req *discoveryv3.DeltaDiscove
 		}
 	}
 	w.resend(again)
+	crossed := false
 	if !wildcard {
-		// The client forgets what it unsubscribed from.
+		// The client forgets what it unsubscribed from, unless a response
+		// that carries it may have crossed the request: a client that
+		// stores what it receives whether it asked for it or not would
+		// then hold a copy that no later push removes.
+		inFlight := w.awaitsAnswer()
 		for _, name := range dropped {
-			w.sent.remove(name)
+			_, held := w.sent.get(name)
+			switch {
+			case held && inFlight:
+				crossed = true
+			case held:
+				w.sent.remove(name)
+			}
 		}
 	}
 	if first {
@@ -149,7 +171,7 @@ func (c *deltaStream) applySubscriptions(w *watch, req *discoveryv3.DeltaDiscove
 		}
 	}
 	w.setSubscription(names, wildcard)
-	return added, wildcard && (!wasWildcard || star), nil
+	return subscriptionChange{added: added, wildcardAdded: wildcard && (!wasWildcard || star), crossed: crossed}, nil
 }
 
 // push regenerates the watched types that the plan can affect for this

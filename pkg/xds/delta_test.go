@@ -207,6 +207,38 @@ func TestDeltaSubscriptionsUpdatesAndRemovals(t *testing.T) {
 	}
 }
 
+// TestDeltaUnsubscribeCrossingAResponse: an unsubscription can cross a
+// response that carries the name. A client that stores what it receives
+// whether it still asks for it or not would then hold a copy that the
+// server no longer counts, and that no later push removes; so the server
+// answers such an unsubscription with the name's removal. Once the client
+// has answered the last response, nothing can be on its way, and an
+// unsubscription needs no answer.
+func TestDeltaUnsubscribeCrossingAResponse(t *testing.T) {
+	h := newHarness(t, harnessConfig{seed: seedAB})
+	c := h.delta("client")
+	a, b := hostname("a"), hostname("b")
+
+	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResourceNamesSubscribe: []string{a, b}})
+	eds := c.expect(EndpointType)
+	checkDelta(t, "EDS subscribe a and b", eds, []string{a, b}, nil)
+	c.ack(eds)
+
+	setEndpoints(h.store, "a", "10.1.0.11")
+	checkDelta(t, "EDS after a's endpoints changed", c.expect(EndpointType), []string{a}, nil)
+	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResourceNamesUnsubscribe: []string{a}})
+	eds = c.expect(EndpointType)
+	checkDelta(t, "EDS answer to unsubscribing a before the ACK", eds, nil, []string{a})
+	c.ack(eds)
+	c.expectQuiet("after the ACK of a's removal")
+
+	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResourceNamesUnsubscribe: []string{b}})
+	c.expectQuiet("after unsubscribing b with nothing unanswered")
+	if st := h.syncStatus("client", EndpointType); st.Subscribed != 0 || st.Resources != 0 {
+		t.Fatalf("EDS state after both unsubscriptions = %+v, want nothing subscribed or held", st)
+	}
+}
+
 func TestDeltaNackIsRecordedAndNotResent(t *testing.T) {
 	h := newHarness(t, harnessConfig{seed: seedAB})
 	c := h.delta("client")

@@ -263,7 +263,7 @@ func TestDeltaSubscriptionLists(t *testing.T) {
 			c := &deltaStream{connection: &connection{s: &Server{opts: Options{MaxSubscribedNames: defaultMaxSubscribedNames}}, watches: map[string]*watch{}}}
 			w := &watch{typeURL: EndpointType}
 			w.setSubscription(tc.had, false)
-			added, _, err := c.applySubscriptions(w, &discoveryv3.DeltaDiscoveryRequest{TypeUrl: EndpointType,
+			sub, err := c.applySubscriptions(w, &discoveryv3.DeltaDiscoveryRequest{TypeUrl: EndpointType,
 				ResourceNamesSubscribe: tc.subscribe, ResourceNamesUnsubscribe: tc.unsubscribe}, false)
 			if err != nil {
 				t.Fatal(err)
@@ -271,8 +271,8 @@ func TestDeltaSubscriptionLists(t *testing.T) {
 			if got := w.resource.ResourceNames; !slices.Equal(got, tc.want) || w.resource.Wildcard != tc.wildcard {
 				t.Errorf("subscription %v (wildcard %v), want %v (wildcard %v)", got, w.resource.Wildcard, tc.want, tc.wildcard)
 			}
-			if !slices.Equal(added, tc.wantAdded) {
-				t.Errorf("added %v, want %v", added, tc.wantAdded)
+			if !slices.Equal(sub.added, tc.wantAdded) {
+				t.Errorf("added %v, want %v", sub.added, tc.wantAdded)
 			}
 		})
 	}

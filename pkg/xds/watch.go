@@ -89,6 +89,12 @@ func (w *watch) subscriptionHash() uint64 {
 	return w.namesHash
 }
 
+// awaitsAnswer reports whether the client has neither ACKed nor NACKed the
+// last response of w, which may then still be on its way to it.
+func (w *watch) awaitsAnswer() bool {
+	return w.sentNonce != "" && w.ackedNonce != w.sentNonce && (w.nack == nil || w.nack.Nonce != w.sentNonce)
+}
+
 // subscribed reports whether w currently asks for anything.
 func (w *watch) subscribed() bool {
 	return w.resource.Wildcard || len(w.resource.ResourceNames) > 0
