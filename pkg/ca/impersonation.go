@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
@@ -59,8 +60,9 @@ func NewNodeAuthorizer(kube kubernetes.Interface, trusted []types.NamespacedName
 }
 
 // Authorize returns nil when caller may have target's identity; otherwise
-// an error wrapping ErrPermissionDenied (or ErrUnavailable when the API
-// server could not be asked).
+// an error wrapping ErrPermissionDenied, or ErrUnavailable when the API
+// server gave no answer (unreachable, overloaded, timed out), the one case
+// where the caller should retry.
 //
 // The caller's node comes from its own Pod, as istiod finds it: the token
 // must be bound to a Pod (TokenReview pod-name and pod-uid extras), that
@@ -78,7 +80,14 @@ func (n *NodeAuthorizer) Authorize(ctx context.Context, caller *Caller, target I
 		return fmt.Errorf("%w: impersonation needs a Pod-bound ServiceAccount token, so that the caller's node is known", ErrPermissionDenied)
 	}
 	pod, err := n.kube.CoreV1().Pods(caller.Identity.Namespace).Get(ctx, caller.PodName, metav1.GetOptions{})
-	if err != nil {
+	switch {
+	case apierrors.IsNotFound(err):
+		// The API server did answer: the Pod is gone (deleted since the
+		// TokenReview accepted its token). That is final, not a passing
+		// failure: without its Pod the caller has no node, so it cannot
+		// show that the identity it asks for runs beside it.
+		return fmt.Errorf("%w: the caller's Pod %s/%s no longer exists", ErrPermissionDenied, caller.Identity.Namespace, caller.PodName)
+	case err != nil:
 		return fmt.Errorf("%w: get the caller's Pod %s/%s: %v", ErrUnavailable, caller.Identity.Namespace, caller.PodName, err)
 	}
 	switch {

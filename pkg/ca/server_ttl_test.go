@@ -33,7 +33,7 @@ func TestCreateCertificateRefusesLifetimesAboveTheMax(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			metrics := NewMetrics(nil)
-			s, err := NewServer(ServerOptions{Authority: a, Authenticators: []Authenticator{proven{testID}}, Metrics: metrics, Logger: discard()})
+			s, err := NewServer(ServerOptions{Authority: a, Authenticators: []Authenticator{proven{Identity: testID}}, Metrics: metrics, Logger: discard()})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -118,7 +118,7 @@ func TestCreateCertificateFromAnExpiredCA(t *testing.T) {
 	expired := validity{now.Add(-48 * time.Hour), now.Add(-24 * time.Hour)}
 	a := loadedAt(t, now.Add(-36*time.Hour), newCAChain(t, expired))
 	metrics := NewMetrics(nil)
-	s, err := NewServer(ServerOptions{Authority: a, Authenticators: []Authenticator{proven{testID}}, Metrics: metrics, Logger: discard()})
+	s, err := NewServer(ServerOptions{Authority: a, Authenticators: []Authenticator{proven{Identity: testID}}, Metrics: metrics, Logger: discard()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,11 +134,16 @@ func TestCreateCertificateFromAnExpiredCA(t *testing.T) {
 	}
 }
 
-// proven is an Authenticator that accepts every caller as id.
-type proven struct{ id Identity }
+// proven is an Authenticator that accepts every caller as this one. It
+// can also hold a proven caller whose Pod the API server no longer has:
+// with a real token, the TokenReview itself would refuse it once the Pod
+// is gone, and the window between the two checks cannot be forced.
+type proven Caller
 
 func (proven) Name() string { return "test" }
 
 func (p proven) Authenticate(context.Context) (*Caller, error) {
-	return &Caller{Identity: p.id, Method: "test"}, nil
+	c := Caller(p)
+	c.Method = "test"
+	return &c, nil
 }
