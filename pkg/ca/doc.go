@@ -32,7 +32,8 @@
 //     istiod's are (citadel_server_*, including the root and cert-chain
 //     expiry gauges), so existing dashboards keep working.
 //   - Publishing the root (rootcert.go): the ConfigMap istio-ca-root-cert
-//     in every namespace, repaired when edited or deleted and rewritten
+//     (the certificates of root-cert.pem encoded anew, never the file) in
+//     every namespace, repaired when edited or deleted and rewritten
 //     when the root changes, so workloads can trust the CA before they hold
 //     a certificate. The control plane runs it on its elected leader only.
 //

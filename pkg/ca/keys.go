@@ -115,6 +115,15 @@ func encodeCertificate(c *x509.Certificate) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})
 }
 
+// encodeCertificates is certs as PEM, one block each, in order.
+func encodeCertificates(certs []*x509.Certificate) []byte {
+	var b []byte
+	for _, c := range certs {
+		b = append(b, encodeCertificate(c)...)
+	}
+	return b
+}
+
 // publicKeysEqual reports whether key is the private half of cert's key.
 func publicKeysEqual(cert *x509.Certificate, key crypto.Signer) bool {
 	type equaler interface{ Equal(crypto.PublicKey) bool }

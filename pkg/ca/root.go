@@ -119,7 +119,8 @@ func (a *Authority) Source() Source { return a.source }
 func (a *Authority) TrustDomain() string { return a.opts.TrustDomain }
 
 // RootPEM is the root certificate(s) to publish (istio-ca-root-cert,
-// root-cert.pem) and to return as the last element of a cert_chain.
+// root-cert.pem) and to return as the last element of a cert_chain: the
+// certificates of root-cert.pem alone, each encoded anew.
 func (a *Authority) RootPEM() []byte { return bytes.Clone(a.rootPEM) }
 
 // RootPool holds the roots, for verifying certificates this CA issued.
@@ -259,14 +260,13 @@ func newAuthority(opts Options, source Source, caCertPEM, caKeyPEM, chainPEM, ro
 	}
 
 	// Without root-cert.pem the signing certificate must be the root itself.
+	var roots []*x509.Certificate
 	if len(bytes.TrimSpace(rootPEM)) == 0 {
 		if !bytes.Equal(cert.RawIssuer, cert.RawSubject) || cert.CheckSignatureFrom(cert) != nil {
 			return nil, fmt.Errorf("%s (%s) is not self-signed, so %s is required", CACertKey, cert.Subject, RootCertKey)
 		}
-		rootPEM = encodeCertificate(cert)
-	}
-	roots, err := parseCertificates(rootPEM)
-	if err != nil {
+		roots = []*x509.Certificate{cert}
+	} else if roots, err = parseCertificates(rootPEM); err != nil {
 		return nil, fmt.Errorf("%s: %w", RootCertKey, err)
 	}
 	pool := x509.NewCertPool()
@@ -316,7 +316,12 @@ func newAuthority(opts Options, source Source, caCertPEM, caKeyPEM, chainPEM, ro
 
 	a := &Authority{
 		opts: opts, source: source, signer: key, cert: cert,
-		chain: chain, signerRoot: path[len(path)-1], roots: roots, rootPEM: rootPEM, rootPool: pool,
+		chain: chain, signerRoot: path[len(path)-1], roots: roots, rootPool: pool,
+		// Encoded anew from the parsed roots, never the operator's file:
+		// it is published to every namespace and every workload, and
+		// whatever else the file holds (comments, PEM headers) must not
+		// go with it.
+		rootPEM: encodeCertificates(roots),
 	}
 	for _, c := range chain {
 		a.chainPEM = append(a.chainPEM, string(encodeCertificate(c)))
