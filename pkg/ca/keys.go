@@ -1,6 +1,7 @@
 package ca
 
 import (
+	"bytes"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -85,10 +86,18 @@ func encodePrivateKey(key crypto.Signer) ([]byte, error) {
 	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
 }
 
-// parseCertificates reads every CERTIFICATE block in data, in order. Other
-// block types are an error: a key pasted into a certificate file must not
-// pass silently.
+// parseCertificates reads every CERTIFICATE block in data, in order. Text
+// around the blocks (comments, the subject= lines openssl writes) is
+// ignored: callers keep the parsed certificates, never the file, so it
+// goes no further. Refused:
+//   - a block of another type: a key pasted into a certificate file must
+//     not pass silently;
+//   - a BEGIN line that starts no valid block (broken base64, an END line
+//     of another type, an indented block). pem.Decode skips such a block
+//     as text, and a root dropped that way would break every workload
+//     that still trusts only it, in the middle of a rotation.
 func parseCertificates(data []byte) ([]*x509.Certificate, error) {
+	begins := bytes.Count(data, []byte("-----BEGIN"))
 	var certs []*x509.Certificate
 	for {
 		var block *pem.Block
@@ -104,6 +113,11 @@ func parseCertificates(data []byte) ([]*x509.Certificate, error) {
 			return nil, err
 		}
 		certs = append(certs, c)
+	}
+	if len(certs) != begins {
+		// Nothing of the broken block is quoted: it may be a key.
+		return nil, fmt.Errorf("%d of %d PEM blocks are malformed (broken base64, an END line that does not match its BEGIN line, or indented)",
+			begins-len(certs), begins)
 	}
 	if len(certs) == 0 {
 		return nil, errors.New("no certificate found")

@@ -6,6 +6,8 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -152,6 +154,11 @@ func TestNewFromPEMRefusals(t *testing.T) {
 	}()
 	weakKey := rsaKey(t, 1024)
 	_, weakCert := caCert(t, "weak", weakKey, nil, nil)
+	// Blocks pem.Decode skips as text rather than decodes: left in a
+	// file, they would pass unseen.
+	indentedKey := regexp.MustCompile(`(?m)^`).ReplaceAll(p.caKey, []byte("  "))
+	mismatchedKey := bytes.Replace(p.caKey, []byte("END PRIVATE KEY"), []byte("END EC PRIVATE KEY"), 1)
+	brokenRoot := bytes.Replace(other.rootCert, []byte("\n"), []byte("\n!"), 1)
 
 	tests := []struct {
 		name                           string
@@ -166,6 +173,14 @@ func TestNewFromPEMRefusals(t *testing.T) {
 		{"root of another CA", p.caCert, p.caKey, nil, other.rootCert, "does not chain up"},
 		{"intermediate without root", p.caCert, p.caKey, nil, nil, "root-cert.pem is required"},
 		{"key in the root file", p.caCert, p.caKey, p.certChain, p.caKey, "root-cert.pem"},
+		{"key beside the root", p.caCert, p.caKey, p.certChain, slices.Concat(p.rootCert, p.caKey), `type "PRIVATE KEY"`},
+		{"indented key beside the root", p.caCert, p.caKey, p.certChain, slices.Concat(p.rootCert, indentedKey), "root-cert.pem: 1 of 2 PEM blocks"},
+		{"key with a wrong END line beside the root", p.caCert, p.caKey, p.certChain, slices.Concat(mismatchedKey, p.rootCert), "root-cert.pem: 1 of 2 PEM blocks"},
+		// In a rotation the file holds two roots; losing one would break
+		// every workload that still holds a certificate from it.
+		{"a broken root beside a good one", p.caCert, p.caKey, p.certChain, slices.Concat(brokenRoot, p.rootCert), "root-cert.pem: 1 of 2 PEM blocks"},
+		{"a broken intermediate in the chain", p.caCert, p.caKey, slices.Concat(p.certChain, brokenRoot), p.rootCert, "cert-chain.pem: 1 of 3 PEM blocks"},
+		{"comments only in the root file", p.caCert, p.caKey, p.certChain, []byte("# the root goes here\n"), "root-cert.pem: no certificate"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
