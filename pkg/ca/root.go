@@ -127,27 +127,13 @@ func (a *Authority) RootPEM() []byte { return bytes.Clone(a.rootPEM) }
 func (a *Authority) RootPool() *x509.CertPool { return a.rootPool }
 
 // RootExpiry is when the first root expires.
-func (a *Authority) RootExpiry() time.Time {
-	t := a.roots[0].NotAfter
-	for _, r := range a.roots[1:] {
-		if r.NotAfter.Before(t) {
-			t = r.NotAfter
-		}
-	}
-	return t
-}
+func (a *Authority) RootExpiry() time.Time { return firstExpiry(a.roots) }
 
 // CertChainExpiry is when the first certificate between a leaf and the
 // root expires: the signing certificate or an intermediate. When the
 // signing certificate is the root, that is the root's expiry.
 func (a *Authority) CertChainExpiry() time.Time {
-	t := a.cert.NotAfter
-	for _, c := range a.chain {
-		if c.NotAfter.Before(t) {
-			t = c.NotAfter
-		}
-	}
-	return t
+	return firstExpiry(append([]*x509.Certificate{a.cert}, a.chain...))
 }
 
 // AuthorityProvider gives the Authority in use at the moment of the call.

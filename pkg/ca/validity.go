@@ -3,6 +3,7 @@ package ca
 import (
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -32,13 +33,8 @@ func (a *Authority) signingPath() []*x509.Certificate {
 func (a *Authority) leafValidity(now time.Time, ttl time.Duration) (notBefore, notAfter time.Time, err error) {
 	notBefore, notAfter = now.Add(-clockSkew), now.Add(ttl)
 	for _, c := range a.signingPath() {
-		switch {
-		case now.After(c.NotAfter):
-			return time.Time{}, time.Time{}, signErr(ErrCertGen, "%w: %q expired at %s; replace the CA's key material",
-				ErrCANotValid, c.Subject.String(), c.NotAfter.Format(time.RFC3339))
-		case now.Before(c.NotBefore):
-			return time.Time{}, time.Time{}, signErr(ErrCertGen, "%w: %q is not valid before %s",
-				ErrCANotValid, c.Subject.String(), c.NotBefore.Format(time.RFC3339))
+		if err := outsideValidity(c, now); err != nil {
+			return time.Time{}, time.Time{}, signErr(ErrCertGen, "%w: %w; replace the CA's key material", ErrCANotValid, err)
 		}
 		if c.NotBefore.After(notBefore) {
 			notBefore = c.NotBefore
@@ -48,4 +44,27 @@ func (a *Authority) leafValidity(now time.Time, ttl time.Duration) (notBefore, n
 		}
 	}
 	return notBefore, notAfter, nil
+}
+
+// outsideValidity names c and says how it is not valid at now; nil when it
+// is.
+func outsideValidity(c *x509.Certificate, now time.Time) error {
+	switch {
+	case now.After(c.NotAfter):
+		return fmt.Errorf("%q expired at %s", c.Subject.String(), c.NotAfter.Format(time.RFC3339))
+	case now.Before(c.NotBefore):
+		return fmt.Errorf("%q is not valid before %s", c.Subject.String(), c.NotBefore.Format(time.RFC3339))
+	}
+	return nil
+}
+
+// firstExpiry is the earliest NotAfter of certs.
+func firstExpiry(certs []*x509.Certificate) time.Time {
+	t := certs[0].NotAfter
+	for _, c := range certs[1:] {
+		if c.NotAfter.Before(t) {
+			t = c.NotAfter
+		}
+	}
+	return t
 }
