@@ -3,11 +3,12 @@
 //
 // It has these parts, each in its own file:
 //
-//   - The root of trust (root.go, keys.go). An Authority holds the signing
-//     key and certificate. LoadOrCreate takes them from the Secret `cacerts`
-//     (a plugged-in CA, in Istio's file layout) when it exists, and otherwise
-//     from the Secret `istio-ca-secret`, which it creates with a self-signed
-//     root if absent. Replicas that race to create it converge on the one
+//   - The root of trust (root.go, keys.go, certchain.go). An Authority
+//     holds the signing key and certificate, and of cert-chain.pem only the
+//     path from it to the root. LoadOrCreate takes them from the Secret
+//     `cacerts` (a plugged-in CA, in Istio's file layout) when it exists,
+//     and otherwise from the Secret `istio-ca-secret`, which it creates
+//     with a self-signed root if absent. Replicas that race to create it converge on the one
 //     that won the create.
 //   - Reloading the root (keeper.go). A Keeper holds the Authority in use
 //     and watches both Secrets (namespace-scoped informers, by name): new

@@ -259,46 +259,22 @@ func newAuthority(opts Options, source Source, caCertPEM, caKeyPEM, chainPEM, ro
 	for _, r := range roots {
 		pool.AddCert(r)
 	}
-	isRoot := func(c *x509.Certificate) bool {
-		for _, r := range roots {
-			if r.Equal(c) {
-				return true
-			}
-		}
-		return false
-	}
 
-	// The chain handed out with each leaf: the signing certificate unless it
-	// is a root, then cert-chain.pem's intermediates. Istio's cert-chain.pem
-	// usually starts with ca-cert.pem and ends with the root; both are
-	// dropped here so that no certificate appears twice in a response.
-	var chain []*x509.Certificate
-	if !isRoot(cert) {
-		chain = append(chain, cert)
-	}
+	var offered []*x509.Certificate
 	if len(bytes.TrimSpace(chainPEM)) > 0 {
-		extra, err := parseCertificates(chainPEM)
-		if err != nil {
+		if offered, err = parseCertificates(chainPEM); err != nil {
 			return nil, fmt.Errorf("%s: %w", CertChainKey, err)
 		}
-		for _, c := range extra {
-			if !c.Equal(cert) && !isRoot(c) {
-				chain = append(chain, c)
-			}
-		}
 	}
-	inter := x509.NewCertPool()
-	for _, c := range chain {
-		inter.AddCert(c)
-	}
-	verified, err := cert.Verify(x509.VerifyOptions{
-		Roots: pool, Intermediates: inter, CurrentTime: now,
-		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny},
-	})
+	path, err := pathToRoot(cert, offered, pool, now)
 	if err != nil {
-		return nil, fmt.Errorf("%s does not chain up to %s: %w", CACertKey, RootCertKey, err)
+		return nil, err
 	}
-	path := verified[0]
+	warnOffPath(opts.Logger, offered, path, roots)
+	// The chain handed out with each leaf is the path without its root:
+	// the signing certificate unless it is a root, then the
+	// intermediates, leaf side first, whatever cert-chain.pem's order.
+	chain := path[:len(path)-1]
 
 	a := &Authority{
 		opts: opts, source: source, signer: key, cert: cert,
