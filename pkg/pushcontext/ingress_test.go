@@ -89,6 +89,30 @@ func TestIngressTranslation(t *testing.T) {
 			},
 		},
 		{
+			// Exact and Prefix paths are literal: RFC 3986 lets a path
+			// segment hold "$", "(", ")", "*" and "+", and the API server
+			// accepts them (OData's /$metadata and /Items(1), /c++).
+			// ImplementationSpecific paths with them look like regular
+			// expressions, which are not supported.
+			name: "Exact and Prefix paths may hold every character of a path segment",
+			ingresses: []*model.Ingress{ing("web", "literal", 0, rule("example.com",
+				path(model.PathTypeExact, "/odata/$metadata", toPort("a", 80)),
+				path(model.PathTypeExact, "/odata/Items(1)", toPort("a", 80)),
+				path(model.PathTypePrefix, "/c++", toPort("b", 80)),
+				path(model.PathTypePrefix, "/files/*", toPort("b", 80)),
+				path(model.PathTypeImplementationSpecific, "/re(gex)+", toPort("b", 80)),
+			))},
+			want: []string{ports,
+				"example.com Exact /odata/$metadata -> " + a80 + " (web/literal)",
+				"example.com Exact /odata/Items(1) -> " + a80 + " (web/literal)",
+				"example.com Prefix /files/* -> " + b80 + " (web/literal)",
+				"example.com Prefix /c++ -> " + b80 + " (web/literal)",
+			},
+			wantProblems: map[string][]string{"web/literal": {
+				`host "example.com" path "/re(gex)+": invalid path for pathType ImplementationSpecific: '(' is not allowed (regular expressions, queries and fragments are not supported); dropped`,
+			}},
+		},
+		{
 			name: "longer paths first, Exact before Prefix at equal length",
 			ingresses: []*model.Ingress{ing("web", "order", 0, rule("example.com",
 				path(model.PathTypePrefix, "/", toPort("b", 80)),
@@ -213,7 +237,7 @@ func TestIngressTranslation(t *testing.T) {
 				`host "example.com" path "/no-port": backend service web/a names no port; dropped`,
 				`host "example.com" path "/q?x=1": invalid path for pathType Prefix: '?' is not allowed (regular expressions, queries and fragments are not supported); dropped`,
 				`host "example.com" path "/r": unknown pathType "Regex"; dropped`,
-				`host "example.com" path "/re(gex)?": invalid path for pathType Exact: '(' is not allowed (regular expressions, queries and fragments are not supported); dropped`,
+				`host "example.com" path "/re(gex)?": invalid path for pathType Exact: '?' is not allowed (regular expressions, queries and fragments are not supported); dropped`,
 				`host "example.com" path "/resource": resource backends (StorageBucket) are not supported; dropped`,
 				`host "example.com" path "relative": invalid path: it must start with "/"; dropped`,
 			}},

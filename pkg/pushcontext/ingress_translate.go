@@ -214,9 +214,11 @@ func (t *ingressTranslation) addServiceDep(dep serviceDep) {
 // matching. ImplementationSpecific is read as Istio reads it (see
 // implementationSpecific). The problem is "" for a valid path.
 func normalizePath(pathType model.PathType, path string) (model.PathType, string, string) {
+	written, invalid := pathType, notLiteralPathChar
 	switch pathType {
 	case model.PathTypeExact, model.PathTypePrefix:
 	case model.PathTypeImplementationSpecific, "":
+		written, invalid = model.PathTypeImplementationSpecific, notPathChar
 		pathType, path = implementationSpecific(path)
 	default:
 		return "", "", "unknown pathType " + strconv.Quote(string(pathType))
@@ -224,8 +226,8 @@ func normalizePath(pathType model.PathType, path string) (model.PathType, string
 	if !strings.HasPrefix(path, "/") {
 		return "", "", "invalid path: it must start with \"/\""
 	}
-	if i := strings.IndexFunc(path, notPathChar); i >= 0 {
-		return "", "", "invalid path for pathType " + string(pathType) + ": " + strconv.QuoteRune(rune(path[i])) +
+	if i := strings.IndexFunc(path, invalid); i >= 0 {
+		return "", "", "invalid path for pathType " + string(written) + ": " + strconv.QuoteRune(rune(path[i])) +
 			" is not allowed (regular expressions, queries and fragments are not supported)"
 	}
 	if pathType == model.PathTypePrefix && len(path) > 1 {
@@ -255,13 +257,23 @@ func implementationSpecific(path string) (model.PathType, string) {
 	return model.PathTypeExact, path
 }
 
-// notPathChar reports the characters that make a path regex-like, or that
-// Envoy's path matchers reject (queries, fragments, whitespace, controls).
-func notPathChar(r rune) bool {
+// notLiteralPathChar reports the characters that no request path holds as
+// they are: queries, fragments, whitespace, controls, and what RFC 3986
+// makes a client percent-encode. Exact and Prefix paths are matched
+// literally, so the sub-delimiters a path segment may hold ("$", "(", ")",
+// "*", "+" and the rest) are as valid in them as they are to the API server.
+func notLiteralPathChar(r rune) bool {
 	if r <= ' ' || r == 0x7f {
 		return true
 	}
-	return strings.ContainsRune(`^$*+?()[]{}|\#`, r)
+	return strings.ContainsRune(`^?[]{}|\#`, r)
+}
+
+// notPathChar also refuses, in ImplementationSpecific paths, the characters
+// that make a path look like a regular expression: other controllers read
+// such paths as one, and a literal match would silently route otherwise.
+func notPathChar(r rune) bool {
+	return notLiteralPathChar(r) || strings.ContainsRune(`$*+()`, r)
 }
 
 func containsString(list []string, s string) bool {
