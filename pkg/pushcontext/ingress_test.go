@@ -167,6 +167,33 @@ func TestIngressTranslation(t *testing.T) {
 			},
 		},
 		{
+			// Host names are case-insensitive, and Envoy refuses a route
+			// configuration in which two virtual hosts share a domain in
+			// any case: that would take down every Ingress's routes. The
+			// API server only takes lower-case hosts; files take any.
+			name: "hosts differing only in case are one host",
+			ingresses: []*model.Ingress{
+				ing("web", "upper", 0, rule("Shop.Example.com", path(model.PathTypePrefix, "/a", toPort("a", 80)))),
+				ing("web", "lower", 1, rule("shop.example.com",
+					path(model.PathTypePrefix, "/b", toPort("b", 80)),
+					path(model.PathTypePrefix, "/a", toPort("b", 80)),
+				)),
+				ing("web", "wild", 2,
+					rule("*.EXAMPLE.com", path(model.PathTypePrefix, "/", toPort("a", 80))),
+					rule("*.example.com", path(model.PathTypePrefix, "/w", toPort("b", 80))),
+				),
+			},
+			want: []string{ports,
+				"*.example.com Prefix /w -> " + b80 + " (web/wild)",
+				"*.example.com Prefix / -> " + a80 + " (web/wild)",
+				"shop.example.com Prefix /a -> " + a80 + " (web/upper)",
+				"shop.example.com Prefix /b -> " + b80 + " (web/lower)",
+			},
+			wantProblems: map[string][]string{"web/lower": {
+				`host "shop.example.com" Prefix path "/a": already routed by web/upper; dropped`,
+			}},
+		},
+		{
 			name: "Ingresses sharing a host merge oldest first; later duplicates are dropped and reported",
 			ingresses: []*model.Ingress{
 				ing("web", "newer", 5, rule("example.com",

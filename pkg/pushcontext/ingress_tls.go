@@ -97,8 +97,8 @@ func (t *ingressTranslation) addSecretDep(name model.NamespacedName, sec *model.
 	t.secrets = append(t.secrets, secretDep{name: name, secret: sec})
 }
 
-// tlsHosts is a TLS entry's hosts, sorted and deduplicated: its own, else
-// the Ingress's rule hosts, else any host.
+// tlsHosts is a TLS entry's hosts, lower-cased, sorted and deduplicated:
+// its own, else the Ingress's rule hosts, else any host.
 func tlsHosts(declared, ruleHosts []string) []string {
 	var hosts []string
 	switch {
@@ -108,7 +108,9 @@ func tlsHosts(declared, ruleHosts []string) []string {
 			if h == "" {
 				h = anyHost
 			}
-			hosts = append(hosts, h)
+			// Lower case, as rule hosts are, so that a host is claimed once
+			// whatever its spelling.
+			hosts = append(hosts, strings.ToLower(h))
 		}
 	case len(ruleHosts) > 0:
 		hosts = slices.Clone(ruleHosts)

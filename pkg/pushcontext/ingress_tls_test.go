@@ -119,6 +119,27 @@ func TestIngressTLS(t *testing.T) {
 			},
 			wantSecrets: []string{"web/cert"},
 		},
+		{
+			// The gateway picks one certificate per SNI name, which is
+			// case-insensitive: the older Ingress keeps the host.
+			name: "TLS hosts differing only in case are one host",
+			ingresses: []*model.Ingress{
+				withTLS(ing("web", "second", 2, hostRule("a.example.com")), "other", "a.example.com"),
+				withTLS(ing("web", "first", 1, hostRule("A.Example.com")), "cert", "A.EXAMPLE.com"),
+			},
+			extra: secrets(tlsSecret("web", "cert", good), tlsSecret("web", "other", other)),
+			want: []string{"ports 8080 8443",
+				route("a.example.com", "first"),
+				"tls a.example.com kubernetes://web/cert (web/first)",
+			},
+			wantProblems: map[string][]string{
+				"web/second": {
+					`TLS host "a.example.com" is already served by web/first with secret web/cert; dropped from secret web/other`,
+					`host "a.example.com" Prefix path "/": already routed by web/first; dropped`,
+				},
+			},
+			wantSecrets: []string{"web/cert"},
+		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

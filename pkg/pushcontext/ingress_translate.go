@@ -81,7 +81,10 @@ func (tr *ingressTranslator) translate(ing *model.Ingress) *ingressTranslation {
 	}
 	t.routes = make([]hostRoute, 0, paths)
 	for _, rule := range ing.Rules {
-		host := rule.Host
+		// Host names are case-insensitive, and Envoy refuses two virtual
+		// hosts whose domains differ only in case: the one spelling merges
+		// them. The API server takes lower case only; files take any.
+		host := strings.ToLower(rule.Host)
 		if host == "" {
 			host = anyHost
 		}
