@@ -216,7 +216,8 @@ func (w *IngressStatusWriter) reconcile(ctx context.Context, key model.Namespace
 		return nil // deleted: nothing to write
 	}
 	target := w.target.Load()
-	owned := target.ownership.Owns(ing, w.opts.Store.IngressClasses())
+	classes := w.opts.Store.IngressClasses()
+	owned := target.ownership.Owns(ing, classes)
 	gateway := gatewayAddresses(w.opts.Store.Service(target.gateway))
 	if !statusNeedsUpdate(ing.LoadBalancer, gateway, owned) {
 		w.metrics.StatusWrites.WithLabelValues(StatusUnchanged).Inc()
@@ -231,6 +232,10 @@ func (w *IngressStatusWriter) reconcile(ctx context.Context, key model.Namespace
 		if err != nil {
 			return err
 		}
+		// Ownership too is judged from what was just read: the store may
+		// not have seen the Ingress move to another controller yet, and
+		// writing our addresses would replace that controller's.
+		owned = target.ownership.Owns(ConvertIngress(cur), classes)
 		next, changed := nextStatus(cur.Status.LoadBalancer.Ingress, gateway, owned)
 		if !changed {
 			return nil

@@ -249,6 +249,38 @@ func TestIngressStatusReconcileStaleStore(t *testing.T) {
 	}
 }
 
+// TestIngressStatusReconcileStaleOwnership: the store still shows the
+// Ingress as ours, but it has already moved to another controller, which
+// wrote its own address. A reconcile made before the store catches up (a
+// gateway change reconciles every Ingress) must judge ownership from the
+// object it re-read, not overwrite the other controller's status.
+func TestIngressStatusReconcileStaleOwnership(t *testing.T) {
+	f := newStatusFixture(t, "istio")
+	ings := f.client.NetworkingV1().Ingresses("shop")
+	ing, err := ings.Get(context.Background(), "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ing.Spec.IngressClassName = ptr("nginx")
+	if ing, err = ings.Update(context.Background(), ing, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ing.Status.LoadBalancer.Ingress = []networkingv1.IngressLoadBalancerIngress{apiIP("203.0.113.7")}
+	if _, err := ings.UpdateStatus(context.Background(), ing, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.client.ClearActions()
+	if err := f.writer.reconcile(context.Background(), f.key); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"get"}, f.verbs()); diff != "" {
+		t.Errorf("API calls (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]networkingv1.IngressLoadBalancerIngress{apiIP("203.0.113.7")}, f.status(t)); diff != "" {
+		t.Errorf("status (-want +got):\n%s", diff)
+	}
+}
+
 func TestIngressStatusReconcileConflict(t *testing.T) {
 	f := newStatusFixture(t, "istio")
 	conflicts := 2
