@@ -328,12 +328,10 @@ func (c *h2conn) headers(f *http2.MetaHeadersFrame) error {
 		c.resetID(id, http2.ErrCodeRefusedStream)
 		return nil
 	}
-	method, authority := f.PseudoValue("method"), f.PseudoValue("authority")
-	if authority == "" {
-		authority = headerValue(f, "host")
-	}
-	if method == "" {
+	req, err := parseRequest(f)
+	if err != nil {
 		c.mu.Unlock()
+		c.s.log.Info("hbone request malformed", "peer", c.ci.peer, "src", c.ci.remote, "stream", id, "err", err)
 		c.resetID(id, http2.ErrCodeProtocol)
 		return nil
 	}
@@ -343,17 +341,8 @@ func (c *h2conn) headers(f *http2.MetaHeadersFrame) error {
 	c.streams[id] = st
 	c.wg.Add(1)
 	c.mu.Unlock()
-	go c.s.serveStream(st, method, authority)
+	go c.s.serveStream(st, req)
 	return nil
-}
-
-func headerValue(f *http2.MetaHeadersFrame, name string) string {
-	for _, hf := range f.RegularFields() {
-		if hf.Name == name {
-			return hf.Value
-		}
-	}
-	return ""
 }
 
 // data queues a DATA frame's bytes for its stream's destination.

@@ -53,7 +53,7 @@ func (s *Server) refuse(h *h2stream, info StreamInfo, code int, reason Reason, e
 
 // serveStream answers one CONNECT stream and, once it is allowed and
 // dialled, relays it.
-func (s *Server) serveStream(h *h2stream, method, authority string) {
+func (s *Server) serveStream(h *h2stream, req request) {
 	c := h.c
 	defer c.streamDone(h)
 	defer func() {
@@ -65,12 +65,12 @@ func (s *Server) serveStream(h *h2stream, method, authority string) {
 		}
 	}()
 	info := StreamInfo{Peer: c.ci.peer, Local: c.ci.local, Remote: c.ci.remote}
-	if method != http.MethodConnect {
-		s.refuse(h, info, http.StatusMethodNotAllowed, ReasonMethod, errors.New("method "+method),
+	if req.method != http.MethodConnect {
+		s.refuse(h, info, http.StatusMethodNotAllowed, ReasonMethod, errors.New("method "+req.method),
 			[2]string{"allow", http.MethodConnect})
 		return
 	}
-	dest, err := netip.ParseAddrPort(authority)
+	dest, err := netip.ParseAddrPort(req.authority)
 	if err == nil && (dest.Port() == 0 || dest.Addr().Zone() != "" || !dest.Addr().IsValid()) {
 		err = errors.New("not an ip:port")
 	}

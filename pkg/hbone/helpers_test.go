@@ -287,3 +287,21 @@ func waitUntil(d time.Duration, cond func() bool) bool {
 	}
 	return true
 }
+
+// relays checks that stream 1 of the tunnel still carries bytes both ways.
+func (tun tunnel) relays(t *testing.T) {
+	t.Helper()
+	tun.c.send(1, []byte("ping"))
+	got := make([]byte, len("ping"))
+	tun.up.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(tun.up, got); err != nil || string(got) != "ping" {
+		t.Fatalf("the destination read %q, %v; want %q", got, err, "ping")
+	}
+	tun.up.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	if _, err := tun.up.Write([]byte("pong")); err != nil {
+		t.Fatalf("the destination could not write: %v", err)
+	}
+	if d := tun.c.until(http2.FrameData, 1).(*http2.DataFrame); string(d.Data()) != "pong" {
+		t.Fatalf("the source read %q, want %q", d.Data(), "pong")
+	}
+}

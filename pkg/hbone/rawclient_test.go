@@ -64,10 +64,17 @@ func dialRaw(t *testing.T, m *mesh, node netip.AddrPort, settings ...http2.Setti
 // connect opens stream id as a CONNECT to dest, its request left open.
 func (c *rawClient) connect(id uint32, dest netip.AddrPort, extra ...hpack.HeaderField) {
 	c.t.Helper()
+	c.request(id, append([]hpack.HeaderField{
+		{Name: ":method", Value: "CONNECT"},
+		{Name: ":authority", Value: dest.String()},
+	}, extra...)...)
+}
+
+// request opens stream id with exactly these fields, its request left open.
+func (c *rawClient) request(id uint32, fields ...hpack.HeaderField) {
+	c.t.Helper()
 	c.hbuf.Reset()
-	c.enc.WriteField(hpack.HeaderField{Name: ":method", Value: "CONNECT"})
-	c.enc.WriteField(hpack.HeaderField{Name: ":authority", Value: dest.String()})
-	for _, f := range extra {
+	for _, f := range fields {
 		c.enc.WriteField(f)
 	}
 	if err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: c.hbuf.Bytes(), EndHeaders: true}); err != nil {

@@ -1,0 +1,57 @@
+package hbone
+
+import (
+	"errors"
+	"net/http"
+
+	"golang.org/x/net/http2"
+)
+
+// request is what the HEADERS that open a stream ask for.
+type request struct {
+	method, authority string
+}
+
+// parseRequest reads a request's pseudo-header fields, or says why they
+// make it malformed (RFC 9113 §8.1.1): a stream error PROTOCOL_ERROR, never
+// a response. The framer has already refused unknown, repeated and
+// misplaced ones (§8.3).
+func parseRequest(f *http2.MetaHeadersFrame) (request, error) {
+	var r request
+	var hasAuthority, hasScheme, hasPath bool
+	for _, hf := range f.PseudoFields() {
+		switch hf.Name {
+		case ":method":
+			r.method = hf.Value
+		case ":authority":
+			r.authority, hasAuthority = hf.Value, hf.Value != ""
+		case ":scheme":
+			hasScheme = true
+		case ":path":
+			hasPath = true
+		case ":protocol":
+			// Extended CONNECT is only for a server that offered
+			// SETTINGS_ENABLE_CONNECT_PROTOCOL (RFC 8441 §3), which
+			// HBONE never does.
+			return r, errors.New("request with :protocol")
+		}
+	}
+	switch {
+	case r.method == "":
+		return r, errors.New("request without :method")
+	case r.method != http.MethodConnect:
+		// Refused with 405 if well-formed: every method but CONNECT
+		// needs :scheme and :path (§8.3.1).
+		if !hasScheme || !hasPath {
+			return r, errors.New(r.method + " request without :scheme and :path")
+		}
+	case hasScheme || hasPath:
+		// §8.5: a CONNECT names its destination in :authority alone.
+		return r, errors.New("CONNECT with :scheme or :path")
+	case !hasAuthority:
+		// Nor does a host header stand in for it, as it may for
+		// other methods (§8.3.1).
+		return r, errors.New("CONNECT without :authority")
+	}
+	return r, nil
+}
