@@ -167,3 +167,24 @@ func (c *rawClient) goneAway(code http2.ErrCode) {
 		}
 	}
 }
+
+// resetAlone returns once the server has handled every frame sent so far,
+// checking that meanwhile it sent stream id one frame, RST_STREAM with
+// code, and went on serving the connection (no GOAWAY).
+func (c *rawClient) resetAlone(id uint32, code http2.ErrCode) {
+	c.t.Helper()
+	var got []http2.FrameHeader
+	var rst *http2.RSTStreamFrame
+	for _, f := range c.sync() {
+		if g, ok := f.(*http2.GoAwayFrame); ok {
+			c.t.Fatalf("GOAWAY %v, want a stream error", g.ErrCode)
+		}
+		if f.Header().StreamID == id {
+			got = append(got, f.Header())
+			rst, _ = f.(*http2.RSTStreamFrame)
+		}
+	}
+	if len(got) != 1 || rst == nil || rst.ErrCode != code {
+		c.t.Fatalf("stream %d got %v, want RST_STREAM %v alone", id, got, code)
+	}
+}
