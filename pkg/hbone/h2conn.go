@@ -311,13 +311,17 @@ func (c *h2conn) headers(f *http2.MetaHeadersFrame) error {
 	id := f.StreamID
 	c.mu.Lock()
 	if st := c.streams[id]; st != nil {
-		defer c.mu.Unlock()
-		if !f.StreamEnded() || st.remoteDone {
-			return connErr(http2.ErrCodeProtocol)
+		// A CONNECT request has no trailers: after its HEADERS only DATA
+		// and stream management frames may come (RFC 9113 §8.5), and
+		// after its END_STREAM none but the latter (§5.1). Either way
+		// the stream alone is broken; the field block was decoded, so
+		// the connection serves on.
+		code := http2.ErrCodeProtocol
+		if st.remoteDone {
+			code = http2.ErrCodeStreamClosed
 		}
-		st.remoteDone = true
-		st.cond.Broadcast()
-		return nil
+		c.mu.Unlock()
+		return http2.StreamError{StreamID: id, Code: code}
 	}
 	if err := c.openIDLocked(id); err != nil {
 		c.mu.Unlock()

@@ -246,6 +246,22 @@ func (p *pendingDial) connect(t testing.TB) net.Conn {
 	return b
 }
 
+// connectTCP completes the dial with a loopback TCP connection, which
+// unlike a pipe can be half-closed, and returns the destination's end.
+func (p *pendingDial) connectTCP(t *testing.T) net.Conn {
+	t.Helper()
+	dest, accepted := hold(t, "127.0.0.1:0")
+	a, err := net.Dial("tcp", dest.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	p.answer <- a
+	up := <-accepted
+	t.Cleanup(func() { up.Close() })
+	return up
+}
+
 func (p *pendingDial) fail() { p.answer <- nil }
 
 // onlyConn is the node's one HTTP/2 connection, for looking at its state.
