@@ -37,6 +37,10 @@ const (
 	refreshDivisor = 4
 	// The largest flow-control window HTTP/2 allows (RFC 9113 §6.9.1).
 	maxWindow = 1<<31 - 1
+	// The largest field section a request may carry, decoded, as
+	// SETTINGS_MAX_HEADER_LIST_SIZE counts it (§6.5.2); a CONNECT needs
+	// a few dozen bytes.
+	maxHeaderListSize = 64 << 10
 )
 
 var errStreamReset = errors.New("hbone: stream reset")
@@ -98,7 +102,7 @@ func (s *Server) serveH2(nc *batchedTLS, ci connInfo) {
 	defer c.end()
 	c.fr = http2.NewFramer(&c.out, nc)
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
-	c.fr.MaxHeaderListSize = 64 << 10
+	c.fr.MaxHeaderListSize = maxHeaderListSize
 	c.fr.SetMaxReadFrameSize(readFrameSize)
 	c.fr.SetReuseFrames()
 	c.enc = hpack.NewEncoder(&c.hbuf)
@@ -116,6 +120,7 @@ func (s *Server) serveH2(nc *batchedTLS, ci connInfo) {
 			http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: s.cfg.MaxConcurrentStreams},
 			http2.Setting{ID: http2.SettingInitialWindowSize, Val: streamWindow},
 			http2.Setting{ID: http2.SettingMaxFrameSize, Val: readFrameSize},
+			http2.Setting{ID: http2.SettingMaxHeaderListSize, Val: maxHeaderListSize},
 		); err != nil {
 			return err
 		}

@@ -65,6 +65,12 @@ func (s *Server) serveStream(h *h2stream, req request) {
 		}
 	}()
 	info := StreamInfo{Peer: c.ci.peer, Local: c.ci.local, Remote: c.ci.remote}
+	if req.tooLarge {
+		// RFC 9113 §10.5.1 suggests 431 for a field section larger than
+		// the server is willing to handle.
+		s.refuse(h, info, http.StatusRequestHeaderFieldsTooLarge, ReasonHeaders, errors.New("header list over 64 KiB"))
+		return
+	}
 	if req.method != http.MethodConnect {
 		s.refuse(h, info, http.StatusMethodNotAllowed, ReasonMethod, errors.New("method "+req.method),
 			[2]string{"allow", http.MethodConnect})

@@ -2,6 +2,7 @@ package hbone
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 
 	"golang.org/x/net/http2"
@@ -52,4 +53,57 @@ func TestHeadersOnAnOpenStreamResetIt(t *testing.T) {
 			tun.relays(t)
 		})
 	}
+}
+
+// A request whose field section exceeds the size the node advertises
+// (SETTINGS_MAX_HEADER_LIST_SIZE, §6.5.2) is answered 431 (§10.5.1) and
+// never dialled. Its field block is decoded to the end all the same, so
+// the connection's HPACK state holds and its other streams relay on.
+func TestHeaderListTooLarge(t *testing.T) {
+	m := newMesh(t)
+	dest := netip.MustParseAddrPort("127.0.0.1:9")
+	tun := openTunnel(t, m, dest)
+	c := tun.c
+	if got := c.settings[http2.SettingMaxHeaderListSize]; got != maxHeaderListSize {
+		t.Errorf("SETTINGS_MAX_HEADER_LIST_SIZE %d, want %d", got, maxHeaderListSize)
+	}
+
+	c.hbuf.Reset()
+	c.enc.WriteField(hpack.HeaderField{Name: ":method", Value: "CONNECT"})
+	c.enc.WriteField(hpack.HeaderField{Name: ":authority", Value: dest.String()})
+	block := c.overLimit()
+	if err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 3, BlockFragment: block, EndHeaders: true}); err != nil {
+		t.Fatal(err)
+	}
+	h := c.until(http2.FrameHeaders, 3).(*http2.MetaHeadersFrame)
+	if got := h.PseudoValue("status"); got != "431" {
+		t.Errorf("status %s, want 431", got)
+	}
+	if got := tun.n.dials.Load(); got != 1 {
+		t.Errorf("%d dials, want only stream 1's", got)
+	}
+	tun.relays(t)
+	// Sent again, the big field is a reference to the dynamic table
+	// entry the refused request made: this stream opens only if the
+	// node decoded that request to the end.
+	c.connect(5, dest, bigField)
+	tun.gate.next(t).connect(t)
+	c.until(http2.FrameHeaders, 5)
+	if got := tun.n.counters.Refusals(Inbound, ReasonHeaders); got != 1 {
+		t.Errorf("%d refusals for %q, want 1", got, ReasonHeaders)
+	}
+}
+
+// bigField fits in HPACK's default dynamic table (4096 bytes) beside a
+// CONNECT's fields, so that all stay in it to be referred to.
+var bigField = hpack.HeaderField{Name: "x-big", Value: strings.Repeat("a", 3000)}
+
+// overLimit adds to the field block being encoded fields that decode to
+// more than maxHeaderListSize bytes in a few KiB (bigField, then references
+// to it in the dynamic table), and returns the block.
+func (c *rawClient) overLimit() []byte {
+	for range maxHeaderListSize/bigField.Size() + 1 {
+		c.enc.WriteField(bigField)
+	}
+	return c.hbuf.Bytes()
 }

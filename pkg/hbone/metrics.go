@@ -35,6 +35,7 @@ const (
 	ReasonStatus    Reason = "status"    // outbound: the server answered other than 200
 	ReasonTransport Reason = "transport" // outbound: the HTTP/2 connection failed
 	ReasonDraining  Reason = "draining"  // the server is shutting down
+	ReasonHeaders   Reason = "headers"   // the request's fields exceed their limit: 431
 )
 
 // Metrics receives the events a node proxy exports. Implementations must be

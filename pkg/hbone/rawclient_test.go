@@ -27,6 +27,8 @@ type rawClient struct {
 	// connWin is what the server's connection window still lets us send.
 	connWin int64
 	pings   uint64
+	// settings are those of the server's first SETTINGS frame.
+	settings map[http2.SettingID]uint32
 }
 
 func dialRaw(t *testing.T, m *mesh, node netip.AddrPort, settings ...http2.Setting) *rawClient {
@@ -52,9 +54,12 @@ func dialRaw(t *testing.T, m *mesh, node netip.AddrPort, settings ...http2.Setti
 	if err := c.fr.WriteSettings(settings...); err != nil {
 		t.Fatal(err)
 	}
-	if f := c.next(); f.Header().Type != http2.FrameSettings {
-		t.Fatalf("first frame %v, want SETTINGS", f.Header())
+	sf, ok := c.next().(*http2.SettingsFrame)
+	if !ok {
+		t.Fatal("the server's first frame is not SETTINGS")
 	}
+	c.settings = map[http2.SettingID]uint32{}
+	sf.ForeachSetting(func(s http2.Setting) error { c.settings[s.ID] = s.Val; return nil })
 	if err := c.fr.WriteSettingsAck(); err != nil {
 		t.Fatal(err)
 	}

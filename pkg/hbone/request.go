@@ -10,6 +10,9 @@ import (
 // request is what the HEADERS that open a stream ask for.
 type request struct {
 	method, authority string
+	// tooLarge says the field section exceeded maxHeaderListSize, and the
+	// framer dropped the fields past it.
+	tooLarge bool
 }
 
 // parseRequest reads a request's pseudo-header fields, or says why they
@@ -17,7 +20,7 @@ type request struct {
 // a response. The framer has already refused unknown, repeated and
 // misplaced ones (§8.3).
 func parseRequest(f *http2.MetaHeadersFrame) (request, error) {
-	var r request
+	r := request{tooLarge: f.Truncated}
 	var hasAuthority, hasScheme, hasPath bool
 	for _, hf := range f.PseudoFields() {
 		switch hf.Name {
