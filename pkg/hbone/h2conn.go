@@ -149,11 +149,14 @@ func (c *h2conn) readLoop() error {
 		// ReadFrame in two steps: a malformed frame's error does not say
 		// what type of frame it was, and streamError needs to know.
 		fh, err := c.fr.ReadFrameHeader()
+		var f http2.Frame
 		if err == nil {
-			var f http2.Frame
-			if f, err = c.fr.ReadFrameForHeader(fh); err == nil {
-				err = c.handle(f)
-			}
+			f, err = c.fr.ReadFrameForHeader(fh)
+		}
+		if err == nil {
+			err = c.handle(f)
+		} else {
+			err = c.readError(fh.Type, err)
 		}
 		var se http2.StreamError
 		if errors.As(err, &se) {
@@ -201,6 +204,27 @@ func (c *h2conn) streamError(typ http2.FrameType, id uint32, code http2.ErrCode)
 }
 
 func connErr(code http2.ErrCode) error { return http2.ConnectionError(code) }
+
+// readError is the error RFC 9113 makes of what the framer could not read,
+// where the framer's own error says less or otherwise. A frame it did not
+// read, or a field block it did not decode to the end, leaves the whole
+// connection unusable: the next frame cannot be found, or the HPACK state
+// the connection shares would lag the peer's (§4.3).
+func (c *h2conn) readError(typ http2.FrameType, err error) error {
+	switch {
+	case errors.Is(err, http2.ErrFrameTooLarge):
+		// Its payload is left unread. §4.2 makes it a connection
+		// error anyway for a frame that carries a field block.
+		return connErr(http2.ErrCodeFrameSize)
+	case typ == http2.FrameHeaders && errors.As(err, new(http2.StreamError)) && c.fr.ErrorDetail() == nil:
+		// A malformed request (§8.1.1) is reported once its block is
+		// decoded, with ErrorDetail saying what was wrong; without it
+		// the frame itself was bad (padding past its end, which §6.2
+		// makes a connection error) and its block was never decoded.
+		return connErr(http2.ErrCodeProtocol)
+	}
+	return err
+}
 
 func (c *h2conn) handle(f http2.Frame) error {
 	switch f := f.(type) {

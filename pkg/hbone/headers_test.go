@@ -1,6 +1,7 @@
 package hbone
 
 import (
+	"bytes"
 	"net/netip"
 	"strings"
 	"testing"
@@ -106,4 +107,55 @@ func (c *rawClient) overLimit() []byte {
 		c.enc.WriteField(bigField)
 	}
 	return c.hbuf.Bytes()
+}
+
+// A HEADERS frame the node cannot decode to the end is a connection error:
+// the HPACK state it shares with the source would be left behind the
+// source's (RFC 9113 §4.3), so no later field block could be trusted. The
+// node sends GOAWAY with the code the RFC gives and closes the connection.
+func TestHeadersThatCannotBeDecodedEndTheConnection(t *testing.T) {
+	m := newMesh(t)
+	dest := netip.MustParseAddrPort("127.0.0.1:9")
+	cases := []struct {
+		name string
+		send func(c *rawClient) error // on stream 3
+		want http2.ErrCode
+	}{
+		// §4.2: a frame carrying a field block that is larger than
+		// SETTINGS_MAX_FRAME_SIZE is a connection error.
+		{name: "larger than SETTINGS_MAX_FRAME_SIZE", want: http2.ErrCodeFrameSize, send: func(c *rawClient) error {
+			block := bytes.Repeat([]byte{0x82}, readFrameSize+1) // :method GET, over and over
+			// The node reads no further than the frame's header, and
+			// may close the connection before the rest is written.
+			c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 3, BlockFragment: block, EndHeaders: true})
+			return nil
+		}},
+		// §6.2: padding as long as the payload is a connection error.
+		{name: "padded past its end", want: http2.ErrCodeProtocol, send: func(c *rawClient) error {
+			return c.fr.WriteRawFrame(http2.FrameHeaders, http2.FlagHeadersPadded|http2.FlagHeadersEndHeaders, 3, []byte{5, 0x82})
+		}},
+		// §4.3: a field block that does not decode is a COMPRESSION_ERROR.
+		{name: "not HPACK", want: http2.ErrCodeCompression, send: func(c *rawClient) error {
+			return c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 3, BlockFragment: []byte{0x80}, EndHeaders: true}) // index 0
+		}},
+		// Past the limit the framer stops decoding, so a field block
+		// that goes on in CONTINUATION frames cannot be followed.
+		{name: "over the size limit, continued", want: http2.ErrCodeProtocol, send: func(c *rawClient) error {
+			c.hbuf.Reset()
+			if err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 3, BlockFragment: c.overLimit()}); err != nil {
+				return err
+			}
+			return c.fr.WriteContinuation(3, true, []byte{0x82})
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := openTunnel(t, m, dest).c
+
+			if err := tc.send(c); err != nil {
+				t.Fatal(err)
+			}
+			c.goneAway(tc.want)
+		})
+	}
 }
