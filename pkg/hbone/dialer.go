@@ -144,8 +144,11 @@ func (e *StatusError) Error() string {
 }
 
 // Dial opens a tunnel to t under the source workload's certificate and
-// returns once the server has answered 200. The Conn's Close resets the
-// stream; CloseWrite ends only the source's half.
+// returns once the server has answered 200. A CONNECT the server ended
+// without processing it is sent again on another connection, maxRetries
+// times at most (RFC 9113 §8.7); it never carried data, as the caller
+// writes only once Dial has returned. The Conn's Close resets the stream;
+// CloseWrite ends only the source's half.
 func (d *Dialer) Dial(ctx context.Context, src *tls.Certificate, t Target) (*Conn, error) {
 	srcID, err := certIdentity(src)
 	if err != nil {
@@ -155,12 +158,37 @@ func (d *Dialer) Dial(ctx context.Context, src *tls.Certificate, t Target) (*Con
 		return nil, fmt.Errorf("hbone: bad destination %v", t.Dest)
 	}
 	key := poolKey{src: srcID, dst: t.Identity, node: t.Node}
-	pc, err := d.conn(ctx, key, src)
-	if err != nil {
+	var tried []*pooled // the connections that left the CONNECT unprocessed
+	for {
+		pc, err := d.conn(ctx, key, src, tried)
+		if err != nil {
+			d.m.Refused(Outbound, ReasonTransport)
+			return nil, err
+		}
+		c, err := d.connect(ctx, pc, t)
+		var status *StatusError
+		switch {
+		case err == nil:
+			d.m.StreamOpened(Outbound)
+			return c, nil
+		case errors.As(err, &status):
+			d.m.Refused(Outbound, ReasonStatus)
+			return nil, err
+		case errors.Is(err, ctx.Err()):
+			return nil, err
+		case unprocessed(err) && len(tried) < maxRetries:
+			d.log.Debug("hbone CONNECT not processed, sending it again", "node", t.Node, "dst", t.Dest, "err", err)
+			tried = append(tried, pc)
+			continue
+		}
 		d.m.Refused(Outbound, ReasonTransport)
-		return nil, err
+		return nil, fmt.Errorf("hbone: CONNECT %s via %s: %w", t.Dest, t.Node, err)
 	}
+}
 
+// connect sends a CONNECT for t on pc and waits, as long as ctx lets it,
+// for the answer. Its errors are the transport's, a *StatusError, or ctx's.
+func (d *Dialer) connect(ctx context.Context, pc *pooled, t Target) (*Conn, error) {
 	pr, pw := io.Pipe()
 	authority := t.Dest.String()
 	req := (&http.Request{
@@ -197,16 +225,13 @@ func (d *Dialer) Dial(ctx context.Context, src *tls.Certificate, t Target) (*Con
 	}
 	if a.err != nil {
 		pw.CloseWithError(a.err)
-		d.m.Refused(Outbound, ReasonTransport)
-		return nil, fmt.Errorf("hbone: CONNECT %s via %s: %w", authority, t.Node, a.err)
+		return nil, a.err
 	}
 	if a.resp.StatusCode != http.StatusOK {
 		a.resp.Body.Close()
 		pw.Close()
-		d.m.Refused(Outbound, ReasonStatus)
 		return nil, &StatusError{Code: a.resp.StatusCode}
 	}
-	d.m.StreamOpened(Outbound)
 	return &Conn{
 		body:   a.resp.Body,
 		pw:     pw,
@@ -216,10 +241,10 @@ func (d *Dialer) Dial(ctx context.Context, src *tls.Certificate, t Target) (*Con
 	}, nil
 }
 
-// conn returns a pooled connection with a stream reserved on it, dialling a
-// new one when none has room. Only one dial per key runs at a time, so a
-// burst of first connections shares one handshake.
-func (d *Dialer) conn(ctx context.Context, key poolKey, src *tls.Certificate) (*pooled, error) {
+// conn returns a pooled connection with a stream reserved on it, other than
+// those in avoid, dialling a new one when none has room. Only one dial per
+// key runs at a time, so a burst of first connections shares one handshake.
+func (d *Dialer) conn(ctx context.Context, key poolKey, src *tls.Certificate, avoid []*pooled) (*pooled, error) {
 	for {
 		d.mu.Lock()
 		if d.closed {
@@ -233,7 +258,7 @@ func (d *Dialer) conn(ctx context.Context, key poolKey, src *tls.Certificate) (*
 				continue
 			}
 			live = append(live, pc)
-			if found == nil && pc.cc.Reserve() == nil {
+			if found == nil && !slices.Contains(avoid, pc) && pc.cc.Reserve() == nil {
 				found = pc
 			}
 		}
