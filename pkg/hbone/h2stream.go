@@ -219,7 +219,7 @@ func (st *h2stream) reset(code http2.ErrCode) {
 	up := st.stop()
 	c.mu.Unlock()
 	if up != nil {
-		hangUp(up)
+		Abort(up)
 	}
 	if skip {
 		return
@@ -236,18 +236,19 @@ func (st *h2stream) abort() {
 	up := st.stop()
 	c.mu.Unlock()
 	if up != nil {
-		hangUp(up)
+		Abort(up)
 	}
 }
 
-// hangUp closes the destination's connection of a stream that did not end
-// cleanly with a TCP reset rather than a FIN, which would tell the
-// destination that what it has read is all there is (RFC 9113 §8.5).
-func hangUp(up net.Conn) {
-	if l, ok := up.(interface{ SetLinger(sec int) error }); ok {
+// Abort closes c, a relay's end whose other end did not finish cleanly:
+// with a TCP reset where c is a TCP connection, as RFC 9113 §8.5 asks of
+// a tunnel's destination, since a FIN would tell the peer that what it has
+// read is all there is. A tunnel's own Close already resets its stream.
+func Abort(c net.Conn) {
+	if l, ok := c.(interface{ SetLinger(sec int) error }); ok {
 		l.SetLinger(0)
 	}
-	up.Close()
+	c.Close()
 }
 
 // stop marks the stream reset, wakes its goroutines and cancels its

@@ -5,6 +5,8 @@ import (
 	"io"
 	"net"
 	"sync"
+
+	"github.com/meshpilot/meshpilot/pkg/hbone"
 )
 
 // halfCloser is a connection whose write side can be closed alone.
@@ -24,9 +26,9 @@ func pipe(a, b net.Conn) (aToB, bToA int64) {
 	closeBoth := func(abort bool) {
 		once.Do(func() {
 			if abort {
-				// A FIN would tell a peer the data ended well.
-				lingerZero(a)
-				lingerZero(b)
+				hbone.Abort(a)
+				hbone.Abort(b)
+				return
 			}
 			a.Close()
 			b.Close()
@@ -53,12 +55,4 @@ func pipe(a, b net.Conn) (aToB, bToA int64) {
 	wg.Wait()
 	closeBoth(false)
 	return aToB, bToA
-}
-
-// lingerZero makes a TCP connection's Close send a reset; a tunnel's Close
-// resets its stream by itself.
-func lingerZero(c net.Conn) {
-	if l, ok := c.(interface{ SetLinger(sec int) error }); ok {
-		l.SetLinger(0)
-	}
 }
