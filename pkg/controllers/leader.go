@@ -63,7 +63,9 @@ type LeaderOptions struct {
 // status, Events and the other objects they share while the others stay
 // silent. When leadership is lost
 // the functions' context is cancelled, they are awaited, and the replica
-// campaigns again. When Run's context ends, a held Lease is released at
+// campaigns again. That context ends at the latest RenewDeadline after the
+// last renewal of the Lease was sent, whatever client-go's elector is doing
+// then, so it ends before a standby may take the Lease over. When Run's context ends, a held Lease is released at
 // once so a standby replica takes over without waiting for it to expire.
 type LeaderElector struct {
 	opts    LeaderOptions
@@ -105,7 +107,7 @@ func NewLeaderElector(opts LeaderOptions) (*LeaderElector, error) {
 		e.metrics = NewIngressStatusMetrics(nil)
 	}
 	// Validate the timings now rather than at Run.
-	if _, err := e.newTermElector(context.Background(), &leaderTerm{}); err != nil {
+	if _, err := e.newTermElector(context.Background(), &leaderTerm{}, e.newLeaseLock()); err != nil {
 		return nil, err
 	}
 	e.metrics.Leader.WithLabelValues(opts.Name).Set(0)
@@ -134,8 +136,18 @@ func (e *LeaderElector) IsLeader() bool { return e.leading.Load() }
 func (e *LeaderElector) Run(ctx context.Context) {
 	for ctx.Err() == nil {
 		t := &leaderTerm{}
-		le, err := e.newTermElector(ctx, t)
+		// The term's functions stop when ctx ends or when this replica
+		// has gone RenewDeadline without renewing the Lease (see
+		// termLock), whichever comes first.
+		stopCtx, stopTerm := context.WithCancel(ctx)
+		lock := newTermLock(e.newLeaseLock(), e.opts.RenewDeadline, func(lastRenewal time.Time) {
+			e.log.Warn("the Lease was not renewed within the renew deadline; stopping leader-only work",
+				"lastRenewalSent", lastRenewal, "renewDeadline", e.opts.RenewDeadline)
+			stopTerm()
+		})
+		le, err := e.newTermElector(stopCtx, t, lock)
 		if err != nil {
+			stopTerm()
 			e.log.Error("leader election misconfigured", "error", err)
 			return // unreachable: NewLeaderElector validated the same config
 		}
@@ -143,16 +155,18 @@ func (e *LeaderElector) Run(ctx context.Context) {
 		// under ends, and cancels the term's functions at the same moment,
 		// so a write already under way could land after a standby took
 		// over. So the elector runs under a context of its own that ends
-		// once ctx has stopped the term's functions (see lead) and they
-		// have returned.
+		// once the term's functions have been stopped (see lead) and have
+		// returned.
 		electorCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		stop := context.AfterFunc(ctx, func() {
+		stop := context.AfterFunc(stopCtx, func() {
 			t.end()
 			cancel()
 		})
 		le.Run(electorCtx)
 		stop()
 		cancel()
+		lock.stop()
+		stopTerm()
 		t.end()
 		if ctx.Err() == nil {
 			e.log.Warn("lost leadership; campaigning again")
@@ -189,13 +203,19 @@ func (t *leaderTerm) end() {
 	t.wg.Wait()
 }
 
-func (e *LeaderElector) newTermElector(ctx context.Context, t *leaderTerm) (*leaderelection.LeaderElector, error) {
+func (e *LeaderElector) newLeaseLock() *resourcelock.LeaseLock {
+	return &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: e.opts.Namespace, Name: e.opts.Name},
+		Client:     e.opts.Client.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: e.opts.Identity},
+	}
+}
+
+// newTermElector returns client-go's elector for one term; ctx stops the
+// term's functions (see lead).
+func (e *LeaderElector) newTermElector(ctx context.Context, t *leaderTerm, lock resourcelock.Interface) (*leaderelection.LeaderElector, error) {
 	return leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock: &resourcelock.LeaseLock{
-			LeaseMeta:  metav1.ObjectMeta{Namespace: e.opts.Namespace, Name: e.opts.Name},
-			Client:     e.opts.Client.CoordinationV1(),
-			LockConfig: resourcelock.ResourceLockConfig{Identity: e.opts.Identity},
-		},
+		Lock:            lock,
 		Name:            e.opts.Name,
 		LeaseDuration:   e.opts.LeaseDuration,
 		RenewDeadline:   e.opts.RenewDeadline,
@@ -214,9 +234,9 @@ func (e *LeaderElector) newTermElector(ctx context.Context, t *leaderTerm) (*lea
 }
 
 // lead runs the registered functions for one term and waits for them.
-// They stop when the term ends (termCtx) or Run's caller stops (ctx),
-// whichever comes first: on a stop the Lease is released only after they
-// have returned.
+// They stop when the term ends (termCtx) or ctx ends (Run's caller stops,
+// or the Lease went unrenewed for RenewDeadline), whichever comes first:
+// on such a stop the Lease is released only after they have returned.
 func (e *LeaderElector) lead(ctx, termCtx context.Context, t *leaderTerm) {
 	e.mu.Lock()
 	runs := append([]func(context.Context){}, e.runs...)

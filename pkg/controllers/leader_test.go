@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 )
 
 func TestNewLeaderElectorOptions(t *testing.T) {
@@ -247,5 +248,81 @@ func TestLeaderReleasesAfterItsWritersStop(t *testing.T) {
 		t.Fatal("the Lease was not released on shutdown")
 	case r < w:
 		t.Errorf("the Lease was released %v before the leader-only function returned", time.Duration(w-r))
+	}
+}
+
+// fakeLock is a resourcelock.Interface whose writes succeed after delay;
+// it notes when the last one was called.
+type fakeLock struct {
+	resourcelock.Interface // only what the test calls is implemented
+	identity               string
+	delay                  time.Duration
+	called                 time.Time
+}
+
+func (f *fakeLock) Identity() string { return f.identity }
+func (f *fakeLock) Create(context.Context, resourcelock.LeaderElectionRecord) error {
+	f.called = time.Now()
+	time.Sleep(f.delay)
+	return nil
+}
+func (f *fakeLock) Update(context.Context, resourcelock.LeaderElectionRecord) error {
+	f.called = time.Now()
+	time.Sleep(f.delay)
+	return nil
+}
+
+// TestTermLockCountsFromTheSend: leadership lapses RenewDeadline after the
+// last renewal was sent; an answer that comes late does not extend it, and
+// neither does a write that hands the Lease back.
+func TestTermLockCountsFromTheSend(t *testing.T) {
+	const renewDeadline = 300 * time.Millisecond
+	inner := &fakeLock{identity: "me"}
+	expired := make(chan time.Time, 2)
+	var expiredAt atomic.Int64
+	lock := newTermLock(inner, renewDeadline, func(last time.Time) {
+		expiredAt.Store(time.Now().UnixNano())
+		expired <- last
+	})
+	defer lock.stop()
+	held := resourcelock.LeaderElectionRecord{HolderIdentity: "me"}
+	ctx := context.Background()
+
+	if err := lock.Create(ctx, held); err != nil {
+		t.Fatal(err)
+	}
+	// A renewal whose answer takes two thirds of the deadline.
+	inner.delay = 2 * renewDeadline / 3
+	sent := time.Now()
+	if err := lock.Update(ctx, held); err != nil {
+		t.Fatal(err)
+	}
+	called, answered := inner.called, time.Now()
+	// A release, answered at once.
+	inner.delay = 0
+	if err := lock.Update(ctx, resourcelock.LeaderElectionRecord{}); err != nil {
+		t.Fatal(err)
+	}
+
+	var last time.Time
+	select {
+	case last = <-expired:
+	case <-time.After(20 * time.Second):
+		t.Fatal("never expired")
+	}
+	if last.Before(sent) || last.After(called) {
+		t.Errorf("counted from %v after the slow renewal was sent, want its send (answered %v after)",
+			last.Sub(sent), answered.Sub(sent))
+	}
+	if at := time.Unix(0, expiredAt.Load()); at.Before(last.Add(renewDeadline)) {
+		t.Errorf("expired %v after the last renewal, before the renew deadline (%v)", at.Sub(last), renewDeadline)
+	}
+	// Once expired, a late renewal changes nothing.
+	if err := lock.Update(ctx, held); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * renewDeadline)
+	if len(expired) != 0 {
+		t.Error("expired twice")
 	}
 }
