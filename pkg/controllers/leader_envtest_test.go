@@ -171,3 +171,128 @@ func TestLeaderWritersStopWithoutARenewalWhileReleaseHangs(t *testing.T) {
 	default:
 	}
 }
+
+// pausableLeases holds an elector's Lease requests while paused, as if its
+// process had been stopped, and sends them when it resumes. It counts the
+// releases (writes naming no holder) that the API server accepted.
+type pausableLeases struct {
+	next http.RoundTripper
+
+	mu       sync.Mutex
+	resumed  chan struct{} // nil when not paused
+	released int
+}
+
+func (p *pausableLeases) pause() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.resumed = make(chan struct{})
+}
+
+func (p *pausableLeases) resume() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	close(p.resumed)
+	p.resumed = nil
+}
+
+func (p *pausableLeases) releases() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.released
+}
+
+func (p *pausableLeases) RoundTrip(req *http.Request) (*http.Response, error) {
+	if !strings.Contains(req.URL.Path, "/leases") {
+		return p.next.RoundTrip(req)
+	}
+	p.mu.Lock()
+	resumed := p.resumed
+	p.mu.Unlock()
+	if resumed != nil {
+		<-resumed // a stopped process sends nothing, whatever its deadlines
+	}
+	if req.Method != http.MethodPut {
+		return p.next.RoundTrip(req)
+	}
+	body, err := io.ReadAll(req.Body)
+	if err != nil {
+		return nil, err
+	}
+	req.Body = io.NopCloser(bytes.NewReader(body))
+	var lease coordinationv1.Lease
+	if err := json.Unmarshal(body, &lease); err != nil {
+		return nil, err
+	}
+	resp, err := p.next.RoundTrip(req)
+	if err == nil && resp.StatusCode/100 == 2 && ptrValue(lease.Spec.HolderIdentity) == "" {
+		p.mu.Lock()
+		p.released++
+		p.mu.Unlock()
+	}
+	return resp, err
+}
+
+// TestLeaderReleaseLeavesALeaseAnotherReplicaTook: a leader paused for
+// longer than LeaseDuration (a stopped process, a frozen VM) finds on waking
+// that a standby has taken the Lease. Handing the Lease back then would end
+// the standby's term, so it must not: client-go reads the Lease just before
+// releasing it, so the API server's resourceVersion check does not catch
+// this, and it decides from what it saw before the pause.
+func TestLeaderReleaseLeavesALeaseAnotherReplicaTook(t *testing.T) {
+	env := kubetest.StartWithoutCRDs(t)
+	ns := env.Namespace(t, "leader")
+	const leaseDuration = 3 * time.Second
+
+	paused := &pausableLeases{}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.ContentType = "application/json" // so that the Lease written can be read
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		paused.next = rt
+		return paused
+	})
+	pausedClient, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := map[string]*testlog.Buffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for id, l := range logs {
+				t.Logf("%s logs:\n%s", id, l.String())
+			}
+		}
+	})
+	elector := func(client kubernetes.Interface, identity string) *LeaderElector {
+		logs[identity] = &testlog.Buffer{}
+		e, err := NewLeaderElector(LeaderOptions{Client: client, Namespace: ns, Identity: identity,
+			LeaseDuration: leaseDuration, RenewDeadline: 2 * time.Second, RetryPeriod: 250 * time.Millisecond,
+			Logger: slog.New(slog.NewTextHandler(logs[identity], nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e.AddRunFunction(func(ctx context.Context) { <-ctx.Done() })
+	}
+	sleeper, standby := elector(pausedClient, "sleeper"), elector(env.Kube, "standby")
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	wg.Go(func() { sleeper.Run(ctx) })
+	eventually(t, "the sleeper leading", sleeper.IsLeader)
+	wg.Go(func() { standby.Run(ctx) })
+
+	paused.pause()
+	eventually(t, "the standby taking over the expired Lease", standby.IsLeader)
+	paused.resume()
+	// The sleeper's term ends: the renewal it had under way is refused,
+	// and client-go tries to release.
+	eventually(t, "the sleeper campaigning again", func() bool {
+		return strings.Contains(logs["sleeper"].String(), "lost leadership")
+	})
+	if n := paused.releases(); n != 0 {
+		t.Errorf("the API server accepted %d releases from the sleeper after the standby took the Lease", n)
+	}
+	if !standby.IsLeader() {
+		t.Error("the standby no longer leads")
+	}
+}

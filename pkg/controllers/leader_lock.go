@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -30,6 +31,7 @@ type termLock struct {
 	expired       func(lastRenewal time.Time)
 
 	mu       sync.Mutex
+	holder   string      // the holder the last Get read
 	deadline time.Time   // zero until this replica first holds the Lease
 	timer    *time.Timer // fires at deadline
 	over     bool        // expired was called, or the term ended
@@ -37,6 +39,16 @@ type termLock struct {
 
 func newTermLock(lock resourcelock.Interface, renewDeadline time.Duration, expired func(lastRenewal time.Time)) *termLock {
 	return &termLock{Interface: lock, renewDeadline: renewDeadline, expired: expired}
+}
+
+func (l *termLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
+	r, raw, err := l.Interface.Get(ctx)
+	if err == nil {
+		l.mu.Lock()
+		l.holder = r.HolderIdentity
+		l.mu.Unlock()
+	}
+	return r, raw, err
 }
 
 func (l *termLock) Create(ctx context.Context, r resourcelock.LeaderElectionRecord) error {
@@ -48,7 +60,21 @@ func (l *termLock) Create(ctx context.Context, r resourcelock.LeaderElectionReco
 	return err
 }
 
+// Update refuses to release a Lease that the Get before it found held by
+// another replica. client-go reads the Lease before releasing it, so the
+// update carries a fresh resourceVersion and the API server would accept
+// it, but it decides whether to release from what it saw at its last
+// renewal: after a pause longer than LeaseDuration it still believes it
+// holds the Lease and would hand back a standby's term.
 func (l *termLock) Update(ctx context.Context, r resourcelock.LeaderElectionRecord) error {
+	if r.HolderIdentity != l.Identity() {
+		l.mu.Lock()
+		holder := l.holder
+		l.mu.Unlock()
+		if holder != l.Identity() {
+			return fmt.Errorf("not releasing the Lease: %q holds it", holder)
+		}
+	}
 	sent := time.Now()
 	err := l.Interface.Update(ctx, r)
 	if err == nil {

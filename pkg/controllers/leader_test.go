@@ -252,15 +252,18 @@ func TestLeaderReleasesAfterItsWritersStop(t *testing.T) {
 }
 
 // fakeLock is a resourcelock.Interface whose writes succeed after delay;
-// it notes when the last one was called.
+// it notes when the last one was called. Get finds holder.
 type fakeLock struct {
 	resourcelock.Interface // only what the test calls is implemented
-	identity               string
+	identity, holder       string
 	delay                  time.Duration
 	called                 time.Time
 }
 
 func (f *fakeLock) Identity() string { return f.identity }
+func (f *fakeLock) Get(context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
+	return &resourcelock.LeaderElectionRecord{HolderIdentity: f.holder}, nil, nil
+}
 func (f *fakeLock) Create(context.Context, resourcelock.LeaderElectionRecord) error {
 	f.called = time.Now()
 	time.Sleep(f.delay)
@@ -277,7 +280,7 @@ func (f *fakeLock) Update(context.Context, resourcelock.LeaderElectionRecord) er
 // neither does a write that hands the Lease back.
 func TestTermLockCountsFromTheSend(t *testing.T) {
 	const renewDeadline = 300 * time.Millisecond
-	inner := &fakeLock{identity: "me"}
+	inner := &fakeLock{identity: "me", holder: "me"}
 	expired := make(chan time.Time, 2)
 	var expiredAt atomic.Int64
 	lock := newTermLock(inner, renewDeadline, func(last time.Time) {
@@ -298,8 +301,11 @@ func TestTermLockCountsFromTheSend(t *testing.T) {
 		t.Fatal(err)
 	}
 	called, answered := inner.called, time.Now()
-	// A release, answered at once.
+	// A release, answered at once (client-go reads the Lease first).
 	inner.delay = 0
+	if _, _, err := lock.Get(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if err := lock.Update(ctx, resourcelock.LeaderElectionRecord{}); err != nil {
 		t.Fatal(err)
 	}
@@ -324,5 +330,32 @@ func TestTermLockCountsFromTheSend(t *testing.T) {
 	time.Sleep(2 * renewDeadline)
 	if len(expired) != 0 {
 		t.Error("expired twice")
+	}
+}
+
+// TestTermLockReleasesOnlyItsOwnLease: a release is refused when the Lease
+// was last read held by another replica, and goes through when held by
+// this one.
+func TestTermLockReleasesOnlyItsOwnLease(t *testing.T) {
+	inner := &fakeLock{identity: "me", holder: "other"}
+	lock := newTermLock(inner, time.Minute, func(time.Time) {})
+	defer lock.stop()
+	ctx := context.Background()
+	release := resourcelock.LeaderElectionRecord{}
+	if _, _, err := lock.Get(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := lock.Update(ctx, release); err == nil || !strings.Contains(err.Error(), `"other" holds it`) {
+		t.Errorf("releasing another replica's Lease: error = %v", err)
+	}
+	if !inner.called.IsZero() {
+		t.Error("the refused release was sent")
+	}
+	inner.holder = "me"
+	if _, _, err := lock.Get(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := lock.Update(ctx, release); err != nil || inner.called.IsZero() {
+		t.Errorf("releasing this replica's Lease: error = %v, sent = %v", err, !inner.called.IsZero())
 	}
 }
