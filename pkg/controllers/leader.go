@@ -61,12 +61,13 @@ type LeaderOptions struct {
 // LeaderElector runs functions only while this replica holds a Kubernetes
 // Lease, so that of several meshpilot replicas exactly one writes Ingress
 // status, Events and the other objects they share while the others stay
-// silent. When leadership is lost
-// the functions' context is cancelled, they are awaited, and the replica
-// campaigns again. That context ends at the latest RenewDeadline after the
-// last renewal of the Lease was sent, whatever client-go's elector is doing
-// then, so it ends before a standby may take the Lease over. When Run's context ends, a held Lease is released at
-// once so a standby replica takes over without waiting for it to expire.
+// silent. When leadership is lost the functions' context is cancelled,
+// they are awaited, and the replica campaigns again. That context ends at
+// the latest RenewDeadline after the last renewal of the Lease was sent,
+// whatever client-go's elector is doing then, so it ends before a standby
+// may take the Lease over. When Run's context ends, a held Lease is
+// released at once so a standby replica takes over without waiting for it
+// to expire.
 type LeaderElector struct {
 	opts    LeaderOptions
 	log     *slog.Logger
