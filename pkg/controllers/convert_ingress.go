@@ -24,15 +24,17 @@ const (
 // them against the Ingress. Slices of host names are shared with the object.
 func ConvertIngress(ing *k8snetworkingv1.Ingress) *model.Ingress {
 	out := &model.Ingress{
-		Name:            ing.Name,
-		Namespace:       ing.Namespace,
-		ClassAnnotation: ing.Annotations[annotationIngressClass],
-		CreationTime:    ing.CreationTimestamp.Time,
-		Revision:        ing.ResourceVersion,
-		Generation:      ing.Generation,
+		Name:         ing.Name,
+		Namespace:    ing.Namespace,
+		CreationTime: ing.CreationTimestamp.Time,
+		Revision:     ing.ResourceVersion,
+		Generation:   ing.Generation,
 	}
 	if ing.Spec.IngressClassName != nil {
 		out.ClassName = *ing.Spec.IngressClassName
+	}
+	if class, ok := ing.Annotations[annotationIngressClass]; ok {
+		out.ClassAnnotation = &class
 	}
 	if ing.Spec.DefaultBackend != nil {
 		b := convertIngressBackend(ing.Spec.DefaultBackend)

@@ -54,7 +54,14 @@ func TestConvertIngress(t *testing.T) {
 				i.Spec.IngressClassName = ptr("istio")
 				i.Annotations = map[string]string{annotationIngressClass: "nginx", "other": "x"}
 			}),
-			want: meta(func(i *model.Ingress) { i.ClassName, i.ClassAnnotation = "istio", "nginx" }),
+			want: meta(func(i *model.Ingress) { i.ClassName, i.ClassAnnotation = "istio", ptr("nginx") }),
+		},
+		{
+			name: "an empty legacy annotation is kept as present",
+			in: base(func(i *k8snetworkingv1.Ingress) {
+				i.Annotations = map[string]string{annotationIngressClass: ""}
+			}),
+			want: meta(func(i *model.Ingress) { i.ClassAnnotation = ptr("") }),
 		},
 		{
 			name: "rules with every path type and both port forms",

@@ -93,7 +93,7 @@ func TestIngesterIngressYAML(t *testing.T) {
 	mustUpsert(t, in, anySlice(objs)...)
 
 	wantIngress := &model.Ingress{
-		Name: "shop", Namespace: "ns", ClassName: "istio", ClassAnnotation: "istio",
+		Name: "shop", Namespace: "ns", ClassName: "istio", ClassAnnotation: ptr("istio"),
 		CreationTime:   time.Date(2026, 2, 3, 4, 5, 6, 0, time.UTC),
 		DefaultBackend: &model.IngressBackend{ServiceName: "fallback", PortNumber: 80},
 		Rules: []model.IngressRule{{Host: "shop.example.com", Paths: []model.IngressPath{

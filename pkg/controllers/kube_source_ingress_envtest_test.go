@@ -74,7 +74,7 @@ func checkIngressKindsConverge(t *testing.T, ctx context.Context, kube kubernete
 		}, metav1.CreateOptions{}))
 		eventually(t, "ingress", func() bool { return store.Ingress(key) != nil })
 		got := store.Ingress(key)
-		if got.ClassName != "istio" || got.ClassAnnotation != "istio" || got.Revision == "" || got.Generation != 1 ||
+		if got.ClassName != "istio" || got.ClassAnnotation == nil || *got.ClassAnnotation != "istio" || got.Revision == "" || got.Generation != 1 ||
 			got.CreationTime.IsZero() || len(got.TLS) != 1 || got.TLS[0].SecretName != "shop-cert" ||
 			got.Rules[0].Paths[0].Backend.PortName != "http" {
 			t.Errorf("ingress = %+v", got)

@@ -19,8 +19,10 @@ type Ingress struct {
 	Namespace string
 	// ClassName is spec.ingressClassName, "" when unset.
 	ClassName string
-	// ClassAnnotation is the legacy kubernetes.io/ingress.class annotation.
-	ClassAnnotation string
+	// ClassAnnotation is the legacy kubernetes.io/ingress.class annotation,
+	// nil when absent: present but empty is not the same as absent (see
+	// IngressOwnership.Owns).
+	ClassAnnotation *string
 	CreationTime    time.Time
 	// Revision is the source's version of the object (resourceVersion or a
 	// content hash), so that translations can be cached per revision.

@@ -28,7 +28,9 @@ type IngressOwnership struct {
 // Owns reports whether ing is served, given the cluster's IngressClasses:
 //   - spec.ingressClassName names a class: ours if that class exists and
 //     its controller is istio.io/ingress-controller;
-//   - else the legacy annotation: ours if it equals Class;
+//   - else the legacy annotation, if present: ours if it equals Class, so
+//     not when it is empty (Istio tests presence too, and the API server
+//     gives no default class to an Ingress carrying it);
 //   - else the default IngressClass decides, if there is one: of several,
 //     the newest (ties broken by name), the one Kubernetes' DefaultIngressClass
 //     admission plugin gives such Ingresses;
@@ -47,8 +49,8 @@ func (o IngressOwnership) Owns(ing *Ingress, classes []*IngressClass) bool {
 		}
 		return false
 	}
-	if ing.ClassAnnotation != "" {
-		return ing.ClassAnnotation == o.Class
+	if ing.ClassAnnotation != nil {
+		return *ing.ClassAnnotation == o.Class
 	}
 	if c := defaultIngressClass(classes); c != nil {
 		return c.Controller == IngressController

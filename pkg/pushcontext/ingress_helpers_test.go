@@ -53,8 +53,13 @@ func withTLS(i *model.Ingress, secret string, hosts ...string) *model.Ingress {
 	return i
 }
 
+// withClass sets the class name and, unless annotation is "", the legacy
+// class annotation.
 func withClass(i *model.Ingress, class, annotation string) *model.Ingress {
-	i.ClassName, i.ClassAnnotation = class, annotation
+	i.ClassName = class
+	if annotation != "" {
+		i.ClassAnnotation = &annotation
+	}
 	return i
 }
 
