@@ -104,15 +104,17 @@ func convertIngressBackend(b *k8snetworkingv1.IngressBackend) model.IngressBacke
 	return out
 }
 
-// sameIngress reports whether two conversions serve and report the same,
-// whatever their revisions: a metadata-only change (labels, unrelated
-// annotations) then costs no store write, no re-translation and no push.
+// sameIngress reports whether two conversions serve the same, whatever
+// their revisions and statuses: a metadata-only change (labels, unrelated
+// annotations) then costs no store write, and neither it nor a status-only
+// change (which the ingester stores apart) costs a re-translation or a push.
 func sameIngress(a, b *model.Ingress) bool {
 	if !a.CreationTime.Equal(b.CreationTime) {
 		return false
 	}
 	ac, bc := *a, *b
 	ac.Revision, bc.Revision = "", ""
+	ac.LoadBalancer, bc.LoadBalancer = nil, nil
 	ac.CreationTime, bc.CreationTime = b.CreationTime, b.CreationTime
 	return reflect.DeepEqual(ac, bc)
 }

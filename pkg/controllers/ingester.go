@@ -3,6 +3,7 @@ package controllers
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -150,12 +151,18 @@ func (in *Ingester) upsertService(svc *model.Service) {
 	in.store.UpsertService(svc)
 }
 
+// upsertIngress stores a change of the status alone (mostly the status
+// writer's own writes coming back) apart from the rest: the status writer
+// must see it, but it changes nothing the gateway is sent.
 func (in *Ingester) upsertIngress(obj *k8snetworkingv1.Ingress) {
 	ing := ConvertIngress(obj)
-	if old := in.store.Ingress(ing.Key()); old != nil && sameIngress(old, ing) {
-		return
+	old := in.store.Ingress(ing.Key())
+	switch {
+	case old == nil || !sameIngress(old, ing):
+		in.store.UpsertIngress(ing)
+	case !slices.Equal(old.LoadBalancer, ing.LoadBalancer):
+		in.store.SetIngressStatus(ing.Key(), ing.LoadBalancer)
 	}
-	in.store.UpsertIngress(ing)
 }
 
 func (in *Ingester) upsertIngressClass(obj *k8snetworkingv1.IngressClass) {

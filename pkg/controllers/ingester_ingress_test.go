@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/meshpilot/meshpilot/pkg/model"
+	"github.com/meshpilot/meshpilot/pkg/pushcontext"
 )
 
 const (
@@ -175,7 +177,12 @@ func TestIngesterIngressKinds(t *testing.T) {
 	tlsData := func(cert string) map[string][]byte {
 		return map[string][]byte{"tls.crt": []byte(cert), "tls.key": []byte("key")}
 	}
+	withStatus := func(ing *k8snetworkingv1.Ingress, ip string) *k8snetworkingv1.Ingress {
+		ing.Status.LoadBalancer.Ingress = []k8snetworkingv1.IngressLoadBalancerIngress{{IP: ip}}
+		return ing
+	}
 	ingressKey := model.ConfigKey{Kind: model.KindIngress, Namespace: "ns", Name: "web"}
+	statusKey := model.ConfigKey{Kind: model.KindIngressStatus, Namespace: "ns", Name: "web"}
 	classKey := model.ConfigKey{Kind: model.KindIngressClass, Name: "istio"}
 	secretKey := model.ConfigKey{Kind: model.KindSecret, Namespace: "ns", Name: "cert"}
 
@@ -195,6 +202,12 @@ func TestIngesterIngressKinds(t *testing.T) {
 		{name: "ingress metadata-only change skipped",
 			ops:  []op{{obj: ingress("1", "a", nil)}, {obj: ingress("2", "a", map[string]string{"team": "x"})}},
 			want: []model.ConfigKey{ingressKey}, inStore: true},
+		{name: "ingress status-only change announced as such",
+			ops:  []op{{obj: ingress("1", "a", nil)}, {obj: withStatus(ingress("2", "a", nil), "203.0.113.7")}},
+			want: []model.ConfigKey{ingressKey, statusKey}, inStore: true},
+		{name: "ingress status and spec changed together",
+			ops:  []op{{obj: ingress("1", "a", nil)}, {obj: withStatus(ingress("2", "b", nil), "203.0.113.7")}},
+			want: []model.ConfigKey{ingressKey, ingressKey}, inStore: true},
 		{name: "ingress deleted", ops: []op{{obj: ingress("1", "a", nil)}, {obj: ingress("1", "a", nil), delete: true}},
 			want: []model.ConfigKey{ingressKey, ingressKey}},
 		{name: "class added then made default",
@@ -241,5 +254,58 @@ func TestIngesterIngressKinds(t *testing.T) {
 				t.Errorf("object in store = %v, want %v", inStore, tc.inStore)
 			}
 		})
+	}
+}
+
+// TestIngesterIngressStatusOnlyChange: the status writer's own writes come
+// back from the API server as Ingress updates with a new resourceVersion
+// and nothing else changed. The writer must see the new status, but with one
+// write per Ingress on every gateway address change, each must cost neither
+// a push of the gateway nor a new translation.
+func TestIngesterIngressStatusOnlyChange(t *testing.T) {
+	store := model.NewStore()
+	in := NewIngester(IngesterOptions{Store: store})
+	ing := &k8snetworkingv1.Ingress{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ns", ResourceVersion: "1"},
+		Spec: k8snetworkingv1.IngressSpec{IngressClassName: ptr("istio"), Rules: []k8snetworkingv1.IngressRule{{
+			Host: "shop.example.com",
+			IngressRuleValue: k8snetworkingv1.IngressRuleValue{HTTP: &k8snetworkingv1.HTTPIngressRuleValue{
+				Paths: []k8snetworkingv1.HTTPIngressPath{httpPath("/", ptr(k8snetworkingv1.PathTypePrefix),
+					serviceBackend("cart", k8snetworkingv1.ServiceBackendPort{Number: 80}))},
+			}},
+		}}},
+	}
+	mustUpsert(t, in,
+		&k8snetworkingv1.IngressClass{ObjectMeta: metav1.ObjectMeta{Name: "istio"},
+			Spec: k8snetworkingv1.IngressClassSpec{Controller: model.IngressController}},
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "istio-ingressgateway", Namespace: "istio-system"},
+			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}},
+		ing)
+	pc := pushcontext.Build(store, pushcontext.Options{DomainSuffix: "cluster.local"}, nil, nil)
+	if pc.IngressGateway() == nil {
+		t.Fatal("the Ingress is not served")
+	}
+	var announced []model.ConfigKey
+	store.OnChange(func(k model.ConfigKey) { announced = append(announced, k) })
+
+	written := ing.DeepCopy()
+	written.ResourceVersion = "2"
+	written.Status.LoadBalancer.Ingress = []k8snetworkingv1.IngressLoadBalancerIngress{{IP: "203.0.113.7"}}
+	mustUpsert(t, in, written)
+
+	key := model.NamespacedName{Namespace: "ns", Name: "web"}
+	if diff := cmp.Diff([]model.LoadBalancerIngress{{IP: "203.0.113.7"}}, store.Ingress(key).LoadBalancer); diff != "" {
+		t.Errorf("status the writer reads (-want +got)\n%s", diff)
+	}
+	// An Ingress change is what pushes the gateway (its listeners, routes
+	// and secrets).
+	if slices.Contains(announced, model.ConfigKey{Kind: model.KindIngress, Namespace: "ns", Name: "web"}) {
+		t.Errorf("announced %v: an Ingress change, which pushes the gateway", announced)
+	}
+	// Whatever rebuilds the index next keeps the translation.
+	next := pushcontext.Build(store, pushcontext.Options{DomainSuffix: "cluster.local"}, pc, nil)
+	if info := next.BuildInfo(); info.IngressesTranslated != 0 || info.IngressesReused != 1 {
+		t.Errorf("the next build translated %d Ingresses and reused %d, want 0 and 1",
+			info.IngressesTranslated, info.IngressesReused)
 	}
 }

@@ -123,7 +123,7 @@ func NewIngressStatusWriter(opts IngressStatusOptions) (*IngressStatusWriter, er
 
 func (w *IngressStatusWriter) onStoreChange(key model.ConfigKey) {
 	switch key.Kind {
-	case model.KindIngress:
+	case model.KindIngress, model.KindIngressStatus:
 		w.enqueue(statusKey{ingress: model.NamespacedName{Namespace: key.Namespace, Name: key.Name}})
 	case model.KindIngressClass:
 		w.enqueue(statusKey{all: true})

@@ -392,3 +392,37 @@ func TestIngressStatusWriterFollowsSetTarget(t *testing.T) {
 		return cmp.Equal(f.status(t), []networkingv1.IngressLoadBalancerIngress{apiIP("10.0.0.3")})
 	})
 }
+
+// TestIngressStatusWriterFollowsStatusChange: a change of an owned
+// Ingress's status alone (another party overwrote it) reaches the store as
+// a status change, which pushes nothing but still makes the writer put the
+// gateway's addresses back.
+func TestIngressStatusWriterFollowsStatusChange(t *testing.T) {
+	f := newStatusFixture(t, "istio")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		f.writer.Run(ctx)
+		close(done)
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	ours := []networkingv1.IngressLoadBalancerIngress{apiIP("10.0.0.1")}
+	eventually(t, "first write", func() bool { return cmp.Equal(f.status(t), ours) })
+
+	ings := f.client.NetworkingV1().Ingresses("shop")
+	ing, err := ings.Get(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ing.Status.LoadBalancer.Ingress = []networkingv1.IngressLoadBalancerIngress{apiIP("203.0.113.7")}
+	if ing, err = ings.UpdateStatus(ctx, ing, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := NewIngester(IngesterOptions{Store: f.store}).Upsert(ing); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the gateway's address back", func() bool { return cmp.Equal(f.status(t), ours) })
+}

@@ -25,14 +25,17 @@ type Ingress struct {
 	ClassAnnotation *string
 	CreationTime    time.Time
 	// Revision is the source's version of the object (resourceVersion or a
-	// content hash), so that translations can be cached per revision.
+	// content hash), so that translations can be cached per revision. It is
+	// the version last stored: a change that meshpilot does not read, or
+	// one of the status alone, keeps the previous one.
 	Revision       string
 	Generation     int64
 	DefaultBackend *IngressBackend
 	Rules          []IngressRule
 	TLS            []IngressTLS
 	// LoadBalancer is the status the Ingress carries now, so the status
-	// writer can tell when nothing needs writing.
+	// writer can tell when nothing needs writing. A change of it alone is
+	// stored with Store.SetIngressStatus.
 	LoadBalancer []LoadBalancerIngress
 }
 

@@ -20,6 +20,10 @@ const (
 	// KindSourceProblems keys are named after the source whose problems
 	// changed (model.SourceProblem); no proxy's config depends on them.
 	KindSourceProblems
+	// KindIngressStatus keys name an Ingress whose status alone changed
+	// (Store.SetIngressStatus). Only the status writer reads the status,
+	// so such a change pushes nothing.
+	KindIngressStatus
 )
 
 var kindNames = map[Kind]string{
@@ -34,6 +38,7 @@ var kindNames = map[Kind]string{
 	KindPeerAuthentication: "PeerAuthentication",
 	KindVirtualService:     "VirtualService",
 	KindSourceProblems:     "SourceProblems",
+	KindIngressStatus:      "IngressStatus",
 }
 
 func (k Kind) String() string {

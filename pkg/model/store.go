@@ -27,6 +27,11 @@ type Store interface {
 	DeleteConfig(ConfigKey)
 	UpsertIngress(*Ingress)
 	DeleteIngress(NamespacedName)
+	// SetIngressStatus replaces the LoadBalancer of a stored Ingress and
+	// keeps the rest, its Revision included, so that cached translations
+	// stay valid; it announces KindIngressStatus, not KindIngress. It does
+	// nothing for an Ingress not stored.
+	SetIngressStatus(NamespacedName, []LoadBalancerIngress)
 	UpsertIngressClass(*IngressClass)
 	DeleteIngressClass(name string)
 	UpsertSecret(*Secret)
@@ -347,6 +352,21 @@ func (s *memStore) Configs(kind Kind) []*Config {
 func (s *memStore) UpsertIngress(ing *Ingress) {
 	s.write(ConfigKey{KindIngress, ing.Namespace, ing.Name}, func() bool {
 		s.ingresses[ing.Key()] = ing
+		s.sortedIngresses = nil
+		return true
+	})
+}
+
+func (s *memStore) SetIngressStatus(n NamespacedName, lbs []LoadBalancerIngress) {
+	s.write(ConfigKey{KindIngressStatus, n.Namespace, n.Name}, func() bool {
+		old, ok := s.ingresses[n]
+		if !ok {
+			return false
+		}
+		// A copy: readers may hold the stored Ingress.
+		ing := *old
+		ing.LoadBalancer = lbs
+		s.ingresses[n] = &ing
 		s.sortedIngresses = nil
 		return true
 	})

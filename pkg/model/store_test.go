@@ -25,6 +25,11 @@ func TestStoreAnnouncesOnlyRealChanges(t *testing.T) {
 		{"namespace", func(s Store) { s.UpsertNamespace(&Namespace{Name: "ns"}); s.DeleteNamespace("ns") },
 			[]ConfigKey{{Kind: KindNamespace, Name: "ns"}, {Kind: KindNamespace, Name: "ns"}}},
 		{"delete missing config", func(s Store) { s.DeleteConfig(ConfigKey{KindDestinationRule, "ns", "x"}) }, nil},
+		{"status of a missing ingress", func(s Store) { s.SetIngressStatus(svc, []LoadBalancerIngress{{IP: "10.0.0.9"}}) }, nil},
+		{"ingress status", func(s Store) {
+			s.UpsertIngress(&Ingress{Namespace: "ns", Name: "echo"})
+			s.SetIngressStatus(svc, []LoadBalancerIngress{{IP: "10.0.0.9"}})
+		}, []ConfigKey{{KindIngress, "ns", "echo"}, {KindIngressStatus, "ns", "echo"}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -185,5 +190,26 @@ func TestStoreIngressesOldestFirstAndRefreshed(t *testing.T) {
 	s.DeleteIngress(NamespacedName{Namespace: "b", Name: "old"})
 	if got, want := names(), []string{"tie", "new"}; !slices.Equal(got, want) {
 		t.Fatalf("after delete %v, want %v", got, want)
+	}
+}
+
+// SetIngressStatus changes the status alone, in a copy: a reader holding
+// the Ingress (a cached translation) keeps what it read, and the revision
+// that cache is keyed by stays.
+func TestStoreSetIngressStatus(t *testing.T) {
+	s := NewStore()
+	key := NamespacedName{Namespace: "ns", Name: "web"}
+	old := &Ingress{Namespace: "ns", Name: "web", Revision: "1", Rules: []IngressRule{{Host: "a"}}}
+	s.UpsertIngress(old)
+	s.SetIngressStatus(key, []LoadBalancerIngress{{IP: "10.0.0.9"}})
+	got := s.Ingress(key)
+	if got.Revision != "1" || len(got.Rules) != 1 || !slices.Equal(got.LoadBalancer, []LoadBalancerIngress{{IP: "10.0.0.9"}}) {
+		t.Errorf("stored %+v, want revision 1, the rule and the new status", got)
+	}
+	if old.LoadBalancer != nil {
+		t.Errorf("the Ingress stored before was changed: %+v", old)
+	}
+	if all := s.Ingresses(); len(all) != 1 || all[0] != got {
+		t.Errorf("Ingresses() = %v, want the updated Ingress", all)
 	}
 }

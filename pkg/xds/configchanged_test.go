@@ -1,6 +1,10 @@
 package xds
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/meshpilot/meshpilot/pkg/model"
+)
 
 // Changes stored before Start make no requests, as the first build reads
 // them from the store; changes after it are pushed as usual.
@@ -22,4 +26,20 @@ func TestConfigChangedBeforeStartIsInTheFirstBuild(t *testing.T) {
 	h.eventually("a push context with the change after Start", func() bool {
 		return len(h.server.PushContext().Services()) == 2
 	})
+}
+
+// An Ingress's status alone (the status writer's own writes coming back)
+// changes nothing any proxy is sent: it asks for no push. The Ingress
+// change before it does.
+func TestConfigChangedSkipsIngressStatus(t *testing.T) {
+	h := newHarness(t, harnessConfig{})
+	h.eventually("the first push context", h.server.Ready)
+	h.store.UpsertIngress(&model.Ingress{Namespace: "default", Name: "web", Revision: "1"})
+	h.store.SetIngressStatus(model.NamespacedName{Namespace: "default", Name: "web"},
+		[]model.LoadBalancerIngress{{IP: "203.0.113.7"}})
+	for kind, want := range map[model.Kind]float64{model.KindIngress: 1, model.KindIngressStatus: 0} {
+		if got := h.counter(h.server.metrics.triggers, kind.String()); got != want {
+			t.Errorf("%s push triggers = %v, want %v", kind, got, want)
+		}
+	}
 }

@@ -231,8 +231,9 @@ func (s *Server) ConfigUpdate(req *model.PushRequest) {
 // otherwise make as many requests, merged only for Start to drop them. A
 // change the first build may have missed is one whose store write comes
 // after the build's read, and so after building was set: it is queued.
+// An Ingress status change is not: only the status writer reads it.
 func (s *Server) ConfigChanged(key model.ConfigKey) {
-	if !s.building.Load() {
+	if !s.building.Load() || key.Kind == model.KindIngressStatus {
 		return
 	}
 	s.ConfigUpdate(model.NewPushRequest(key, time.Now()))
