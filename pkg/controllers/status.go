@@ -50,7 +50,7 @@ type IngressStatusOptions struct {
 }
 
 // IngressStatusWriter keeps status.loadBalancer.ingress of every Ingress
-// meshpilot owns equal to the gateway Service's addresses, and removes those
+// meshpilot owns equal to the gateway Service's addresses, and removes its
 // addresses from Ingresses it no longer owns. It follows the store, so it
 // reacts to Ingress, IngressClass and gateway Service changes alike. Changes
 // go through a rate-limited work queue: a burst of events for one Ingress
@@ -70,6 +70,15 @@ type IngressStatusWriter struct {
 	// queue is the current term's queue, nil while not running. Store
 	// handlers, registered once for the writer's lifetime, feed it.
 	queue workqueue.TypedRateLimitingInterface[statusKey]
+
+	// ours holds, per Ingress, the addresses this writer last left on it
+	// while it was owned (written, or found right), so that they are
+	// removed when it stops being owned even if the gateway no longer has
+	// them. A status entry names no controller: an address that this
+	// process did not see as ours (written before a restart, or by another
+	// leader) cannot be told from another controller's, so it is kept.
+	oursMu sync.Mutex
+	ours   map[model.NamespacedName][]model.LoadBalancerIngress
 }
 
 type statusTarget struct {
@@ -112,6 +121,7 @@ func NewIngressStatusWriter(opts IngressStatusOptions) (*IngressStatusWriter, er
 		opts:    opts,
 		log:     cmp.Or(opts.Logger, slog.New(slog.DiscardHandler)).With("component", "ingress-status"),
 		metrics: opts.Metrics,
+		ours:    map[model.NamespacedName][]model.LoadBalancerIngress{},
 	}
 	if w.metrics == nil {
 		w.metrics = NewIngressStatusMetrics(nil)
@@ -213,14 +223,17 @@ func (w *IngressStatusWriter) processNext(ctx context.Context, q workqueue.Typed
 func (w *IngressStatusWriter) reconcile(ctx context.Context, key model.NamespacedName) error {
 	ing := w.opts.Store.Ingress(key)
 	if ing == nil {
+		w.remember(key, nil)
 		return nil // deleted: nothing to write
 	}
 	target := w.target.Load()
 	classes := w.opts.Store.IngressClasses()
 	owned := target.ownership.Owns(ing, classes)
 	gateway := gatewayAddresses(w.opts.Store.Service(target.gateway))
-	if !statusNeedsUpdate(ing.LoadBalancer, gateway, owned) {
+	ours := w.oursWith(key, gateway)
+	if !statusNeedsUpdate(ing.LoadBalancer, gateway, ours, owned) {
 		w.metrics.StatusWrites.WithLabelValues(StatusUnchanged).Inc()
+		w.remember(key, ownedAddresses(owned, gateway))
 		return nil
 	}
 
@@ -236,7 +249,7 @@ func (w *IngressStatusWriter) reconcile(ctx context.Context, key model.Namespace
 		// not have seen the Ingress move to another controller yet, and
 		// writing our addresses would replace that controller's.
 		owned = target.ownership.Owns(ConvertIngress(cur), classes)
-		next, changed := nextStatus(cur.Status.LoadBalancer.Ingress, gateway, owned)
+		next, changed := nextStatus(cur.Status.LoadBalancer.Ingress, gateway, ours, owned)
 		if !changed {
 			return nil
 		}
@@ -256,13 +269,51 @@ func (w *IngressStatusWriter) reconcile(ctx context.Context, key model.Namespace
 		return nil // deleted since the store saw it
 	case err != nil:
 		return err
-	case !wrote:
+	}
+	w.remember(key, ownedAddresses(owned, gateway))
+	if !wrote {
 		w.metrics.StatusWrites.WithLabelValues(StatusUnchanged).Inc()
 		return nil
 	}
 	w.metrics.StatusWrites.WithLabelValues(StatusUpdated).Inc()
 	w.log.Info("ingress status updated", "ingress", key.String(), "owned", owned,
 		"addresses", statusAddressStrings(written))
+	return nil
+}
+
+// oursWith is what a reconcile of key may remove from an Ingress that is
+// not owned: the gateway's addresses and those remembered for key, sorted
+// and without repeats.
+func (w *IngressStatusWriter) oursWith(key model.NamespacedName, gateway []model.LoadBalancerIngress) []model.LoadBalancerIngress {
+	w.oursMu.Lock()
+	remembered := w.ours[key]
+	w.oursMu.Unlock()
+	if len(remembered) == 0 {
+		return gateway
+	}
+	ours := slices.Concat(gateway, remembered)
+	slices.SortFunc(ours, compareStatusAddress)
+	return slices.Compact(ours)
+}
+
+// remember records the addresses an Ingress was left with as ours; none
+// once it is deleted or no longer owned, as nothing of ours remains then.
+func (w *IngressStatusWriter) remember(key model.NamespacedName, addrs []model.LoadBalancerIngress) {
+	w.oursMu.Lock()
+	defer w.oursMu.Unlock()
+	if len(addrs) == 0 {
+		delete(w.ours, key)
+	} else {
+		w.ours[key] = addrs
+	}
+}
+
+// ownedAddresses is what a reconciled Ingress holds of ours: the gateway's
+// addresses if it is owned, else nothing.
+func ownedAddresses(owned bool, gateway []model.LoadBalancerIngress) []model.LoadBalancerIngress {
+	if owned {
+		return gateway
+	}
 	return nil
 }
 
@@ -298,12 +349,13 @@ func compareStatusAddress(a, b model.LoadBalancerIngress) int {
 }
 
 // statusNeedsUpdate compares the store's view of an Ingress's status with
-// what it should be: gateway when owned; otherwise none of gateway's
-// addresses may remain (other addresses are another controller's business).
-func statusNeedsUpdate(current, gateway []model.LoadBalancerIngress, owned bool) bool {
+// what it should be: gateway when owned; otherwise none of ours (which
+// holds gateway) may remain: other addresses are another controller's
+// business.
+func statusNeedsUpdate(current, gateway, ours []model.LoadBalancerIngress, owned bool) bool {
 	if !owned {
 		return slices.ContainsFunc(current, func(a model.LoadBalancerIngress) bool {
-			return slices.Contains(gateway, a)
+			return slices.Contains(ours, a)
 		})
 	}
 	if len(current) != len(gateway) {
@@ -315,19 +367,19 @@ func statusNeedsUpdate(current, gateway []model.LoadBalancerIngress, owned bool)
 
 // nextStatus is the status to write over current, and whether it differs.
 // Owned Ingresses get exactly the gateway's addresses; others lose only
-// the gateway's addresses, keeping anything another controller wrote.
-func nextStatus(current []networkingv1.IngressLoadBalancerIngress, gateway []model.LoadBalancerIngress,
+// ours (see statusNeedsUpdate), keeping anything another controller wrote.
+func nextStatus(current []networkingv1.IngressLoadBalancerIngress, gateway, ours []model.LoadBalancerIngress,
 	owned bool) ([]networkingv1.IngressLoadBalancerIngress, bool) {
 	asModel := make([]model.LoadBalancerIngress, len(current))
 	for i, c := range current {
 		asModel[i] = model.LoadBalancerIngress{IP: c.IP, Hostname: c.Hostname}
 	}
-	if !statusNeedsUpdate(asModel, gateway, owned) {
+	if !statusNeedsUpdate(asModel, gateway, ours, owned) {
 		return current, false
 	}
 	if !owned {
 		return slices.DeleteFunc(slices.Clone(current), func(c networkingv1.IngressLoadBalancerIngress) bool {
-			return slices.Contains(gateway, model.LoadBalancerIngress{IP: c.IP, Hostname: c.Hostname})
+			return slices.Contains(ours, model.LoadBalancerIngress{IP: c.IP, Hostname: c.Hostname})
 		}), true
 	}
 	next := make([]networkingv1.IngressLoadBalancerIngress, len(gateway))

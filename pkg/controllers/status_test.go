@@ -75,6 +75,7 @@ func TestNextStatus(t *testing.T) {
 		name        string
 		current     []networkingv1.IngressLoadBalancerIngress
 		gateway     []model.LoadBalancerIngress
+		ours        []model.LoadBalancerIngress // the gateway's and those remembered
 		owned       bool
 		want        []networkingv1.IngressLoadBalancerIngress
 		wantChanged bool
@@ -95,16 +96,20 @@ func TestNextStatus(t *testing.T) {
 		{name: "owned, nothing anywhere", owned: true},
 		{name: "not owned, our addresses removed, another controller's kept",
 			current: []networkingv1.IngressLoadBalancerIngress{apiIP("10.0.0.1"), apiIP("203.0.113.7"), apiIP("10.0.0.2")},
-			gateway: gateway,
-			want:    []networkingv1.IngressLoadBalancerIngress{apiIP("203.0.113.7")}, wantChanged: true},
+			gateway: gateway, ours: gateway,
+			want: []networkingv1.IngressLoadBalancerIngress{apiIP("203.0.113.7")}, wantChanged: true},
+		{name: "not owned, an address the gateway had before removed too",
+			current: []networkingv1.IngressLoadBalancerIngress{apiIP("10.0.0.9"), apiIP("203.0.113.7")},
+			gateway: gateway, ours: append([]model.LoadBalancerIngress{lbIP("10.0.0.9")}, gateway...),
+			want: []networkingv1.IngressLoadBalancerIngress{apiIP("203.0.113.7")}, wantChanged: true},
 		{name: "not owned, only another controller's addresses",
 			current: []networkingv1.IngressLoadBalancerIngress{apiIP("203.0.113.7")},
-			gateway: gateway,
-			want:    []networkingv1.IngressLoadBalancerIngress{apiIP("203.0.113.7")}},
+			gateway: gateway, ours: gateway,
+			want: []networkingv1.IngressLoadBalancerIngress{apiIP("203.0.113.7")}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, changed := nextStatus(tc.current, tc.gateway, tc.owned)
+			got, changed := nextStatus(tc.current, tc.gateway, tc.ours, tc.owned)
 			if changed != tc.wantChanged {
 				t.Errorf("changed = %v, want %v", changed, tc.wantChanged)
 			}
@@ -425,4 +430,75 @@ func TestIngressStatusWriterFollowsStatusChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the gateway's address back", func() bool { return cmp.Equal(f.status(t), ours) })
+}
+
+// TestIngressStatusReconcileNoLongerOwned: an Ingress that moves to another
+// controller loses the addresses the writer put there, even those the
+// gateway no longer has (its address changed, or mesh config switched the
+// gateway Service, before the writer saw the move), and keeps the rest.
+func TestIngressStatusReconcileNoLongerOwned(t *testing.T) {
+	ctx := context.Background()
+	cases := []struct {
+		name string
+		// ownedFirst: the writer reconciles the Ingress while it is ours
+		// (and the gateway at 10.0.0.1) before the move.
+		ownedFirst bool
+		// other is what the other controller added once the Ingress moved.
+		other []networkingv1.IngressLoadBalancerIngress
+		// initial is the status when the fixture starts.
+		initial []networkingv1.IngressLoadBalancerIngress
+		want    []networkingv1.IngressLoadBalancerIngress
+	}{
+		{name: "the address written before the gateway's changed is removed", ownedFirst: true,
+			want: []networkingv1.IngressLoadBalancerIngress{}},
+		{name: "an address found right while ours is removed too", ownedFirst: true,
+			initial: []networkingv1.IngressLoadBalancerIngress{apiIP("10.0.0.1")},
+			want:    []networkingv1.IngressLoadBalancerIngress{}},
+		{name: "another controller's address is kept", ownedFirst: true,
+			other: []networkingv1.IngressLoadBalancerIngress{apiIP("203.0.113.7")},
+			want:  []networkingv1.IngressLoadBalancerIngress{apiIP("203.0.113.7")}},
+		// Written by another process (before a restart): it cannot be told
+		// from another controller's address, so it stays.
+		{name: "an address this writer never saw as ours is kept",
+			initial: []networkingv1.IngressLoadBalancerIngress{apiIP("10.0.0.1")},
+			want:    []networkingv1.IngressLoadBalancerIngress{apiIP("10.0.0.1")}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newStatusFixture(t, "istio", tc.initial...)
+			in := NewIngester(IngesterOptions{Store: f.store})
+			ings := f.client.NetworkingV1().Ingresses("shop")
+			if tc.ownedFirst {
+				if err := f.writer.reconcile(ctx, f.key); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Both change before the writer reconciles again.
+			f.store.UpsertService(&model.Service{Namespace: "istio-system", Name: "istio-ingressgateway",
+				LoadBalancer: []model.LoadBalancerIngress{lbIP("10.0.0.2")}})
+			ing, err := ings.Get(ctx, "web", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ing.Spec.IngressClassName = ptr("nginx")
+			if ing, err = ings.Update(ctx, ing, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if tc.other != nil {
+				ing.Status.LoadBalancer.Ingress = append(ing.Status.LoadBalancer.Ingress, tc.other...)
+				if ing, err = ings.UpdateStatus(ctx, ing, metav1.UpdateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := in.Upsert(ing); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.writer.reconcile(ctx, f.key); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, f.status(t)); diff != "" {
+				t.Errorf("status (-want +got):\n%s", diff)
+			}
+		})
+	}
 }
