@@ -42,13 +42,8 @@ func (l *leaseTraffic) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !strings.Contains(req.URL.Path, "/leases") || (req.Method != http.MethodPut && req.Method != http.MethodPost) {
 		return l.next.RoundTrip(req)
 	}
-	body, err := io.ReadAll(req.Body)
+	lease, err := leaseOf(req)
 	if err != nil {
-		return nil, err
-	}
-	req.Body = io.NopCloser(bytes.NewReader(body))
-	var lease coordinationv1.Lease
-	if err := json.Unmarshal(body, &lease); err != nil {
 		return nil, err
 	}
 	if ptrValue(lease.Spec.HolderIdentity) != l.identity {
@@ -215,13 +210,8 @@ func (p *pausableLeases) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.Method != http.MethodPut {
 		return p.next.RoundTrip(req)
 	}
-	body, err := io.ReadAll(req.Body)
+	lease, err := leaseOf(req)
 	if err != nil {
-		return nil, err
-	}
-	req.Body = io.NopCloser(bytes.NewReader(body))
-	var lease coordinationv1.Lease
-	if err := json.Unmarshal(body, &lease); err != nil {
 		return nil, err
 	}
 	resp, err := p.next.RoundTrip(req)
@@ -295,4 +285,16 @@ func TestLeaderReleaseLeavesALeaseAnotherReplicaTook(t *testing.T) {
 	if !standby.IsLeader() {
 		t.Error("the standby no longer leads")
 	}
+}
+
+// leaseOf decodes the Lease a request writes, and leaves the body for the
+// request to send.
+func leaseOf(req *http.Request) (coordinationv1.Lease, error) {
+	var lease coordinationv1.Lease
+	body, err := io.ReadAll(req.Body)
+	if err != nil {
+		return lease, err
+	}
+	req.Body = io.NopCloser(bytes.NewReader(body))
+	return lease, json.Unmarshal(body, &lease)
 }
