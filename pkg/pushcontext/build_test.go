@@ -101,7 +101,9 @@ func observe(pc *PushContext) view {
 		for _, p := range svc.Ports {
 			for _, labels := range viewLabelSets {
 				k := svc.Hostname + " " + strconv.Itoa(int(p.Port)) + " " + labelKey(labels)
-				v.Endpoints[k] = addresses(pc.Endpoints(svc.Hostname, p.Port, labels))
+				for _, ep := range pc.Endpoints(svc.Hostname, p.Port, labels) {
+					v.Endpoints[k] = append(v.Endpoints[k], fmt.Sprintf("%s mtls=%v", ep.Address, ep.MTLS))
+				}
 			}
 		}
 	}
@@ -124,11 +126,16 @@ func incrementalStore() model.Store {
 		svc.Selector = map[string]string{"app": n.Name}
 		store.UpsertService(svc)
 		store.UpsertWorkload(pod(n.Namespace, n.Name+"-pod", map[string]string{"app": n.Name, "version": "v1"}, addr(3*i)))
-		store.SetEndpoints(n, "s", []*model.Endpoint{
+		eps := []*model.Endpoint{
 			newEndpoint(addr(3*i), "http", version("v1")),
 			newEndpoint(addr(3*i+1), "http", version("v2")),
 			newEndpoint(addr(3*i+2), "grpc", map[string]string{"version": "v1", "zone": "a"}),
-		})
+		}
+		for _, ep := range eps {
+			// Sidecars, which workload policies can take auto mTLS from.
+			ep.Namespace, ep.MTLS = n.Namespace, true
+		}
+		store.SetEndpoints(n, "s", eps)
 		if i%3 == 0 {
 			store.UpsertConfig(ruleConfig(n.Namespace, n.Name, i, &networking.DestinationRule{
 				Host: n.Name, Subsets: []*networking.Subset{subset("v1", version("v1"))},
@@ -256,7 +263,7 @@ func TestIncrementalBuild(t *testing.T) {
 			wantNewEntries: []string{},
 		},
 		{
-			name: "peer authentication change rebuilds its index only",
+			name: "peer authentication change rebuilds its index, and endpoints keep their entries",
 			change: func(*PushContext) *model.PushRequest {
 				store.UpsertConfig(&model.Config{
 					Kind: model.KindPeerAuthentication, Namespace: "ns-1", Name: "strict-svc-1",
@@ -267,7 +274,35 @@ func TestIncrementalBuild(t *testing.T) {
 				})
 				return pushRequest(key(model.KindPeerAuthentication, "ns-1", "strict-svc-1"))
 			},
-			wantRebuilt: []string{indexPeerAuthentication},
+			// A policy with a selector may take auto mTLS from endpoints;
+			// this one takes it from none.
+			wantRebuilt:    []string{indexPeerAuthentication, indexEndpoints},
+			wantNewEntries: []string{},
+		},
+		{
+			name: "a workload policy that disables mutual TLS renews the entries of the endpoints it selects",
+			change: func(*PushContext) *model.PushRequest {
+				store.UpsertConfig(&model.Config{
+					Kind: model.KindPeerAuthentication, Namespace: "ns-1", Name: "plain-v2",
+					Spec: &security.PeerAuthentication{
+						Selector: &typev1beta1.WorkloadSelector{MatchLabels: version("v2")},
+						Mtls:     &security.PeerAuthentication_MutualTLS{Mode: security.PeerAuthentication_MutualTLS_DISABLE},
+					},
+				})
+				return pushRequest(key(model.KindPeerAuthentication, "ns-1", "plain-v2"))
+			},
+			// svc-5's endpoints were replaced by one of v1 above.
+			wantRebuilt:    []string{indexPeerAuthentication, indexEndpoints},
+			wantNewEntries: []string{"svc-1", "svc-9"},
+		},
+		{
+			name: "and deleting it renews them again",
+			change: func(*PushContext) *model.PushRequest {
+				store.DeleteConfig(key(model.KindPeerAuthentication, "ns-1", "plain-v2"))
+				return pushRequest(key(model.KindPeerAuthentication, "ns-1", "plain-v2"))
+			},
+			wantRebuilt:    []string{indexPeerAuthentication, indexEndpoints},
+			wantNewEntries: []string{"svc-1", "svc-9"},
 		},
 		{
 			name: "virtual service change rebuilds its index only",

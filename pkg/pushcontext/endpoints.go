@@ -30,7 +30,12 @@ type endpointSlot struct {
 type endpointEntry struct {
 	service *model.Service
 	version uint64
-	all     []*model.Endpoint
+	// read is the store's list the entry was made from, which later reads
+	// are compared with; all is that list as proxies get it, with MTLS
+	// cleared where workload policies disable mutual TLS
+	// (autoMTLSEndpoints), and usually the very same slice.
+	read []*model.Endpoint
+	all  []*model.Endpoint
 	// byPort is aligned with service.Ports; nil when no endpoint serves any.
 	byPort  [][]*model.Endpoint
 	subsets []subsetEndpoints // sorted by key
@@ -62,10 +67,12 @@ type entryBuilder struct {
 	chunk int
 	// trustDomain names the endpoints' identities.
 	trustDomain string
+	// peerAuthn says which endpoints auto mTLS must send plaintext.
+	peerAuthn *peerAuthnIndex
 }
 
-func newEntryBuilder(entries int, trustDomain string) *entryBuilder {
-	return &entryBuilder{entries: make([]endpointEntry, entries), chunk: 4096, trustDomain: trustDomain}
+func newEntryBuilder(entries int, trustDomain string, peerAuthn *peerAuthnIndex) *entryBuilder {
+	return &entryBuilder{entries: make([]endpointEntry, entries), chunk: 4096, trustDomain: trustDomain, peerAuthn: peerAuthn}
 }
 
 func (b *entryBuilder) newEntry() *endpointEntry {
@@ -103,7 +110,9 @@ func (b *entryBuilder) newEndpoints(n int) []*model.Endpoint {
 
 func (b *entryBuilder) build(svc *model.Service, eps []*model.Endpoint, subsets []subsetSpec, version uint64) *endpointEntry {
 	e := b.newEntry()
-	e.service, e.version, e.all = svc, version, eps
+	e.service, e.version, e.read = svc, version, eps
+	eps = b.peerAuthn.autoMTLSEndpoints(eps)
+	e.all = eps
 	e.identities = identitiesOf(eps, b.trustDomain)
 	e.podless = podless(eps)
 	b.indexPorts(svc.Ports, eps)
@@ -192,20 +201,31 @@ func (e *endpointEntry) sameSubsets(subsets []subsetSpec) bool {
 }
 
 // buildEndpointIndex makes a new index for services. With prev, an entry of
-// prev for the same *model.Service is reused when its subsets still match
-// and its endpoints are not listed in reread; if only its subsets differ, it
-// is rebuilt from its endpoints without reading the store.
+// prev for the same *model.Service is reused when its subsets still match,
+// its endpoints are not listed in reread and peerAuthn leaves their auto
+// mTLS as it was; if only its subsets or auto mTLS differ, it is rebuilt
+// from its endpoints without reading the store.
 func buildEndpointIndex(store model.Store, services *serviceIndex, resolution *resolutionIndex, prev *PushContext,
 	reread map[model.NamespacedName]struct{}, versions *versionSource, info *BuildInfo, trustDomain string,
+	peerAuthn *peerAuthnIndex,
 ) *endpointIndex {
 	idx := &endpointIndex{slots: make([]endpointSlot, len(services.all))}
 	var b *entryBuilder
 	if prev == nil {
-		b = newEntryBuilder(len(services.all), trustDomain)
+		b = newEntryBuilder(len(services.all), trustDomain, peerAuthn)
 	} else {
 		// Incremental builds usually make few entries; chunks would pin
 		// memory for little gain.
-		b = &entryBuilder{trustDomain: trustDomain}
+		b = &entryBuilder{trustDomain: trustDomain, peerAuthn: peerAuthn}
+	}
+	// keeps reports whether an entry of prev still says what peerAuthn
+	// would: only selector policies in the service's namespace, before or
+	// after, can have changed it.
+	keeps := func(old *endpointEntry) bool {
+		if prev.peerAuthn == peerAuthn || (!prev.peerAuthn.hasSelected(old.service.Namespace) && !peerAuthn.hasSelected(old.service.Namespace)) {
+			return true
+		}
+		return sameEndpoints(old.all, peerAuthn.autoMTLSEndpoints(old.read))
 	}
 	for ord, svc := range services.all {
 		subsets := resolution.byService[ord].subsets
@@ -217,18 +237,18 @@ func buildEndpointIndex(store model.Store, services *serviceIndex, resolution *r
 			info.EndpointEntriesRead++
 		case mustRead:
 			eps := store.Endpoints(svc.Key())
-			if sameEndpoints(old.all, eps) && old.sameSubsets(subsets) {
+			if sameEndpoints(old.read, eps) && old.sameSubsets(subsets) && keeps(old) {
 				e = old
 				info.EndpointEntriesReused++
 			} else {
 				e = b.build(svc, eps, subsets, versions.next())
 				info.EndpointEntriesRead++
 			}
-		case old.sameSubsets(subsets):
+		case old.sameSubsets(subsets) && keeps(old):
 			e = old
 			info.EndpointEntriesReused++
 		default:
-			e = b.build(svc, old.all, subsets, versions.next())
+			e = b.build(svc, old.read, subsets, versions.next())
 			info.EndpointEntriesResubset++
 		}
 		idx.slots[ord].entry.Store(e)
@@ -317,10 +337,10 @@ func (pc *PushContext) UpdateEndpoints(store model.Store, services []model.Names
 		slot := &pc.endpoints.slots[ord]
 		old := slot.entry.Load()
 		eps := store.Endpoints(name)
-		if sameEndpoints(old.all, eps) {
+		if sameEndpoints(old.read, eps) {
 			continue
 		}
-		b := entryBuilder{trustDomain: pc.opts.TrustDomain}
+		b := entryBuilder{trustDomain: pc.opts.TrustDomain, peerAuthn: pc.peerAuthn}
 		e := b.build(old.service, eps, pc.resolution.byService[ord].subsets, pc.versions.next())
 		slot.entry.Store(e)
 		update.Hosts = append(update.Hosts, old.service.Hostname)

@@ -137,6 +137,49 @@ func (idx *peerAuthnIndex) workloadPolicy(ns string, labels map[string]string) M
 	return policy
 }
 
+// hasSelected reports whether some policy with a selector may set the
+// mode of a workload in namespace ns apart from the namespace's.
+func (idx *peerAuthnIndex) hasSelected(ns string) bool {
+	return idx != nil && len(idx.selected[ns]) > 0
+}
+
+// anySelected reports whether some namespace has a policy with a selector.
+func (idx *peerAuthnIndex) anySelected() bool {
+	return len(idx.selected) > 0
+}
+
+// autoMTLSEndpoints returns eps with MTLS cleared on the endpoints whose
+// own workload policy disables mutual TLS on the port they serve, as
+// Istio's EDS does: such a sidecar hands TLS to the application as it
+// came, so auto mTLS must send it plaintext. Only the endpoints of
+// namespaces with selector policies are looked at: elsewhere the mode is
+// the namespace's, and a namespace-wide DISABLE already keeps auto mTLS off
+// for the whole service (peerTLSFor in envoygen). It returns eps itself
+// when nothing changes.
+func (idx *peerAuthnIndex) autoMTLSEndpoints(eps []*model.Endpoint) []*model.Endpoint {
+	var out []*model.Endpoint
+	for i, ep := range eps {
+		if !ep.MTLS || !idx.hasSelected(ep.Namespace) ||
+			idx.workloadPolicy(ep.Namespace, ep.Labels).ForPort(ep.Port) != model.MTLSDisable {
+			if out != nil {
+				out = append(out, ep)
+			}
+			continue
+		}
+		if out == nil {
+			out = make([]*model.Endpoint, i, len(eps))
+			copy(out, eps[:i])
+		}
+		plain := *ep
+		plain.MTLS = false
+		out = append(out, &plain)
+	}
+	if out == nil {
+		return eps
+	}
+	return out
+}
+
 func specMode(cfg *model.Config) model.MTLSMode {
 	if cfg == nil {
 		return model.MTLSUnset

@@ -220,15 +220,26 @@ func Build(store model.Store, opts Options, prev *PushContext, req *model.PushRe
 		pc.build.reused(indexServiceTargets)
 	}
 
+	if plan.full || plan.peerAuthn {
+		pc.peerAuthn = buildPeerAuthnIndex(store.Configs(model.KindPeerAuthentication), opts.RootNamespace)
+		pc.build.rebuilt(indexPeerAuthentication)
+	} else {
+		pc.peerAuthn = prev.peerAuthn
+		pc.build.reused(indexPeerAuthentication)
+	}
+
+	// Endpoints carry the auto mTLS that workload policies allow them, so
+	// a change of policies with selectors re-derives them.
+	peerAuthnChanged := plan.peerAuthn && (prev.peerAuthn.anySelected() || pc.peerAuthn.anySelected())
 	switch {
 	case plan.full:
-		pc.endpoints = buildEndpointIndex(store, pc.services, pc.resolution, nil, nil, pc.versions, &pc.build, opts.TrustDomain)
+		pc.endpoints = buildEndpointIndex(store, pc.services, pc.resolution, nil, nil, pc.versions, &pc.build, opts.TrustDomain, pc.peerAuthn)
 		pc.build.rebuilt(indexEndpoints)
-	case !resolutionChanged && len(plan.endpoints) == 0:
+	case !resolutionChanged && len(plan.endpoints) == 0 && !peerAuthnChanged:
 		pc.endpoints = prev.endpoints
 		pc.build.reused(indexEndpoints)
 	default:
-		pc.endpoints = buildEndpointIndex(store, pc.services, pc.resolution, prev, plan.endpoints, pc.versions, &pc.build, opts.TrustDomain)
+		pc.endpoints = buildEndpointIndex(store, pc.services, pc.resolution, prev, plan.endpoints, pc.versions, &pc.build, opts.TrustDomain, pc.peerAuthn)
 		pc.build.rebuilt(indexEndpoints)
 	}
 
@@ -250,13 +261,6 @@ func Build(store model.Store, opts Options, prev *PushContext, req *model.PushRe
 	} else {
 		pc.credentials = prev.credentials
 		pc.build.reused(indexCredentials)
-	}
-	if plan.full || plan.peerAuthn {
-		pc.peerAuthn = buildPeerAuthnIndex(store.Configs(model.KindPeerAuthentication), opts.RootNamespace)
-		pc.build.rebuilt(indexPeerAuthentication)
-	} else {
-		pc.peerAuthn = prev.peerAuthn
-		pc.build.reused(indexPeerAuthentication)
 	}
 	if plan.full || plan.virtualServices {
 		pc.virtualServices = buildVirtualServiceIndex(store.Configs(model.KindVirtualService), opts.DomainSuffix)

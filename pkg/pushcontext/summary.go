@@ -30,8 +30,9 @@ type BuildInfo struct {
 	Rebuilt []string `json:"rebuilt"`
 	Reused  []string `json:"reused"`
 	// EndpointEntriesRead counts services whose endpoints were read from the
-	// store, EndpointEntriesResubset those whose subset lists were recomputed
-	// from the previous entry, EndpointEntriesReused those taken as they were.
+	// store, EndpointEntriesResubset those whose subset lists (or auto mTLS)
+	// were recomputed from the previous entry, EndpointEntriesReused those
+	// taken as they were.
 	EndpointEntriesRead     int `json:"endpointEntriesRead"`
 	EndpointEntriesResubset int `json:"endpointEntriesResubset"`
 	EndpointEntriesReused   int `json:"endpointEntriesReused"`

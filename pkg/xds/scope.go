@@ -49,8 +49,8 @@ type pushPlan struct {
 	ingressChanged bool
 	secrets        []model.NamespacedName
 	// peerAuthnChanged is set when PeerAuthentications changed: inbound
-	// listeners follow them, and clusters (auto mTLS) follow the
-	// namespace-wide ones.
+	// listeners follow them, clusters (auto mTLS) follow the namespace-wide
+	// ones, and the endpoints they change are in eds.
 	peerAuthnChanged bool
 	// virtualServicesChanged is set when VirtualServices changed: only
 	// routes follow them (a route naming a new subset makes a gRPC client
@@ -105,7 +105,7 @@ func newPushPlan(id uint64, req *model.PushRequest, prev, cur *pushcontext.PushC
 		}
 		edsKeys[key] = struct{}{}
 	}
-	rulesChanged := false
+	rulesChanged, peerAuthnChanged := false, false
 	for key := range req.ConfigsUpdated {
 		switch key.Kind {
 		case model.KindService:
@@ -151,7 +151,7 @@ func newPushPlan(id uint64, req *model.PushRequest, prev, cur *pushcontext.PushC
 		case model.KindSecret:
 			p.secrets = append(p.secrets, model.NamespacedName{Namespace: key.Namespace, Name: key.Name})
 		case model.KindPeerAuthentication:
-			p.peerAuthnChanged = true
+			p.peerAuthnChanged, peerAuthnChanged = true, true
 		case model.KindVirtualService:
 			p.virtualServicesChanged = true
 		case model.KindSourceProblems:
@@ -169,6 +169,17 @@ func newPushPlan(id uint64, req *model.PushRequest, prev, cur *pushcontext.PushC
 			}
 			if svc := cur.ServiceForHostname(host); svc != nil {
 				addEDS(model.ConfigKey{Kind: model.KindEndpoints, Namespace: svc.Namespace, Name: svc.Name})
+			}
+		}
+	}
+	if peerAuthnChanged {
+		// Endpoints say whether auto mTLS may send them mutual TLS, which
+		// workload policies decide: the build renewed the entries of the
+		// services where that changed.
+		for _, svc := range cur.Services() {
+			if prev.EndpointsVersion(svc.Hostname) != cur.EndpointsVersion(svc.Hostname) {
+				addEDS(model.ConfigKey{Kind: model.KindEndpoints, Namespace: svc.Namespace, Name: svc.Name})
+				p.endpointsChanged = true
 			}
 		}
 	}

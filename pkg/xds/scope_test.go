@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1"
 	security "istio.io/api/security/v1beta1"
+	typev1beta1 "istio.io/api/type/v1beta1"
 
 	"github.com/meshpilot/meshpilot/pkg/model"
 	"github.com/meshpilot/meshpilot/pkg/pushcontext"
@@ -307,6 +308,28 @@ func TestPushScopes(t *testing.T) {
 				return []model.ConfigKey{{Kind: model.KindPeerAuthentication, Namespace: "other", Name: "default"}}
 			},
 			mine: []string{"cds", "lds"}, other: []string{"cds", "lds"}, gateway: []string{"cds", "lds"},
+		},
+		{
+			// Auto mTLS sends plaintext to an endpoint whose own policy
+			// disables mutual TLS, and EDS says which endpoints those are.
+			name: "peer authentication that disables mutual TLS for a workload behind a service",
+			seed: func(s model.Store) {
+				eps := s.Endpoints(serviceKey("a"))
+				sidecar := *eps[0]
+				sidecar.MTLS = true
+				s.SetEndpoints(serviceKey("a"), "a-slice", []*model.Endpoint{&sidecar})
+			},
+			change: func(s model.Store) []model.ConfigKey {
+				s.UpsertConfig(&model.Config{
+					Kind: model.KindPeerAuthentication, Namespace: "default", Name: "plain",
+					Spec: &security.PeerAuthentication{
+						Selector: &typev1beta1.WorkloadSelector{MatchLabels: map[string]string{"version": "v1"}},
+						Mtls:     &security.PeerAuthentication_MutualTLS{Mode: security.PeerAuthentication_MutualTLS_DISABLE},
+					},
+				})
+				return []model.ConfigKey{{Kind: model.KindPeerAuthentication, Namespace: "default", Name: "plain"}}
+			},
+			mine: []string{"cds", "eds", "lds"}, other: []string{"cds", "eds", "lds"}, gateway: []string{"cds", "eds", "lds"},
 		},
 		{
 			// Only routes follow VirtualServices; clusters of the subsets

@@ -24,6 +24,11 @@ func TestSimulationMutualTLS(t *testing.T) {
 			{"TCP ports too", "outbound|3306||web.shop.svc.cluster.local", "10.2.0.1:3306", tlsModeIstioMatch},
 			{"a STRICT namespace's workloads", "outbound|80||db.vault.svc.cluster.local", "10.2.0.2:8080", tlsModeIstioMatch},
 			{"a namespace that disables mTLS gets plaintext, sidecar or not", "outbound|80||old.legacy.svc.cluster.local", "10.2.0.3:8080", "plaintext"},
+			// As Istio's EDS does: a sidecar whose own policy is DISABLE
+			// passes TLS to the application untouched.
+			{"a workload whose policy disables mTLS gets plaintext", "outbound|80||plain.shop.svc.cluster.local", "10.2.0.6:8080", "plaintext"},
+			{"a port-level DISABLE on the workload's port gets plaintext", "outbound|81||admin.shop.svc.cluster.local", "10.2.0.7:8081", "plaintext"},
+			{"the workload's other ports keep mutual TLS", "outbound|80||admin.shop.svc.cluster.local", "10.2.0.7:8080", tlsModeIstioMatch},
 		}
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
