@@ -27,9 +27,26 @@ import (
 // Envoy's CDS and LDS still apply the valid clusters or listeners of a
 // rejected response (cds_api_helper.cc); this client keeps all of its
 // previous state instead, which can only make a test stricter.
+//
+// Repeated names: Envoy's CDS and LDS reject a duplicate cluster or listener
+// (cds_api_helper.cc, lds_api.cc), and delta rejects a name repeated among
+// resources, or among removed_resources, or present in both
+// ("duplicate name ... found in the union of added+removed resources",
+// DeltaSubscriptionState::handleGoodResponse, delta_subscription_state.cc).
+// A SotW response repeating the name of an EDS, RDS or SDS resource is
+// accepted by Envoy, which hands the first one to its watch
+// (GrpcMuxImpl::processDiscoveryResources, grpc_mux_impl.cc); this client
+// rejects it, which again can only make a test stricter.
 func decodeResponse(resp *response) (map[string]proto.Message, error) {
 	out := make(map[string]proto.Message, len(resp.resources))
 	var errs []error
+	removed := map[string]bool{}
+	for _, name := range resp.removed {
+		if removed[name] {
+			errs = append(errs, fmt.Errorf("duplicate name %s found in the union of added+removed resources", name))
+		}
+		removed[name] = true
+	}
 	for _, r := range resp.resources {
 		if r.any.GetTypeUrl() != resp.typeURL {
 			errs = append(errs, fmt.Errorf("resource of type %s in a %s response", r.any.GetTypeUrl(), resp.typeURL))
@@ -46,6 +63,9 @@ func decodeResponse(resp *response) (map[string]proto.Message, error) {
 		}
 		if _, dup := out[name]; dup {
 			errs = append(errs, fmt.Errorf("duplicate resource %q", name))
+		}
+		if removed[name] {
+			errs = append(errs, fmt.Errorf("duplicate name %s found in the union of added+removed resources", name))
 		}
 		if err := ValidateDeep(m); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", name, err))
