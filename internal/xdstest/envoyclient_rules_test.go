@@ -1,6 +1,7 @@
 package xdstest
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -51,4 +52,75 @@ func TestEnvoyClientDeltaNacksNameBothAddedAndRemoved(t *testing.T) {
 			}
 		})
 	}
+}
+
+// An update identical to the active cluster while another version warms is
+// not blocked: Envoy blocks only an update equal to the warming cluster, or
+// to the active one when nothing warms, so the update replaces the warming
+// cluster with a new one that must fetch its endpoints again
+// (ClusterManagerImpl::addOrUpdateCluster, cluster_manager_impl.cc, and
+// envoyproxy/envoy#14598).
+func TestEnvoyClientClusterRevertedWhileWarmingWarmsAgain(t *testing.T) {
+	ecBothModes(t, func(t *testing.T, mode Mode) {
+		s, c := startScripted(t, mode)
+		ecWarmUp(t, s, c)
+		s.send(ecCDS, "c2", ecMsgs(ecCluster("a", clusterv3.Cluster_LEAST_REQUEST, 0)))
+		s.drain(50 * time.Millisecond)
+		// Back to the active version before the new one is warm.
+		s.send(ecCDS, "c3", ecMsgs(ecCluster("a", clusterv3.Cluster_ROUND_ROBIN, 0)))
+		s.drain(50 * time.Millisecond)
+		if w := c.Warming(); len(w) != 1 || w[0].Name != "a" {
+			t.Fatalf("warming %v, want cluster a warming again", w)
+		}
+		s.send(ecEDS, "e2", ecMsgs(ecAssignment("a", "10.1.0.2")))
+		s.drain(50 * time.Millisecond)
+		c.RequireWarm(ecWaitLimit, nil)
+		if got := c.Cluster("a").GetLbPolicy(); got != clusterv3.Cluster_ROUND_ROBIN {
+			t.Errorf("active cluster a has %v, want ROUND_ROBIN, the last version sent", got)
+		}
+		if got := c.Endpoints("a").GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress().GetAddress(); got != "10.1.0.2" {
+			t.Errorf("cluster a serves %s, want the new assignment's 10.1.0.2", got)
+		}
+	})
+}
+
+// A listener update identical to the active listener while another version
+// warms removes the warming listener and keeps the active one
+// (ListenerManagerImpl::addOrUpdateListenerInternal, listener_manager_impl.cc:
+// "The listener should be updated back to its original state and the
+// warming listener should be removed").
+func TestEnvoyClientListenerRevertedWhileWarmingDropsWarming(t *testing.T) {
+	ecBothModes(t, func(t *testing.T, mode Mode) {
+		s, c := startScripted(t, mode)
+		ecWarmUp(t, s, c)
+		s.send(ecLDS, "l2", ecMsgs(ecListener(t, "http", "v1", "r1")))
+		s.drain(50 * time.Millisecond)
+		s.send(ecRDS, "r-1", ecMsgs(ecRoute("r1", "a")))
+		s.drain(50 * time.Millisecond)
+		c.RequireWarm(ecWaitLimit, nil)
+
+		s.send(ecLDS, "l3", ecMsgs(ecListener(t, "http", "v2", "r2")))
+		s.drain(50 * time.Millisecond)
+		if w := c.Warming(); len(w) != 1 || w[0].Name != "http" {
+			t.Fatalf("warming %v, want listener http waiting for r2", w)
+		}
+		s.send(ecLDS, "l4", ecMsgs(ecListener(t, "http", "v1", "r1")))
+		reqs := s.drain(50 * time.Millisecond)
+		if w := c.Warming(); len(w) != 0 {
+			t.Errorf("warming %v, want nothing: the warming listener is dropped", w)
+		}
+		// Dropping it gives up r2.
+		unsubscribed := slices.ContainsFunc(reqs, func(r got) bool {
+			return r.typeURL == ecRDS && (slices.Equal(r.names, []string{"r1"}) || slices.Equal(r.unsub, []string{"r2"}))
+		})
+		if !unsubscribed {
+			t.Errorf("requests %v, want r2 unsubscribed", reqs)
+		}
+		s.send(ecRDS, "r-2", ecMsgs(ecRoute("r2", "a")))
+		s.drain(50 * time.Millisecond)
+		c.RequireWarm(ecWaitLimit, nil)
+		if got := c.Listener("http"); got == nil || got.String() != ecListener(t, "http", "v1", "r1").String() {
+			t.Errorf("listener http is %v, want v1", got)
+		}
+	})
 }

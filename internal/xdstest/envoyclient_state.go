@@ -151,12 +151,25 @@ func (s *envoyState) handle(resp *response) {
 	s.flush(resp.typeURL, "")
 }
 
-// applyTop applies a CDS or LDS update. An update identical to the active
-// or the warming version is skipped, as Envoy skips a cluster or listener
-// whose hash is unchanged; any other creates a new warming instance that
-// replaces an older warming one. In SotW, a cluster or listener missing
-// from the response is removed ("Deleting Resources",
-// https://www.envoyproxy.io/docs/envoy/latest/api-docs/xds_protocol).
+// applyTop applies a CDS or LDS update, blocking an unchanged one by its
+// hash as Envoy does:
+//
+//   - A cluster identical to the warming version is skipped; identical to
+//     the active version, it is skipped only when nothing warms. Otherwise
+//     a new warming instance replaces the warming one, even when it is
+//     identical to the active version, and it must fetch its endpoints
+//     again (ClusterManagerImpl::addOrUpdateCluster, cluster_manager_impl.cc:
+//     "Always proceed if the cluster is different from the existing warming
+//     cluster", envoyproxy/envoy#14598).
+//   - A listener identical to the active version while another one warms
+//     drops the warming one ("The listener should be updated back to its
+//     original state and the warming listener should be removed",
+//     ListenerManagerImpl::addOrUpdateListenerInternal,
+//     listener_manager_impl.cc); identical to the warming or (with nothing
+//     warming) the active version, it is skipped.
+//
+// In SotW, a cluster or listener missing from the response is removed
+// ("Deleting Resources", https://www.envoyproxy.io/docs/envoy/latest/api-docs/xds_protocol).
 func (s *envoyState) applyTop(entries map[string]*warmEntry, kind string, decoded map[string]proto.Message, removed []string) {
 	for name, m := range decoded {
 		e := entries[name]
@@ -164,7 +177,15 @@ func (s *envoyState) applyTop(entries map[string]*warmEntry, kind string, decode
 			e = &warmEntry{}
 			entries[name] = e
 		}
-		if (e.active != nil && proto.Equal(e.active.res, m)) || (e.warming != nil && proto.Equal(e.warming.res, m)) {
+		sameActive := e.active != nil && proto.Equal(e.active.res, m)
+		switch {
+		case e.warming != nil && proto.Equal(e.warming.res, m):
+			continue
+		case e.warming == nil && sameActive:
+			continue
+		case kind == "Listener" && sameActive:
+			s.destroy(e.warming)
+			e.warming = nil
 			continue
 		}
 		s.destroy(e.warming)
