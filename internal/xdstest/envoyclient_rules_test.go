@@ -124,3 +124,27 @@ func TestEnvoyClientListenerRevertedWhileWarmingDropsWarming(t *testing.T) {
 		}
 	})
 }
+
+// A SotW response of a type with no watch left is not ACKed: with no
+// resources Envoy takes its version and sends nothing; with resources it
+// re-requests at the previous version with the new nonce, and no
+// error_detail (GrpcMuxImpl::onDiscoveryResponse, grpc_mux_impl.cc).
+func TestEnvoyClientSotWResponseWithoutWatches(t *testing.T) {
+	s, c := startScripted(t, SotW)
+	edsVersion, _ := ecWarmUp(t, s, c)
+	cn := s.send(ecCDS, "c2", nil) // cluster a is gone, and with it the last EDS watch
+	s.expect(ecEDS)
+	s.expectAck(ecCDS, "c2", cn, nil)
+
+	s.send(ecEDS, "e2", nil)
+	s.quiet(100 * time.Millisecond)
+
+	n := s.send(ecEDS, "e3", ecMsgs(ecAssignment("a", "10.1.0.1")))
+	r := s.expect(ecEDS)
+	if r.version != "e2" || r.nonce != n || r.errorDetail != "" || len(r.names) != 0 {
+		t.Errorf("got %v, want a request at version e2 (not e3, nor %s) with nonce %s and no error", r, edsVersion, n)
+	}
+	if len(c.Nacks()) != 0 {
+		t.Errorf("Nacks() = %v, want none", c.Nacks())
+	}
+}

@@ -126,6 +126,21 @@ func (s *envoyState) handle(resp *response) {
 		return
 	}
 	ts.nonce, ts.responded = resp.nonce, true
+	if !s.tr.delta() && !ts.wildcard && len(s.wanted(ts)) == 0 {
+		// A SotW response of a type no watch is left on is not processed
+		// (GrpcMuxImpl::onDiscoveryResponse, grpc_mux_impl.cc): with no
+		// resources Envoy takes its version and sends nothing; with
+		// resources it re-requests at the previous version with the new
+		// nonce and no error_detail ("send a NACK (by not updating the
+		// version)").
+		if len(resp.resources) == 0 {
+			ts.version = resp.version
+			s.flush("", "")
+		} else {
+			s.flush(resp.typeURL, "")
+		}
+		return
+	}
 	decoded, err := decodeResponse(resp)
 	if err != nil {
 		s.nacks = append(s.nacks, Nack{TypeURL: resp.typeURL, Version: resp.version, Nonce: resp.nonce, Error: err.Error()})
