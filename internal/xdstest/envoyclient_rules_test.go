@@ -7,6 +7,9 @@ import (
 	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	"google.golang.org/protobuf/types/known/anypb"
 )
 
 // drain consumes requests until none arrives for d, and returns them.
@@ -146,5 +149,44 @@ func TestEnvoyClientSotWResponseWithoutWatches(t *testing.T) {
 	}
 	if len(c.Nacks()) != 0 {
 		t.Errorf("Nacks() = %v, want none", c.Nacks())
+	}
+}
+
+// In delta, a removal of a subscribed secret is ignored with an ACK, but
+// the cluster or listener waiting for it completes warming
+// (SdsApi::onConfigUpdate, sds_api.cc: "Even if we ignore this resource,
+// the owning resource (LDS/CDS) should still complete warming").
+func TestEnvoyClientDeltaRemovedSecretEndsWarming(t *testing.T) {
+	cl := ecCluster("tls", clusterv3.Cluster_ROUND_ROBIN, 0)
+	tlsCtx, _ := anypb.New(&tlsv3.UpstreamTlsContext{CommonTlsContext: &tlsv3.CommonTlsContext{
+		TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{{Name: "cert", SdsConfig: ecADS(0)}},
+	}})
+	cl.TransportSocket = &corev3.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: tlsCtx}}
+
+	s, c := startScripted(t, Delta)
+	s.expect(ecCDS)
+	s.send(ecCDS, "c1", ecMsgs(cl))
+	s.drain(50 * time.Millisecond)
+	s.send(ecEDS, "e1", ecMsgs(ecAssignment("tls", "10.3.0.1")))
+	s.drain(50 * time.Millisecond)
+	if c.Cluster("tls") != nil {
+		t.Fatal("cluster tls is active before its secret")
+	}
+	n := s.send(ecSDS, "s1", nil, "cert")
+	var ack got
+	for _, r := range s.drain(50 * time.Millisecond) {
+		if r.typeURL == ecSDS {
+			ack = r
+		}
+	}
+	if ack.nonce != n || ack.errorDetail != "" {
+		t.Errorf("SDS request %v, want an ACK of %s", ack, n)
+	}
+	if c.Cluster("tls") == nil {
+		t.Errorf("cluster tls still warming after its secret was removed: %v", c.Warming())
+	}
+	want := "Cluster tls: Secret cert was never received"
+	if d := c.Dangling(); !slices.Equal(d, []string{want}) {
+		t.Errorf("Dangling = %v, want [%s]", d, want)
 	}
 }

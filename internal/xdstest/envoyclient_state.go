@@ -160,7 +160,7 @@ func (s *envoyState) handle(resp *response) {
 	case resourcev3.EndpointType:
 		s.applyEndpoints(decoded, resp.removed)
 	default:
-		s.applyShared(resp.typeURL, decoded)
+		s.applyShared(resp.typeURL, decoded, resp.removed)
 	}
 	s.settle()
 	s.flush(resp.typeURL, "")
@@ -246,11 +246,23 @@ func (s *envoyState) applyEndpoints(decoded map[string]proto.Message, removed []
 // "the client will silently ignore any supplied resources that were not
 // explicitly requested" ("How the client specifies what resources to
 // return", https://www.envoyproxy.io/docs/envoy/latest/api-docs/xds_protocol).
-// Delta removals are ignored, as Envoy's RDS does (rds_route_config_subscription.cc).
-func (s *envoyState) applyShared(typeURL string, decoded map[string]proto.Message) {
+// Delta removals are ignored, as Envoy's RDS does: a route configuration
+// still waited for stays so, until its initial_fetch_timeout
+// (RdsRouteConfigSubscription::onConfigUpdate, rds_route_config_subscription.cc).
+// SDS ignores a removal too, keeping what it had, but "the owning resource
+// (LDS/CDS) should still complete warming" (SdsApi::onConfigUpdate, sds_api.cc).
+func (s *envoyState) applyShared(typeURL string, decoded map[string]proto.Message, removed []string) {
 	for name, m := range decoded {
 		if sub := s.subs[subKey{typeURL, name}]; sub != nil {
 			sub.value = m
+			sub.finish()
+		}
+	}
+	if typeURL != resourcev3.SecretType {
+		return
+	}
+	for _, name := range removed {
+		if sub := s.subs[subKey{typeURL, name}]; sub != nil {
 			sub.finish()
 		}
 	}
