@@ -226,7 +226,16 @@ func (s *envoyState) applyTop(entries map[string]*warmEntry, kind string, decode
 // assignment. A delta removal of a watched name tells a warming cluster
 // that the assignment does not exist, and Envoy's EDS cluster then
 // initializes with no endpoints (eds.cc; "Knowing When a Requested Resource
-// Does Not Exist", https://www.envoyproxy.io/docs/envoy/latest/api-docs/xds_protocol).
+// Does Not Exist", https://www.envoyproxy.io/docs/envoy/latest/api-docs/xds_protocol);
+// an active cluster keeps the endpoints it has (EdsClusterImpl::validateUpdateSize
+// only ends pre-init). In SotW an assignment missing from a response is not
+// removed either ("When are resources considered removed": only LDS and
+// CDS responses carry the whole state). Assignments nobody watches, and
+// delta removals of names nobody watches, are ignored and the response is
+// ACKed: "We are not subscribed to wildcard, so we only take resources that
+// we explicitly requested and ignore the others" (DeltaSubscriptionState::
+// handleGoodResponse, delta_subscription_state.cc; WatchMap delivers to
+// interested watches only, watch_map.cc).
 func (s *envoyState) applyEndpoints(decoded map[string]proto.Message, removed []string) {
 	for _, inst := range s.instances(s.clusters) {
 		w := inst.eds
