@@ -159,13 +159,20 @@ func pickable(eps []Endpoint, weighted bool) []Endpoint {
 const transportSocketMatchKey = "envoy.transport_socket_match"
 
 // TransportSocket names how the proxy connects to one endpoint (ip:port) of
-// an EDS cluster: the name of the transport socket match that applies
-// (under auto mTLS, tlsMode-istio), else the name of the cluster's
-// transport socket, else "plaintext".
+// an EDS cluster, or to any address through an ORIGINAL_DST cluster: the
+// name of the transport socket match that applies (under auto mTLS,
+// tlsMode-istio), else the name of the cluster's transport socket, else
+// "plaintext".
 func (s *Simulation) TransportSocket(clusterName, address string) (string, error) {
 	c := s.clusters[clusterName]
 	if c == nil {
 		return "", fmt.Errorf("cluster %q was not sent", clusterName)
+	}
+	if c.GetType() == cluster.Cluster_ORIGINAL_DST {
+		// Envoy makes a host of the connection's original destination with
+		// no metadata (OriginalDstCluster), so only a match without fields
+		// can take it; otherwise the cluster's own socket applies.
+		return transportSocketFor(c, nil), nil
 	}
 	service := c.GetEdsClusterConfig().GetServiceName()
 	if service == "" {

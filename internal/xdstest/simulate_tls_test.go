@@ -94,7 +94,12 @@ func TestSimulationTransportSocketMatch(t *testing.T) {
 	unlabelled := host("10.0.3.2", core.HealthStatus_HEALTHY)
 	istioOnly, istioOnlyCLA := staticCluster("istio-only", group(0, 0, labelled, unlabelled))
 	istioOnly.TransportSocketMatches = c.TransportSocketMatches[:1]
-	sim, err := NewSimulation(c, cla, single, singleCLA, plain, plainCLA, istioOnly, istioOnlyCLA)
+	// Original destination: no endpoints, so no endpoint metadata.
+	origDst := &cluster.Cluster{Name: "orig-dst", ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_ORIGINAL_DST},
+		TransportSocket: &core.TransportSocket{Name: "envoy.transport_sockets.tls"}}
+	origDstMatches := &cluster.Cluster{Name: "orig-dst-matches", ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_ORIGINAL_DST},
+		TransportSocketMatches: istioOnly.TransportSocketMatches}
+	sim, err := NewSimulation(c, cla, single, singleCLA, plain, plainCLA, istioOnly, istioOnlyCLA, origDst, origDstMatches)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,6 +111,9 @@ func TestSimulationTransportSocketMatch(t *testing.T) {
 		{"plain", "10.0.2.1:80", "plaintext"},
 		{"istio-only", "10.0.0.1:80", "tlsMode-istio"},
 		{"istio-only", "10.0.3.2:80", "plaintext"},
+		{"orig-dst", "10.0.4.1:80", "envoy.transport_sockets.tls"},
+		// A match on tlsMode never applies to an original destination.
+		{"orig-dst-matches", "10.0.0.1:80", "plaintext"},
 	} {
 		got, err := sim.TransportSocket(tc.cluster, tc.address)
 		if err != nil || got != tc.want {
