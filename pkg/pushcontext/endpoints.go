@@ -309,6 +309,43 @@ func (pc *PushContext) Endpoints(hostname string, port uint32, subsetLabels map[
 	return listAt(cached.([][]*model.Endpoint), pi)
 }
 
+// AllEndpointsMTLS reports whether service hostname has endpoints for
+// service port port and auto mTLS would send every one of them mutual TLS:
+// each carries the tlsMode label, and no workload policy of its own
+// disables mutual TLS on its port (Endpoint.MTLS as EDS sends it). Health
+// is not looked at: the endpoints not ready now are the ones that may
+// serve next.
+//
+// An original-destination cluster (DestinationRule loadBalancer
+// PASSTHROUGH) goes to whatever address the client dialled, with no
+// endpoint metadata to choose a transport socket by, so it can only send
+// mutual TLS to all or to none; Istio sends it when every instance of the
+// service port has a sidecar (BestEffortInferServiceMTLSMode), and so does
+// envoygen, by this.
+func (pc *PushContext) AllEndpointsMTLS(hostname string, port uint32) bool {
+	return allMTLS(pc.Endpoints(hostname, port, nil))
+}
+
+func allMTLS(eps []*model.Endpoint) bool {
+	for _, ep := range eps {
+		if !ep.MTLS {
+			return false
+		}
+	}
+	return len(eps) > 0
+}
+
+// sameMTLSPorts reports whether AllEndpointsMTLS says the same of every
+// port of two entries of one service.
+func (e *endpointEntry) sameMTLSPorts(o *endpointEntry) bool {
+	for i := range e.service.Ports {
+		if allMTLS(listAt(e.byPort, i)) != allMTLS(listAt(o.byPort, i)) {
+			return false
+		}
+	}
+	return true
+}
+
 // EndpointsVersion returns a value that changes whenever the endpoint entry
 // of hostname is replaced, so generators can cache per host. 0 if unknown.
 func (pc *PushContext) EndpointsVersion(hostname string) uint64 {
@@ -347,6 +384,9 @@ func (pc *PushContext) UpdateEndpoints(store model.Store, services []model.Names
 		if e.identities != old.identities {
 			update.IdentitiesChanged = append(update.IdentitiesChanged, name)
 		}
+		if !old.sameMTLSPorts(e) {
+			update.MTLSChanged = append(update.MTLSChanged, name)
+		}
 		if wdsReads(old) || wdsReads(e) {
 			update.WDSChanged = true
 			pc.endpoints.wdsVersion.Add(1)
@@ -363,6 +403,11 @@ type EndpointUpdate struct {
 	// changed with them. Clusters verify servers against that set, so
 	// these changes need more than EDS: Istio pushes them in full too.
 	IdentitiesChanged []model.NamespacedName
+	// MTLSChanged are the services where, for some port, whether every
+	// endpoint takes mutual TLS (AllEndpointsMTLS) changed. An
+	// original-destination cluster sends mutual TLS or not by it, so these
+	// changes need more than EDS too.
+	MTLSChanged []model.NamespacedName
 	// WDSChanged says that WDS changed too: it reads, or read, the
 	// endpoints of a service whose endpoints changed.
 	WDSChanged bool

@@ -176,3 +176,108 @@ func TestMTLSPolicyForPort(t *testing.T) {
 		}
 	}
 }
+
+// AllEndpointsMTLS is what an original-destination cluster sends mutual TLS
+// by: every endpoint of the port, and at least one, marked for it as EDS
+// marks them (the tlsMode label, unless the workload's own policy disables
+// mutual TLS on the port).
+func TestAllEndpointsMTLS(t *testing.T) {
+	sidecar := map[string]string{"app": "cart", model.TLSModeLabel: model.TLSModeIstio}
+	ep := func(addr, port string, mtls bool, labels map[string]string) *model.Endpoint {
+		e := newEndpoint(addr, port, labels)
+		e.Namespace, e.MTLS = "shop", mtls
+		return e
+	}
+	cases := []struct {
+		name           string
+		eps            []*model.Endpoint
+		policies       []*model.Config
+		wantHTTP, gRPC bool
+	}{
+		{name: "no endpoints"},
+		{
+			name:     "every endpoint has a sidecar",
+			eps:      []*model.Endpoint{ep("10.0.0.1", "http", true, sidecar), ep("10.0.0.2", "http", true, sidecar)},
+			wantHTTP: true,
+		},
+		{
+			name: "one endpoint without a sidecar",
+			eps:  []*model.Endpoint{ep("10.0.0.1", "http", true, sidecar), ep("10.0.0.2", "http", false, nil)},
+		},
+		{
+			name:     "each port on its own",
+			eps:      []*model.Endpoint{ep("10.0.0.1", "http", true, sidecar), ep("10.0.0.2", "grpc", false, nil), ep("10.0.0.1", "grpc", true, sidecar)},
+			wantHTTP: true,
+		},
+		{
+			name:     "a workload policy disabling mutual TLS on the port",
+			eps:      []*model.Endpoint{ep("10.0.0.1", "http", true, sidecar), ep("10.0.0.1", "grpc", true, sidecar)},
+			policies: []*model.Config{peerAuthn("shop", "cart", 0, unset, map[string]string{"app": "cart"}, map[uint32]security.PeerAuthentication_MutualTLS_Mode{8080: disable})},
+			gRPC:     true,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			store := model.NewStore()
+			svc := newService("shop", "cart", nil)
+			store.UpsertService(svc)
+			store.SetEndpoints(svc.Key(), "s", tc.eps)
+			for _, p := range tc.policies {
+				store.UpsertConfig(p)
+			}
+			pc := Build(store, testOpts, nil, nil)
+			if got := pc.AllEndpointsMTLS(svc.Hostname, 80); got != tc.wantHTTP {
+				t.Errorf("port 80: %v, want %v", got, tc.wantHTTP)
+			}
+			if got := pc.AllEndpointsMTLS(svc.Hostname, 9090); got != tc.gRPC {
+				t.Errorf("port 9090: %v, want %v", got, tc.gRPC)
+			}
+			if pc.AllEndpointsMTLS(svc.Hostname, 1234) || pc.AllEndpointsMTLS("unknown.shop.svc.cluster.local", 80) {
+				t.Error("an unknown port or service has endpoints that all take mutual TLS")
+			}
+		})
+	}
+}
+
+// The endpoint fast path reports a service whose ports changed in whether
+// every endpoint takes mutual TLS, so the push loop pushes clusters; a
+// change that leaves that as it was is not reported.
+func TestUpdateEndpointsReportsMTLSChanges(t *testing.T) {
+	store := model.NewStore()
+	svc := newService("shop", "cart", nil)
+	store.UpsertService(svc)
+	ep := func(addr string, mtls bool) *model.Endpoint {
+		e := newEndpoint(addr, "http", nil)
+		e.Namespace, e.ServiceAccount, e.MTLS = "shop", "cart", mtls
+		return e
+	}
+	store.SetEndpoints(svc.Key(), "s", []*model.Endpoint{ep("10.0.0.1", true)})
+	pc := Build(store, testOpts, nil, nil)
+	steps := []struct {
+		name         string
+		eps          []*model.Endpoint
+		changed, all bool
+	}{
+		{"another endpoint with a sidecar", []*model.Endpoint{ep("10.0.0.1", true), ep("10.0.0.2", true)}, false, true},
+		{"one without", []*model.Endpoint{ep("10.0.0.1", true), ep("10.0.0.2", true), ep("10.0.0.3", false)}, true, false},
+		{"it moves", []*model.Endpoint{ep("10.0.0.1", true), ep("10.0.0.4", false)}, false, false},
+		{"it goes", []*model.Endpoint{ep("10.0.0.1", true)}, true, true},
+	}
+	for _, step := range steps {
+		store.SetEndpoints(svc.Key(), "s", step.eps)
+		update := pc.UpdateEndpoints(store, []model.NamespacedName{svc.Key()})
+		if len(update.Hosts) != 1 || len(update.IdentitiesChanged) != 0 {
+			t.Fatalf("%s: %+v, want the host changed and no identity change", step.name, update)
+		}
+		var want []model.NamespacedName
+		if step.changed {
+			want = []model.NamespacedName{svc.Key()}
+		}
+		if diff := cmp.Diff(want, update.MTLSChanged); diff != "" {
+			t.Errorf("%s: MTLSChanged (-want +got):\n%s", step.name, diff)
+		}
+		if got := pc.AllEndpointsMTLS(svc.Hostname, 80); got != step.all {
+			t.Errorf("%s: AllEndpointsMTLS = %v, want %v", step.name, got, step.all)
+		}
+	}
+}
