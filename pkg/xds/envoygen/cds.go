@@ -9,6 +9,7 @@ import (
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+	networking "istio.io/api/networking/v1"
 
 	"github.com/meshpilot/meshpilot/pkg/model"
 	"github.com/meshpilot/meshpilot/pkg/pushcontext"
@@ -110,15 +111,82 @@ func (r *cdsRun) fixed(res model.Resource) {
 func (r *cdsRun) outbound(svc *model.Service) {
 	rule := r.push.DestinationRuleForProxy(r.proxy, svc.Hostname)
 	peer := peerTLSFor(r.push, svc)
+	// Only a rule that says PASSTHROUGH somewhere makes original-destination
+	// clusters, whose mutual TLS depends on the endpoints too.
+	passthrough := peer.auto && mentionsPassthrough(rule)
 	for _, p := range svc.Ports {
-		r.emit(outboundCluster{svc: svc, port: p, rule: rule, proxyType: r.proxy.Type, peer: peer})
+		mtls := lazyAllMTLS{push: r.push, host: svc.Hostname, port: p.Port}
+		o := outboundCluster{svc: svc, port: p, rule: rule, proxyType: r.proxy.Type, peer: peer}
+		if passthrough {
+			o.peer.allMTLS = originalDst(rule, p.Port, "") && mtls.get()
+		}
+		r.emit(o)
 		if rule == nil {
 			continue
 		}
 		for _, s := range rule.Spec.GetSubsets() {
-			r.emit(outboundCluster{svc: svc, port: p, subset: s.GetName(), rule: rule, proxyType: r.proxy.Type, peer: peer})
+			o := outboundCluster{svc: svc, port: p, subset: s.GetName(), rule: rule, proxyType: r.proxy.Type, peer: peer}
+			if passthrough {
+				o.peer.allMTLS = originalDst(rule, p.Port, s.GetName()) && mtls.get()
+			}
+			r.emit(o)
 		}
 	}
+}
+
+// originalDst reports whether the rule makes the cluster of port and subset
+// an original-destination one (applyLoadBalancer). The policy that applies
+// to the cluster decides, port-level settings and subset included. (Istio
+// infers the mode from the top-level policy, or the subset's own, instead,
+// so a PASSTHROUGH set only for a port, or inherited by a subset, gets
+// mutual TLS there even towards endpoints without sidecars.)
+func originalDst(rule *pushcontext.DestinationRule, port uint32, subset string) bool {
+	return rule.TrafficPolicy(port, subset).GetLoadBalancer().GetSimple() == networking.LoadBalancerSettings_PASSTHROUGH
+}
+
+// mentionsPassthrough reports whether any policy of the rule (top level,
+// port level, subsets) sets loadBalancer PASSTHROUGH: a cheap test that
+// spares resolving the policy of every cluster of every other rule.
+func mentionsPassthrough(rule *pushcontext.DestinationRule) bool {
+	if rule == nil {
+		return false
+	}
+	passthrough := func(tp *networking.TrafficPolicy) bool {
+		if tp.GetLoadBalancer().GetSimple() == networking.LoadBalancerSettings_PASSTHROUGH {
+			return true
+		}
+		for _, pl := range tp.GetPortLevelSettings() {
+			if pl.GetLoadBalancer().GetSimple() == networking.LoadBalancerSettings_PASSTHROUGH {
+				return true
+			}
+		}
+		return false
+	}
+	if passthrough(rule.Spec.GetTrafficPolicy()) {
+		return true
+	}
+	for _, s := range rule.Spec.GetSubsets() {
+		if passthrough(s.GetTrafficPolicy()) {
+			return true
+		}
+	}
+	return false
+}
+
+// lazyAllMTLS asks AllEndpointsMTLS once per service port, when a cluster of
+// the port needs it.
+type lazyAllMTLS struct {
+	push       *pushcontext.PushContext
+	host       string
+	port       uint32
+	done, mtls bool
+}
+
+func (l *lazyAllMTLS) get() bool {
+	if !l.done {
+		l.mtls, l.done = l.push.AllEndpointsMTLS(l.host, l.port), true
+	}
+	return l.mtls
 }
 
 func (r *cdsRun) emit(o outboundCluster) {

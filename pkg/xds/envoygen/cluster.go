@@ -46,6 +46,13 @@ type peerTLS struct {
 	// auto is set when auto mTLS applies to the service: the mesh enables
 	// it and the service's namespace does not disable mutual TLS.
 	auto bool
+	// allMTLS is set for an original-destination cluster (loadBalancer
+	// PASSTHROUGH) under auto mTLS when every endpoint of the service port
+	// takes mutual TLS (PushContext.AllEndpointsMTLS). Such a cluster has
+	// no endpoints for a transport socket match to look at, so it sends
+	// mutual TLS to the whole of it or to none of it. It is left false
+	// for every other cluster, whose cache entries it must not split.
+	allMTLS bool
 }
 
 // peerTLSFor is peerTLS of svc in push. Auto mTLS never applies to a DNS

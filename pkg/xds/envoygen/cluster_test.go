@@ -2,13 +2,13 @@ package envoygen
 
 import (
 	"bytes"
-	proxyprotocolv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/proxy_protocol/v3"
 	"strings"
 	"testing"
 	"time"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	proxyprotocolv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/proxy_protocol/v3"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
@@ -358,5 +358,96 @@ func TestProxyProtocolWrapsAutoMTLSMatches(t *testing.T) {
 	}
 	if plain.TransportSocket != nil {
 		t.Errorf("another cluster got a transport socket of its own: %v", plain.TransportSocket)
+	}
+}
+
+// An original-destination cluster's mutual TLS follows the service's
+// endpoints, which the endpoint fast path changes without a new push
+// context version: the cluster cache must tell the two apart, and the
+// other clusters of the rule's service must keep their cache entries.
+func TestOriginalDstMTLSFollowsEndpoints(t *testing.T) {
+	store := xdstest.Store(t, `
+apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata: {name: default, namespace: app}
+spec:
+  mtls: {mode: STRICT}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: web-0, namespace: app, labels: {app: web, security.istio.io/tlsMode: istio}}
+spec: {serviceAccountName: web, containers: [{name: app, image: app}]}
+status: {phase: Running, podIP: 10.1.0.1, podIPs: [{ip: 10.1.0.1}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: app}
+spec:
+  clusterIP: 10.96.0.20
+  selector: {app: web}
+  ports: [{name: http, port: 80, targetPort: 8080}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: web-1, namespace: app, labels: {kubernetes.io/service-name: web}}
+addressType: IPv4
+ports: [{name: http, port: 8080, protocol: TCP}]
+endpoints:
+  - {addresses: [10.1.0.1], targetRef: {kind: Pod, name: web-0, namespace: app}}
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: web, namespace: app}
+spec:
+  host: web.app.svc.cluster.local
+  subsets:
+  - name: direct
+    labels: {app: web}
+    trafficPolicy:
+      loadBalancer: {simple: PASSTHROUGH}
+`)
+	g := NewClusterGenerator(Options{})
+	push := buildPush(t, store, nil, nil)
+	proxy := &model.Proxy{Type: model.SidecarProxy, Namespace: "app"}
+	w := &model.WatchedResource{TypeURL: ClusterType, Wildcard: true}
+	const direct, plain = "outbound|80|direct|web.app.svc.cluster.local", "outbound|80||web.app.svc.cluster.local"
+	generate := func() (orig *cluster.Cluster, eds model.Resource) {
+		t.Helper()
+		res, err := g.Generate(proxy, push, w, &model.PushRequest{Full: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, e := findResource(res, direct), findResource(res, plain)
+		if r == nil || e == nil {
+			t.Fatalf("clusters %v, want %s and %s", resourceNames(res), direct, plain)
+		}
+		var c cluster.Cluster
+		if err := r.Resource.UnmarshalTo(&c); err != nil {
+			t.Fatal(err)
+		}
+		if c.GetType() != cluster.Cluster_ORIGINAL_DST {
+			t.Fatalf("%s is %s, want ORIGINAL_DST", direct, c.GetType())
+		}
+		return &c, *e
+	}
+	c, eds := generate()
+	if got := c.GetTransportSocket().GetName(); got != transportSocketTLS || len(c.GetTransportSocketMatches()) > 0 {
+		t.Fatalf("every endpoint has a sidecar: transport socket %q and %d matches, want mutual TLS for the whole cluster",
+			got, len(c.GetTransportSocketMatches()))
+	}
+
+	// A workload without a sidecar joins, through the fast path.
+	svc := model.NamespacedName{Namespace: "app", Name: "web"}
+	store.SetEndpoints(svc, "web-2", []*model.Endpoint{{Address: "10.1.0.2", Port: 8080, ServicePortName: "http",
+		Namespace: "app", Labels: map[string]string{"app": "web"}}})
+	if update := push.UpdateEndpoints(store, []model.NamespacedName{svc}); len(update.MTLSChanged) != 1 {
+		t.Fatalf("update %+v, want web's mutual TLS changed", update)
+	}
+	c, eds2 := generate()
+	if ts := c.GetTransportSocket(); ts != nil {
+		t.Errorf("an endpoint without a sidecar: the cluster still sends %s", ts.GetName())
+	}
+	if eds2.Resource != eds.Resource {
+		t.Errorf("%s was built again: its cache entry must not depend on the endpoints", plain)
 	}
 }

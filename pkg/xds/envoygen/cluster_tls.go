@@ -57,8 +57,24 @@ type tlsTarget struct {
 // credentialName, or pod-mounted files through the agent.
 func (b *clusterBuilder) applyTLS(tls *networking.ClientTLSSettings, t tlsTarget) {
 	if tls == nil {
-		if t.peer.auto && b.c.GetType() == cluster.Cluster_EDS {
+		if !t.peer.auto {
+			return
+		}
+		switch b.c.GetType() {
+		case cluster.Cluster_EDS:
 			b.applyAutoMTLS(b.istioMutualTLS(t.peer.identities.List(), t.istioSNI))
+		case cluster.Cluster_ORIGINAL_DST:
+			// Envoy makes a host of each original destination without
+			// metadata, so a tlsMode match would never apply: mutual TLS
+			// must be the cluster's own socket, or nothing. Istio infers
+			// it as meshpilot does (BestEffortInferServiceMTLSMode): sent
+			// when every endpoint of the port takes it (peer.allMTLS) and
+			// the namespace does not disable it (peer.auto). Plaintext
+			// otherwise, which a STRICT server refuses, but mutual TLS to
+			// a workload without a sidecar would fail every connection.
+			if t.peer.allMTLS {
+				b.setTransportSocket(b.istioMutualTLS(t.peer.identities.List(), t.istioSNI))
+			}
 		}
 		return
 	}
@@ -87,6 +103,11 @@ func (b *clusterBuilder) applyTLS(tls *networking.ClientTLSSettings, t tlsTarget
 	default: // DISABLE
 		return
 	}
+	b.setTransportSocket(ctx)
+}
+
+// setTransportSocket makes ctx the TLS of every connection of the cluster.
+func (b *clusterBuilder) setTransportSocket(ctx *tlsv3.UpstreamTlsContext) {
 	b.c.TransportSocket = &core.TransportSocket{
 		Name:       transportSocketTLS,
 		ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: packAny(ctx)},

@@ -43,6 +43,44 @@ func TestSimulationMutualTLS(t *testing.T) {
 		}
 	})
 
+	// An original-destination cluster (loadBalancer PASSTHROUGH) has no
+	// endpoints to match a tlsMode on, so mutual TLS is all or nothing for
+	// the cluster, as Istio infers it: mutual TLS when the service's
+	// namespace (or mesh) mode is not DISABLE and every endpoint of the
+	// port takes it, else plaintext; TLS settings of the rule still win.
+	t.Run("client side: original-destination clusters", func(t *testing.T) {
+		const tls = transportSocketTLS
+		cases := []struct {
+			name, cluster, address, want string
+		}{
+			{"STRICT, every endpoint has a sidecar", "outbound|80||ledger.vault.svc.cluster.local", "10.2.1.1:8080", tls},
+			{"a subset of it", "outbound|80|all|ledger.vault.svc.cluster.local", "10.2.1.2:8080", tls},
+			{"a port whose settings are not PASSTHROUGH keeps auto mTLS per endpoint", "outbound|81||ledger.vault.svc.cluster.local", "10.2.1.1:8081", tlsModeIstioMatch},
+			{"PERMISSIVE, every endpoint has a sidecar", "outbound|80||catalog.shop.svc.cluster.local", "10.2.1.8:8080", tls},
+			{"one endpoint without a sidecar: plaintext", "outbound|80||cache.vault.svc.cluster.local", "10.2.1.3:8080", "plaintext"},
+			{"no endpoints: plaintext", "outbound|80||empty.vault.svc.cluster.local", "10.2.1.9:8080", "plaintext"},
+			{"a namespace that disables mTLS: plaintext", "outbound|80||archive.legacy.svc.cluster.local", "10.2.1.7:8080", "plaintext"},
+			{"an endpoint whose own policy disables mTLS: plaintext", "outbound|80||plain-direct.shop.svc.cluster.local", "10.2.0.6:8080", "plaintext"},
+			{"the rule's ISTIO_MUTUAL wins over a missing sidecar", "outbound|80||batch.vault.svc.cluster.local", "10.2.1.5:8080", tls},
+			{"the rule's DISABLE wins over STRICT", "outbound|80||audit.vault.svc.cluster.local", "10.2.1.6:8080", "plaintext"},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				up, outcome, detail := sims["client"].Cluster(tc.cluster, xdstest.Request{})
+				if up.Type != "ORIGINAL_DST" && tc.want != tlsModeIstioMatch {
+					t.Fatalf("cluster %s is %s (%s %s), want ORIGINAL_DST", tc.cluster, up.Type, outcome, detail)
+				}
+				got, err := sims["client"].TransportSocket(tc.cluster, tc.address)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got != tc.want {
+					t.Errorf("transport socket of %s = %q, want %q", tc.cluster, got, tc.want)
+				}
+			})
+		}
+	})
+
 	// What a sidecar client sends: TLS with Istio's ALPN and its
 	// certificate; what an application without a sidecar sends: plaintext,
 	// or its own TLS without a certificate.
