@@ -3,6 +3,7 @@ package xds
 import (
 	"context"
 	"maps"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -121,12 +122,14 @@ func (s *Server) push(req *model.PushRequest) {
 		switch {
 		case len(update.Hosts) == 0:
 			return
-		case len(update.IdentitiesChanged) > 0:
+		case len(update.IdentitiesChanged) > 0 || len(update.MTLSChanged) > 0:
 			// Clusters check servers against the identities behind each
-			// service, so a new one is a service change: rebuild and push
-			// as for one, from the snapshot the endpoints went into.
+			// service, and an original-destination cluster sends mutual
+			// TLS only while every endpoint takes it, so either change is
+			// a service change: rebuild and push as for one, from the
+			// snapshot the endpoints went into.
 			prev = s.current.Load()
-			req = withServiceChanges(req, update.IdentitiesChanged)
+			req = withServiceChanges(req, slices.Concat(update.IdentitiesChanged, update.MTLSChanged))
 			s.build(req)
 		}
 	}

@@ -127,12 +127,14 @@ func newPushPlan(id uint64, req *model.PushRequest, prev, cur *pushcontext.PushC
 				p.addressesChanged = true
 			}
 			// Clusters verify servers against the identities behind the
-			// service. The fast path turns a change of them into a service
-			// change before planning; an endpoint change that rode along
-			// with a config change reaches the plan as it is, so it must
-			// be told apart here, or CDS keeps the old identities.
+			// service, and original-destination clusters send mutual TLS
+			// only while every endpoint of the port takes it. The fast
+			// path turns a change of either into a service change before
+			// planning; an endpoint change that rode along with a config
+			// change reaches the plan as it is, so it must be told apart
+			// here, or CDS keeps the old identities or mode.
 			if svc := cur.ServiceByName(key.Namespace, key.Name); svc != nil &&
-				prev.ServiceIdentities(svc.Hostname) != cur.ServiceIdentities(svc.Hostname) {
+				(prev.ServiceIdentities(svc.Hostname) != cur.ServiceIdentities(svc.Hostname) || mtlsPortsChanged(prev, cur, svc)) {
 				p.services = append(p.services, changedService{namespace: svc.Namespace, hostname: svc.Hostname})
 				p.services = appendAliasesReading(p.services, prev, cur, svc.Hostname)
 			}
@@ -187,6 +189,17 @@ func newPushPlan(id uint64, req *model.PushRequest, prev, cur *pushcontext.PushC
 		p.eds = &model.PushRequest{ConfigsUpdated: edsKeys, Start: req.Start}
 	}
 	return p
+}
+
+// mtlsPortsChanged reports whether, for a port of svc, whether every
+// endpoint takes mutual TLS differs between two push contexts.
+func mtlsPortsChanged(prev, cur *pushcontext.PushContext, svc *model.Service) bool {
+	for _, p := range svc.Ports {
+		if prev.AllEndpointsMTLS(svc.Hostname, p.Port) != cur.AllEndpointsMTLS(svc.Hostname, p.Port) {
+			return true
+		}
+	}
+	return false
 }
 
 // appendAliasesReading adds to changed the ExternalName Services whose

@@ -99,6 +99,29 @@ func setHTTPEndpoints(s model.Store, name string, ips ...string) {
 	s.SetEndpoints(serviceKey(name), name+"-slice", eps)
 }
 
+// markSidecars marks the endpoints setHTTPEndpoints gave service name as
+// having sidecars that take mutual TLS.
+func markSidecars(s model.Store, name string) {
+	var eps []*model.Endpoint
+	for _, ep := range s.Endpoints(serviceKey(name)) {
+		marked := *ep
+		marked.MTLS = true
+		eps = append(eps, &marked)
+	}
+	s.SetEndpoints(serviceKey(name), name+"-slice", eps)
+}
+
+// setPlainEndpoints gives service name a second slice, of endpoints without
+// sidecars at ips, and returns the key of the change.
+func setPlainEndpoints(s model.Store, name string, ips ...string) model.ConfigKey {
+	var eps []*model.Endpoint
+	for _, ip := range ips {
+		eps = append(eps, &model.Endpoint{Address: ip, Port: 8080, ServicePortName: "http", Namespace: "default"})
+	}
+	s.SetEndpoints(serviceKey(name), name+"-plain", eps)
+	return model.ConfigKey{Kind: model.KindEndpoints, Namespace: "default", Name: name}
+}
+
 var ruleCreated = time.Unix(1_700_000_000, 0)
 
 func upsertRule(s model.Store, name, host string, spec *networking.DestinationRule) {
@@ -240,6 +263,42 @@ func TestPushScopes(t *testing.T) {
 				}
 			},
 			mine: all,
+		},
+		{
+			// An original-destination cluster sends mutual TLS only when
+			// every endpoint of the service takes it: a workload without
+			// a sidecar joining makes the endpoint push a service push.
+			name: "an endpoint without a sidecar joins the restricted service",
+			seed: func(s model.Store) { markSidecars(s, "private") },
+			change: func(s model.Store) []model.ConfigKey {
+				return []model.ConfigKey{setPlainEndpoints(s, "private", "10.9.9.1")}
+			},
+			mine: all,
+		},
+		{
+			name: "an endpoint without a sidecar joins the restricted service, beside a config change",
+			seed: func(s model.Store) { markSidecars(s, "private") },
+			change: func(s model.Store) []model.ConfigKey {
+				s.UpsertNamespace(&model.Namespace{Name: "other", Labels: map[string]string{"team": "x"}})
+				return []model.ConfigKey{setPlainEndpoints(s, "private", "10.9.9.1"), {Kind: model.KindNamespace, Name: "other"}}
+			},
+			mine: all,
+		},
+		{
+			name: "the last endpoint without a sidecar leaves the restricted service",
+			seed: func(s model.Store) { markSidecars(s, "private"); setPlainEndpoints(s, "private", "10.9.9.1") },
+			change: func(s model.Store) []model.ConfigKey {
+				return []model.ConfigKey{setPlainEndpoints(s, "private")}
+			},
+			mine: all,
+		},
+		{
+			name: "another endpoint without a sidecar, where one was already",
+			seed: func(s model.Store) { markSidecars(s, "private"); setPlainEndpoints(s, "private", "10.9.9.1") },
+			change: func(s model.Store) []model.ConfigKey {
+				return []model.ConfigKey{setPlainEndpoints(s, "private", "10.9.9.1", "10.9.9.2")}
+			},
+			mine: []string{"eds"},
 		},
 		{
 			name: "endpoints of the public service",
