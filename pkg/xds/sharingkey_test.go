@@ -22,8 +22,9 @@ import (
 )
 
 // seedProxyInputs makes a mesh where many proxy inputs matter: endpoints in
-// two regions and two racks, a failoverPriority rule over region and rack, a
-// workload-selector rule in namespace "selective", and the proxy's own Pod.
+// two regions and two racks, a failoverPriority rule over region and rack,
+// workload-selector rules in namespace "selective" (one of them on an
+// original-destination cluster), and the proxy's own Pod.
 func seedProxyInputs(s model.Store) {
 	upsertService(s, "a", nil, nil)
 	eps := []*model.Endpoint{
@@ -44,6 +45,21 @@ func seedProxyInputs(s model.Store) {
 		CreationTime: ruleCreated, Spec: &networking.DestinationRule{Host: hostname("a"),
 			WorkloadSelector: &typev1beta1.WorkloadSelector{MatchLabels: map[string]string{"app": "picky"}},
 			TrafficPolicy:    simpleLB(networking.LoadBalancerSettings_RANDOM)}})
+	// An original-destination cluster, whose mutual TLS follows whether
+	// every endpoint has a sidecar, and which a workload-selecting rule
+	// turns off for app=picky in selective.
+	upsertService(s, "direct", nil, nil)
+	s.SetEndpoints(serviceKey("direct"), "direct-slice", []*model.Endpoint{{Address: "10.8.0.9", Port: 8080,
+		ServicePortName: "http", Namespace: "default", ServiceAccount: "direct", MTLS: true,
+		Labels: map[string]string{model.TLSModeLabel: model.TLSModeIstio}}})
+	upsertRule(s, "direct", hostname("direct"), &networking.DestinationRule{TrafficPolicy: simpleLB(networking.LoadBalancerSettings_PASSTHROUGH)})
+	s.UpsertConfig(&model.Config{Kind: model.KindDestinationRule, Namespace: "selective", Name: "direct-plain",
+		CreationTime: ruleCreated, Spec: &networking.DestinationRule{Host: hostname("direct"),
+			WorkloadSelector: &typev1beta1.WorkloadSelector{MatchLabels: map[string]string{"app": "picky"}},
+			TrafficPolicy: &networking.TrafficPolicy{
+				LoadBalancer: &networking.LoadBalancerSettings{LbPolicy: &networking.LoadBalancerSettings_Simple{Simple: networking.LoadBalancerSettings_PASSTHROUGH}},
+				Tls:          &networking.ClientTLSSettings{Mode: networking.ClientTLSSettings_DISABLE},
+			}}})
 	upsertService(s, "client", nil, map[string]string{"app": "client"})
 	// A credential only proxies that proved an identity may have.
 	s.UpsertConfig(&model.Config{Kind: model.KindDestinationRule, Namespace: "default", Name: "client-tls",
