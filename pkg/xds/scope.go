@@ -274,8 +274,10 @@ func (p *pushPlan) scopeFor(proxy *model.Proxy) pushScope {
 }
 
 // ownWorkloadChanged reports whether the proxy's own Pod changed in what
-// its configuration reads of it: whether there is one, its IPs, and the
-// services that select it. A relabel that changes no selection does not.
+// its configuration reads of it: whether there is one, its IPs, the
+// services that select it, and the mutual TLS of its inbound side, which
+// PeerAuthentications with a selector set by the Pod's labels. A relabel
+// that changes no selection does not.
 func (p *pushPlan) ownWorkloadChanged(proxy *model.Proxy) bool {
 	a, b := p.prev.WorkloadForProxy(proxy), p.cur.WorkloadForProxy(proxy)
 	if a == b {
@@ -284,7 +286,8 @@ func (p *pushPlan) ownWorkloadChanged(proxy *model.Proxy) bool {
 	if a == nil || b == nil {
 		return true
 	}
-	return !slices.Equal(a.IPs, b.IPs) || !slices.Equal(p.prev.ServiceTargets(a), p.cur.ServiceTargets(b))
+	return !slices.Equal(a.IPs, b.IPs) || !slices.Equal(p.prev.ServiceTargets(a), p.cur.ServiceTargets(b)) ||
+		!p.prev.InboundMTLS(a.Namespace, a.Labels).Equal(p.cur.InboundMTLS(b.Namespace, b.Labels))
 }
 
 // scopeKey is what computeScope depends on: the namespace, plus the labels

@@ -349,6 +349,26 @@ func TestPushScopes(t *testing.T) {
 			mine: all,
 		},
 		{
+			// Its inbound listener follows the PeerAuthentication that
+			// selects the Pod by its labels, whatever the services.
+			name: "the proxy's own pod relabelled into a workload policy",
+			seed: func(s model.Store) {
+				upsertPod(s, "mine", "10.0.0.1", map[string]string{"app": "mine"})
+				s.UpsertConfig(&model.Config{
+					Kind: model.KindPeerAuthentication, Namespace: "default", Name: "strict-b",
+					Spec: &security.PeerAuthentication{
+						Selector: &typev1beta1.WorkloadSelector{MatchLabels: map[string]string{"rollout": "b"}},
+						Mtls:     &security.PeerAuthentication_MutualTLS{Mode: security.PeerAuthentication_MutualTLS_STRICT},
+					},
+				})
+			},
+			change: func(s model.Store) []model.ConfigKey {
+				upsertPod(s, "mine", "10.0.0.1", map[string]string{"app": "mine", "rollout": "b"})
+				return []model.ConfigKey{{Kind: model.KindWorkload, Namespace: "default", Name: "mine"}}
+			},
+			mine: all,
+		},
+		{
 			name: "namespace",
 			change: func(s model.Store) []model.ConfigKey {
 				s.UpsertNamespace(&model.Namespace{Name: "other", Labels: map[string]string{"team": "x"}})
