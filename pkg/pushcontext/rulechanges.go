@@ -39,8 +39,10 @@ type ruleChangesMemo struct {
 // changes touch, comparing prev (the snapshot the request's changes were
 // applied to) with this one. Every host that a changed rule was for, in
 // either snapshot, is listed (a wildcard rule lists every service host it
-// matches), with whether its subsets, tunnel or locality settings changed
-// for some proxy; a changed service's hostname counts as all-changed.
+// matches), and so is every host of a rule the snapshots differ in that
+// req does not name (unannouncedRules), with whether its subsets, tunnel
+// or locality settings changed for some proxy; a changed service's
+// hostname counts as all-changed.
 // Without prev or without listed changes (a forced push), every host is
 // all-changed. The result is shared: never mutate it.
 func (pc *PushContext) RuleChanges(prev *PushContext, req *model.PushRequest) map[string]RuleChange {
@@ -89,6 +91,13 @@ func (pc *PushContext) computeRuleChanges(prev *PushContext, req *model.PushRequ
 			}
 		}
 	}
+	for _, name := range unannouncedRules(prev.rules, pc.rules, req) {
+		for _, s := range snapshots {
+			for _, host := range s.rules.hostsOf(name) {
+				patterns[host] = struct{}{}
+			}
+		}
+	}
 	if len(patterns) == 0 {
 		return out
 	}
@@ -115,6 +124,62 @@ func (pc *PushContext) computeRuleChanges(prev *PushContext, req *model.PushRequ
 		out[host] = compareRules(prev, pc, host, namespaces)
 	}
 	return out
+}
+
+// unannouncedRules lists the DestinationRules that differ between two
+// indexes although req does not name them. The store is readable before
+// its change handlers run, so a build can read a later write than the
+// ones its request announces; the push of that write, once announced,
+// then finds it already in the snapshot it compares with, and would tell
+// no proxy. A rule the store replaced is a new *model.Config, so a new
+// pointer is a change (a rewrite of the same content, at worst a
+// comparison that finds nothing).
+func unannouncedRules(prev, next *ruleIndex, req *model.PushRequest) []model.NamespacedName {
+	if prev == next {
+		return nil
+	}
+	var changed []model.NamespacedName
+	note := func(c *model.Config) {
+		n := model.NamespacedName{Namespace: c.Namespace, Name: c.Name}
+		if _, ok := req.ConfigsUpdated[model.ConfigKey{Kind: model.KindDestinationRule, Namespace: n.Namespace, Name: n.Name}]; !ok {
+			changed = append(changed, n)
+		}
+	}
+	// Rules come in creation order, which an update keeps: the usual case
+	// is a pairwise walk, allocating nothing.
+	if len(prev.sources) == len(next.sources) {
+		aligned := true
+		for i, c := range next.sources {
+			old := prev.sources[i]
+			if old == c {
+				continue
+			}
+			if old.Namespace != c.Namespace || old.Name != c.Name {
+				aligned = false
+				break
+			}
+			note(c)
+		}
+		if aligned {
+			return changed
+		}
+		changed = changed[:0]
+	}
+	before := make(map[model.NamespacedName]*model.Config, len(prev.sources))
+	for _, c := range prev.sources {
+		before[model.NamespacedName{Namespace: c.Namespace, Name: c.Name}] = c
+	}
+	for _, c := range next.sources {
+		n := model.NamespacedName{Namespace: c.Namespace, Name: c.Name}
+		if old, ok := before[n]; !ok || old != c {
+			note(c)
+		}
+		delete(before, n)
+	}
+	for _, c := range before {
+		note(c)
+	}
+	return changed
 }
 
 // ruleNamespaces lists every proxy namespace whose rule resolution may

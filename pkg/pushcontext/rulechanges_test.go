@@ -237,6 +237,29 @@ func TestRuleChanges(t *testing.T) {
 			want: map[string]RuleChange{details: allChanged, hostname("bookinfo", "extra"): allChanged},
 		},
 		{
+			// The store is read after a later write than the request's:
+			// the snapshot holds that change too, and its own push, once
+			// announced, finds it already there. It must be told now.
+			name: "a rule the build read before its change was announced",
+			change: func(s model.Store) *model.PushRequest {
+				s.UpsertConfig(ruleConfig("bookinfo", "ratings", 1, plainRule(ratings, networking.LoadBalancerSettings_LEAST_REQUEST)))
+				s.UpsertConfig(ruleConfig("bookinfo", "reviews", 0, &networking.DestinationRule{Host: "reviews",
+					Subsets: []*networking.Subset{subset("v1", version("v1")), subset("v2", version("v2-new"))}}))
+				return pushRequest(drKey("bookinfo", "ratings"))
+			},
+			want: map[string]RuleChange{ratings: none, reviews: {SubsetsChanged: true}},
+		},
+		{
+			name: "rules added and deleted before their changes were announced",
+			change: func(s model.Store) *model.PushRequest {
+				s.UpsertConfig(ruleConfig("bookinfo", "ratings", 1, plainRule(ratings, networking.LoadBalancerSettings_LEAST_REQUEST)))
+				s.DeleteConfig(drKey("bookinfo", "reviews"))
+				s.UpsertConfig(ruleConfig("bookinfo", "new", 2, &networking.DestinationRule{Host: "details", Subsets: twoSubsets()}))
+				return pushRequest(drKey("bookinfo", "ratings"))
+			},
+			want: map[string]RuleChange{ratings: none, reviews: {SubsetsChanged: true}, details: {SubsetsChanged: true}},
+		},
+		{
 			name: "endpoints and unrelated rules touch nothing",
 			change: func(s model.Store) *model.PushRequest {
 				return pushRequest(key(model.KindEndpoints, "bookinfo", "reviews"), drKey("bookinfo", "never-existed"))

@@ -35,6 +35,9 @@ type ruleIndex struct {
 	entries []*ruleEntry
 	// configs counts the DestinationRules that were indexed.
 	configs int
+	// sources are the DestinationRules as the store gave them, for telling
+	// which changed between two indexes (unannouncedRules).
+	sources []*model.Config
 	// failoverLabels: see PushContext.FailoverPriorityLabels.
 	failoverLabels []string
 
@@ -158,7 +161,7 @@ func resolveHost(host, namespace, domainSuffix string) string {
 func isWildcard(host string) bool { return strings.HasPrefix(host, "*") }
 
 func buildRuleIndex(configs []*model.Config, opts Options) *ruleIndex {
-	idx := &ruleIndex{local: map[string]*hostRules{}, failoverLabels: failoverPriorityLabels(configs)}
+	idx := &ruleIndex{local: map[string]*hostRules{}, failoverLabels: failoverPriorityLabels(configs), sources: configs}
 	wildcardPos := map[*hostRules]map[string]int{} // wildcard host -> position, while building
 	rootPrivate := map[string]*hostRules{}
 	hostsOf := func(byNamespace map[string]*hostRules, ns string) *hostRules {
