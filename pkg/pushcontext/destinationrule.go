@@ -1,6 +1,8 @@
 package pushcontext
 
 import (
+	"strings"
+
 	networking "istio.io/api/networking/v1"
 
 	"github.com/meshpilot/meshpilot/pkg/model"
@@ -117,4 +119,42 @@ func pick[T any](preferred, fallback *T) *T {
 		return preferred
 	}
 	return fallback
+}
+
+// MentionsPassthrough reports whether any policy of spec (top level, port
+// level, subsets) sets loadBalancer PASSTHROUGH: a cheap test that spares
+// resolving the policy of every cluster of every other rule.
+func MentionsPassthrough(spec *networking.DestinationRule) bool {
+	passthrough := func(tp *networking.TrafficPolicy) bool {
+		if tp.GetLoadBalancer().GetSimple() == networking.LoadBalancerSettings_PASSTHROUGH {
+			return true
+		}
+		for _, pl := range tp.GetPortLevelSettings() {
+			if pl.GetLoadBalancer().GetSimple() == networking.LoadBalancerSettings_PASSTHROUGH {
+				return true
+			}
+		}
+		return false
+	}
+	if passthrough(spec.GetTrafficPolicy()) {
+		return true
+	}
+	for _, s := range spec.GetSubsets() {
+		if passthrough(s.GetTrafficPolicy()) {
+			return true
+		}
+	}
+	return false
+}
+
+// MayPassThrough reports whether some DestinationRule for hostname, in any
+// namespace, sends a cluster of it to original destinations. Only then does
+// a cluster of the service depend on AllEndpointsMTLS.
+func (pc *PushContext) MayPassThrough(hostname string) bool {
+	for _, h := range pc.rules.passthroughHosts {
+		if h == hostname || (isWildcard(h) && strings.HasSuffix(hostname, h[1:])) {
+			return true
+		}
+	}
+	return false
 }

@@ -6,6 +6,9 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1"
+	typev1beta1 "istio.io/api/type/v1beta1"
+
+	"github.com/meshpilot/meshpilot/pkg/model"
 )
 
 func simpleLB(p networking.LoadBalancerSettings_SimpleLB) *networking.LoadBalancerSettings {
@@ -187,5 +190,50 @@ func TestSubset(t *testing.T) {
 	var none *DestinationRule
 	if none.Subset("v1") != nil || none.TrafficPolicy(80, "v1") != nil {
 		t.Error("nil rule should resolve nothing")
+	}
+}
+
+// Only a rule that may send a host's clusters to original destinations
+// makes them depend on whether every endpoint takes mutual TLS; whichever
+// namespace the rule is in, whatever it exports, and wherever in it
+// PASSTHROUGH is set.
+func TestMayPassThrough(t *testing.T) {
+	passthrough := simpleLB(networking.LoadBalancerSettings_PASSTHROUGH)
+	top := &networking.TrafficPolicy{LoadBalancer: passthrough}
+	tests := []struct {
+		name string
+		ns   string
+		spec *networking.DestinationRule
+		want bool
+	}{
+		{name: "no rule", want: false},
+		{name: "round robin", ns: "app", spec: &networking.DestinationRule{Host: "web",
+			TrafficPolicy: &networking.TrafficPolicy{LoadBalancer: simpleLB(networking.LoadBalancerSettings_ROUND_ROBIN)}}, want: false},
+		{name: "top level, short host", ns: "app", spec: &networking.DestinationRule{Host: "web", TrafficPolicy: top}, want: true},
+		{name: "short host of another namespace", ns: "other", spec: &networking.DestinationRule{Host: "web", TrafficPolicy: top}, want: false},
+		{name: "private rule of another namespace", ns: "other", spec: &networking.DestinationRule{
+			Host: hostname("app", "web"), ExportTo: []string{"."}, TrafficPolicy: top}, want: true},
+		{name: "port level", ns: "app", spec: &networking.DestinationRule{Host: "web", TrafficPolicy: &networking.TrafficPolicy{
+			PortLevelSettings: []*networking.TrafficPolicy_PortTrafficPolicy{{Port: portSelector(80), LoadBalancer: passthrough}}}}, want: true},
+		{name: "subset", ns: "app", spec: &networking.DestinationRule{Host: "web",
+			Subsets: []*networking.Subset{{Name: "direct", Labels: version("v1"), TrafficPolicy: top}}}, want: true},
+		{name: "wildcard", ns: "app", spec: &networking.DestinationRule{Host: "*.app.svc.cluster.local", TrafficPolicy: top}, want: true},
+		{name: "wildcard of another domain", ns: "app", spec: &networking.DestinationRule{Host: "*.example.com", TrafficPolicy: top}, want: false},
+		{name: "any host", ns: "app", spec: &networking.DestinationRule{Host: "*", TrafficPolicy: top}, want: true},
+		{name: "with a workload selector", ns: "app", spec: &networking.DestinationRule{Host: "web", TrafficPolicy: top,
+			WorkloadSelector: &typev1beta1.WorkloadSelector{MatchLabels: version("v1")}}, want: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			store := model.NewStore()
+			store.UpsertService(newService("app", "web", nil))
+			if tt.spec != nil {
+				store.UpsertConfig(ruleConfig(tt.ns, "rule", 0, tt.spec))
+			}
+			pc := Build(store, testOpts, nil, nil)
+			if got := pc.MayPassThrough(hostname("app", "web")); got != tt.want {
+				t.Errorf("MayPassThrough = %v, want %v", got, tt.want)
+			}
+		})
 	}
 }

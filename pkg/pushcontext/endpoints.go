@@ -384,7 +384,7 @@ func (pc *PushContext) UpdateEndpoints(store model.Store, services []model.Names
 		if e.identities != old.identities {
 			update.IdentitiesChanged = append(update.IdentitiesChanged, name)
 		}
-		if !old.sameMTLSPorts(e) {
+		if pc.MayPassThrough(old.service.Hostname) && !old.sameMTLSPorts(e) {
 			update.MTLSChanged = append(update.MTLSChanged, name)
 		}
 		if wdsReads(old) || wdsReads(e) {
@@ -403,10 +403,10 @@ type EndpointUpdate struct {
 	// changed with them. Clusters verify servers against that set, so
 	// these changes need more than EDS: Istio pushes them in full too.
 	IdentitiesChanged []model.NamespacedName
-	// MTLSChanged are the services where, for some port, whether every
-	// endpoint takes mutual TLS (AllEndpointsMTLS) changed. An
-	// original-destination cluster sends mutual TLS or not by it, so these
-	// changes need more than EDS too.
+	// MTLSChanged are the services with original-destination clusters
+	// (MayPassThrough) where, for some port, whether every endpoint takes
+	// mutual TLS (AllEndpointsMTLS) changed. Such a cluster sends mutual
+	// TLS or not by it, so these changes need more than EDS too.
 	MTLSChanged []model.NamespacedName
 	// WDSChanged says that WDS changed too: it reads, or read, the
 	// endpoints of a service whose endpoints changed.

@@ -1,10 +1,12 @@
 package pushcontext
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	networking "istio.io/api/networking/v1"
 	security "istio.io/api/security/v1beta1"
 	typev1beta1 "istio.io/api/type/v1beta1"
 
@@ -241,43 +243,53 @@ func TestAllEndpointsMTLS(t *testing.T) {
 
 // The endpoint fast path reports a service whose ports changed in whether
 // every endpoint takes mutual TLS, so the push loop pushes clusters; a
-// change that leaves that as it was is not reported.
+// change that leaves that as it was is not reported, nor is any change of a
+// service that no rule sends to original destinations (only such clusters
+// depend on it).
 func TestUpdateEndpointsReportsMTLSChanges(t *testing.T) {
-	store := model.NewStore()
-	svc := newService("shop", "cart", nil)
-	store.UpsertService(svc)
-	ep := func(addr string, mtls bool) *model.Endpoint {
-		e := newEndpoint(addr, "http", nil)
-		e.Namespace, e.ServiceAccount, e.MTLS = "shop", "cart", mtls
-		return e
-	}
-	store.SetEndpoints(svc.Key(), "s", []*model.Endpoint{ep("10.0.0.1", true)})
-	pc := Build(store, testOpts, nil, nil)
-	steps := []struct {
-		name         string
-		eps          []*model.Endpoint
-		changed, all bool
-	}{
-		{"another endpoint with a sidecar", []*model.Endpoint{ep("10.0.0.1", true), ep("10.0.0.2", true)}, false, true},
-		{"one without", []*model.Endpoint{ep("10.0.0.1", true), ep("10.0.0.2", true), ep("10.0.0.3", false)}, true, false},
-		{"it moves", []*model.Endpoint{ep("10.0.0.1", true), ep("10.0.0.4", false)}, false, false},
-		{"it goes", []*model.Endpoint{ep("10.0.0.1", true)}, true, true},
-	}
-	for _, step := range steps {
-		store.SetEndpoints(svc.Key(), "s", step.eps)
-		update := pc.UpdateEndpoints(store, []model.NamespacedName{svc.Key()})
-		if len(update.Hosts) != 1 || len(update.IdentitiesChanged) != 0 {
-			t.Fatalf("%s: %+v, want the host changed and no identity change", step.name, update)
-		}
-		var want []model.NamespacedName
-		if step.changed {
-			want = []model.NamespacedName{svc.Key()}
-		}
-		if diff := cmp.Diff(want, update.MTLSChanged); diff != "" {
-			t.Errorf("%s: MTLSChanged (-want +got):\n%s", step.name, diff)
-		}
-		if got := pc.AllEndpointsMTLS(svc.Hostname, 80); got != step.all {
-			t.Errorf("%s: AllEndpointsMTLS = %v, want %v", step.name, got, step.all)
-		}
+	for _, passthrough := range []bool{true, false} {
+		t.Run(fmt.Sprintf("passthrough=%v", passthrough), func(t *testing.T) {
+			store := model.NewStore()
+			svc := newService("shop", "cart", nil)
+			store.UpsertService(svc)
+			if passthrough {
+				store.UpsertConfig(ruleConfig("shop", "cart", 0, &networking.DestinationRule{Host: "cart",
+					TrafficPolicy: &networking.TrafficPolicy{LoadBalancer: simpleLB(networking.LoadBalancerSettings_PASSTHROUGH)}}))
+			}
+			ep := func(addr string, mtls bool) *model.Endpoint {
+				e := newEndpoint(addr, "http", nil)
+				e.Namespace, e.ServiceAccount, e.MTLS = "shop", "cart", mtls
+				return e
+			}
+			store.SetEndpoints(svc.Key(), "s", []*model.Endpoint{ep("10.0.0.1", true)})
+			pc := Build(store, testOpts, nil, nil)
+			steps := []struct {
+				name         string
+				eps          []*model.Endpoint
+				changed, all bool
+			}{
+				{"another endpoint with a sidecar", []*model.Endpoint{ep("10.0.0.1", true), ep("10.0.0.2", true)}, false, true},
+				{"one without", []*model.Endpoint{ep("10.0.0.1", true), ep("10.0.0.2", true), ep("10.0.0.3", false)}, true, false},
+				{"it moves", []*model.Endpoint{ep("10.0.0.1", true), ep("10.0.0.4", false)}, false, false},
+				{"it goes", []*model.Endpoint{ep("10.0.0.1", true)}, true, true},
+			}
+			for _, step := range steps {
+				store.SetEndpoints(svc.Key(), "s", step.eps)
+				update := pc.UpdateEndpoints(store, []model.NamespacedName{svc.Key()})
+				if len(update.Hosts) != 1 || len(update.IdentitiesChanged) != 0 {
+					t.Fatalf("%s: %+v, want the host changed and no identity change", step.name, update)
+				}
+				var want []model.NamespacedName
+				if step.changed && passthrough {
+					want = []model.NamespacedName{svc.Key()}
+				}
+				if diff := cmp.Diff(want, update.MTLSChanged); diff != "" {
+					t.Errorf("%s: MTLSChanged (-want +got):\n%s", step.name, diff)
+				}
+				if got := pc.AllEndpointsMTLS(svc.Hostname, 80); got != step.all {
+					t.Errorf("%s: AllEndpointsMTLS = %v, want %v", step.name, got, step.all)
+				}
+			}
+		})
 	}
 }

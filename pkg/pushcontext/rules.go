@@ -42,6 +42,10 @@ type ruleIndex struct {
 	failoverLabels []string
 
 	configHosts configHosts
+	// passthroughHosts are the hosts (wildcards kept) of the rules that set
+	// loadBalancer PASSTHROUGH somewhere: only their services have
+	// original-destination clusters, whose mutual TLS follows endpoints.
+	passthroughHosts []string
 
 	subsetsExact    map[string][]subsetSpec
 	subsetsWildcard []wildcardSubsets
@@ -186,6 +190,9 @@ func buildRuleIndex(configs []*model.Config, opts Options) *ruleIndex {
 		idx.configs++
 		from := model.NamespacedName{Namespace: cfg.Namespace, Name: cfg.Name}
 		host := resolveHost(spec.Host, cfg.Namespace, opts.DomainSuffix)
+		if MentionsPassthrough(spec) {
+			idx.passthroughHosts = append(idx.passthroughHosts, host)
+		}
 		var e *ruleEntry
 		if spec.WorkloadSelector != nil {
 			if idx.selected == nil {

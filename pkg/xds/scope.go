@@ -134,7 +134,8 @@ func newPushPlan(id uint64, req *model.PushRequest, prev, cur *pushcontext.PushC
 			// change reaches the plan as it is, so it must be told apart
 			// here, or CDS keeps the old identities or mode.
 			if svc := cur.ServiceByName(key.Namespace, key.Name); svc != nil &&
-				(prev.ServiceIdentities(svc.Hostname) != cur.ServiceIdentities(svc.Hostname) || mtlsPortsChanged(prev, cur, svc)) {
+				(prev.ServiceIdentities(svc.Hostname) != cur.ServiceIdentities(svc.Hostname) ||
+					cur.MayPassThrough(svc.Hostname) && mtlsPortsChanged(prev, cur, svc)) {
 				p.services = append(p.services, changedService{namespace: svc.Namespace, hostname: svc.Hostname})
 				p.services = appendAliasesReading(p.services, prev, cur, svc.Hostname)
 			}

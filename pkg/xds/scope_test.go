@@ -169,6 +169,12 @@ func TestPushScopes(t *testing.T) {
 	withPrivateRule := func(s model.Store) {
 		upsertRule(s, "private", private, subsetRule(networking.LoadBalancerSettings_ROUND_ROBIN, v1))
 	}
+	// sidecarsBehindPassthrough: every endpoint of private has a sidecar,
+	// and its clusters go to original destinations.
+	sidecarsBehindPassthrough := func(s model.Store) {
+		upsertRule(s, "private", private, subsetRule(networking.LoadBalancerSettings_PASSTHROUGH, v1))
+		markSidecars(s, "private")
+	}
 	cases := []struct {
 		name string
 		seed func(model.Store)
@@ -269,15 +275,25 @@ func TestPushScopes(t *testing.T) {
 			// every endpoint of the service takes it: a workload without
 			// a sidecar joining makes the endpoint push a service push.
 			name: "an endpoint without a sidecar joins the restricted service",
-			seed: func(s model.Store) { markSidecars(s, "private") },
+			seed: sidecarsBehindPassthrough,
 			change: func(s model.Store) []model.ConfigKey {
 				return []model.ConfigKey{setPlainEndpoints(s, "private", "10.9.9.1")}
 			},
 			mine: all,
 		},
 		{
-			name: "an endpoint without a sidecar joins the restricted service, beside a config change",
+			// Without a rule that sends to original destinations, no
+			// cluster depends on it: the endpoints alone change.
+			name: "an endpoint without a sidecar joins the restricted service, no passthrough rule",
 			seed: func(s model.Store) { markSidecars(s, "private") },
+			change: func(s model.Store) []model.ConfigKey {
+				return []model.ConfigKey{setPlainEndpoints(s, "private", "10.9.9.1")}
+			},
+			mine: []string{"eds"},
+		},
+		{
+			name: "an endpoint without a sidecar joins the restricted service, beside a config change",
+			seed: sidecarsBehindPassthrough,
 			change: func(s model.Store) []model.ConfigKey {
 				s.UpsertNamespace(&model.Namespace{Name: "other", Labels: map[string]string{"team": "x"}})
 				return []model.ConfigKey{setPlainEndpoints(s, "private", "10.9.9.1"), {Kind: model.KindNamespace, Name: "other"}}
@@ -286,7 +302,7 @@ func TestPushScopes(t *testing.T) {
 		},
 		{
 			name: "the last endpoint without a sidecar leaves the restricted service",
-			seed: func(s model.Store) { markSidecars(s, "private"); setPlainEndpoints(s, "private", "10.9.9.1") },
+			seed: func(s model.Store) { sidecarsBehindPassthrough(s); setPlainEndpoints(s, "private", "10.9.9.1") },
 			change: func(s model.Store) []model.ConfigKey {
 				return []model.ConfigKey{setPlainEndpoints(s, "private")}
 			},
@@ -294,7 +310,7 @@ func TestPushScopes(t *testing.T) {
 		},
 		{
 			name: "another endpoint without a sidecar, where one was already",
-			seed: func(s model.Store) { markSidecars(s, "private"); setPlainEndpoints(s, "private", "10.9.9.1") },
+			seed: func(s model.Store) { sidecarsBehindPassthrough(s); setPlainEndpoints(s, "private", "10.9.9.1") },
 			change: func(s model.Store) []model.ConfigKey {
 				return []model.ConfigKey{setPlainEndpoints(s, "private", "10.9.9.1", "10.9.9.2")}
 			},

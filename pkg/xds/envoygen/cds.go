@@ -113,7 +113,7 @@ func (r *cdsRun) outbound(svc *model.Service) {
 	peer := peerTLSFor(r.push, svc)
 	// Only a rule that says PASSTHROUGH somewhere makes original-destination
 	// clusters, whose mutual TLS depends on the endpoints too.
-	passthrough := peer.auto && mentionsPassthrough(rule)
+	passthrough := peer.auto && rule != nil && pushcontext.MentionsPassthrough(rule.Spec)
 	for _, p := range svc.Ports {
 		mtls := lazyAllMTLS{push: r.push, host: svc.Hostname, port: p.Port}
 		o := outboundCluster{svc: svc, port: p, rule: rule, proxyType: r.proxy.Type, peer: peer}
@@ -142,35 +142,6 @@ func (r *cdsRun) outbound(svc *model.Service) {
 // mutual TLS there even towards endpoints without sidecars.)
 func originalDst(rule *pushcontext.DestinationRule, port uint32, subset string) bool {
 	return rule.TrafficPolicy(port, subset).GetLoadBalancer().GetSimple() == networking.LoadBalancerSettings_PASSTHROUGH
-}
-
-// mentionsPassthrough reports whether any policy of the rule (top level,
-// port level, subsets) sets loadBalancer PASSTHROUGH: a cheap test that
-// spares resolving the policy of every cluster of every other rule.
-func mentionsPassthrough(rule *pushcontext.DestinationRule) bool {
-	if rule == nil {
-		return false
-	}
-	passthrough := func(tp *networking.TrafficPolicy) bool {
-		if tp.GetLoadBalancer().GetSimple() == networking.LoadBalancerSettings_PASSTHROUGH {
-			return true
-		}
-		for _, pl := range tp.GetPortLevelSettings() {
-			if pl.GetLoadBalancer().GetSimple() == networking.LoadBalancerSettings_PASSTHROUGH {
-				return true
-			}
-		}
-		return false
-	}
-	if passthrough(rule.Spec.GetTrafficPolicy()) {
-		return true
-	}
-	for _, s := range rule.Spec.GetSubsets() {
-		if passthrough(s.GetTrafficPolicy()) {
-			return true
-		}
-	}
-	return false
 }
 
 // lazyAllMTLS asks AllEndpointsMTLS once per service port, when a cluster of
