@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 )
 
 // request is what the HEADERS that open a stream ask for.
@@ -15,10 +16,10 @@ type request struct {
 	tooLarge bool
 }
 
-// parseRequest reads a request's pseudo-header fields, or says why they
-// make it malformed (RFC 9113 §8.1.1): a stream error PROTOCOL_ERROR, never
-// a response. The framer has already refused unknown, repeated and
-// misplaced ones (§8.3).
+// parseRequest reads a request's pseudo-header fields, or says why the
+// request is malformed (RFC 9113 §8.1.1): a stream error PROTOCOL_ERROR,
+// never a response. The framer has already refused unknown, repeated and
+// misplaced pseudo-header fields (§8.3) and upper-case names (§8.2.1).
 func parseRequest(f *http2.MetaHeadersFrame) (request, error) {
 	r := request{tooLarge: f.Truncated}
 	var hasAuthority, hasScheme, hasPath bool
@@ -39,6 +40,9 @@ func parseRequest(f *http2.MetaHeadersFrame) (request, error) {
 			return r, errors.New("request with :protocol")
 		}
 	}
+	if err := connectionSpecific(f.RegularFields()); err != nil {
+		return r, err
+	}
 	switch {
 	case r.method == "":
 		return r, errors.New("request without :method")
@@ -57,4 +61,24 @@ func parseRequest(f *http2.MetaHeadersFrame) (request, error) {
 		return r, errors.New("CONNECT without :authority")
 	}
 	return r, nil
+}
+
+// connectionSpecific says which field, if any, makes a request malformed
+// as connection-specific (RFC 9113 §8.2.2). HTTP/2 carries connection
+// metadata in its own frames, so these fields have no meaning in it; a
+// proxy that let one through could have it read by an HTTP/1.1 hop
+// behind it (upgrade, transfer-encoding) as if the source had meant it.
+// te alone may come, and only as "trailers". Names are lower case by now.
+func connectionSpecific(fields []hpack.HeaderField) error {
+	for _, hf := range fields {
+		switch hf.Name {
+		case "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade":
+			return errors.New("connection-specific field " + hf.Name)
+		case "te":
+			if hf.Value != "trailers" {
+				return errors.New("te other than trailers")
+			}
+		}
+	}
+	return nil
 }

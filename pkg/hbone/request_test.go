@@ -34,6 +34,15 @@ func TestMalformedRequestIsAStreamError(t *testing.T) {
 		// field it does not know (§8.3).
 		{name: "CONNECT with :protocol", fields: []hpack.HeaderField{connect, authority, field(":protocol", "websocket")}},
 		{name: "GET without :scheme and :path", fields: []hpack.HeaderField{field(":method", "GET"), authority}},
+		// §8.2.2: connection-specific fields make a message malformed,
+		// and te may say only "trailers".
+		{name: "connection", fields: []hpack.HeaderField{connect, authority, field("connection", "keep-alive")}},
+		{name: "keep-alive", fields: []hpack.HeaderField{connect, authority, field("keep-alive", "timeout=5")}},
+		{name: "proxy-connection", fields: []hpack.HeaderField{connect, authority, field("proxy-connection", "keep-alive")}},
+		{name: "transfer-encoding", fields: []hpack.HeaderField{connect, authority, field("transfer-encoding", "chunked")}},
+		{name: "upgrade", fields: []hpack.HeaderField{connect, authority, field("upgrade", "websocket")}},
+		{name: "te other than trailers", fields: []hpack.HeaderField{connect, authority, field("te", "gzip")}},
+		{name: "te trailers among others", fields: []hpack.HeaderField{connect, authority, field("te", "trailers, gzip")}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -45,5 +54,18 @@ func TestMalformedRequestIsAStreamError(t *testing.T) {
 				t.Errorf("%d dials, want only stream 1's", got)
 			}
 		})
+	}
+}
+
+// te: trailers is the one connection-specific field a request may carry
+// (RFC 9113 §8.2.2), and does not stop a CONNECT.
+func TestTETrailersIsAllowed(t *testing.T) {
+	m := newMesh(t)
+	dest := netip.MustParseAddrPort("127.0.0.1:9")
+	tun := openTunnel(t, m, dest)
+	tun.c.connect(3, dest, hpack.HeaderField{Name: "te", Value: "trailers"})
+	tun.gate.next(t).connect(t)
+	if h := tun.c.until(http2.FrameHeaders, 3).(*http2.MetaHeadersFrame); h.PseudoValue("status") != "200" {
+		t.Errorf("status %s, want 200", h.PseudoValue("status"))
 	}
 }
