@@ -76,6 +76,10 @@ type h2conn struct {
 	goingAway bool
 	closed    bool
 	wg        sync.WaitGroup // the streams' goroutines
+
+	// resets are streams the node reset while the client could still
+	// send on them (under mu).
+	resets resetIDs
 }
 
 // frameBuf gathers the frames of one write so they reach TLS as one write;
@@ -160,7 +164,7 @@ func (c *h2conn) readLoop() error {
 		}
 		var se http2.StreamError
 		if errors.As(err, &se) {
-			err = c.streamError(fh.Type, se.StreamID, se.Code)
+			err = c.streamError(fh, se.StreamID, se.Code)
 		}
 		if err == nil {
 			continue
@@ -173,26 +177,34 @@ func (c *h2conn) readLoop() error {
 	}
 }
 
-// streamError ends a stream the peer broke with a frame of type typ (RFC
+// streamError ends a stream the peer broke with frame fh (RFC
 // 9113 §5.4.2). RST_STREAM alone would leave an open stream relaying: its
 // slot taken, its destination connected, and DATA still sent after our own
 // reset. A malformed HEADERS that would open a stream uses up its ID as
-// a valid one does, and is a connection error where one would be; any
-// other frame on an idle stream is one too (RFC 9113 §5.1), and no
-// RST_STREAM may name an idle stream (§6.4).
-func (c *h2conn) streamError(typ http2.FrameType, id uint32, code http2.ErrCode) error {
+// a valid one does, and is a connection error where one would be; on a
+// stream the node has reset it is discarded, as valid ones are there
+// (§5.1). Any other frame on an idle stream is a connection error too
+// (§5.1), and no RST_STREAM may name an idle stream (§6.4).
+func (c *h2conn) streamError(fh http2.FrameHeader, id uint32, code http2.ErrCode) error {
+	typ := fh.Type
 	c.mu.Lock()
 	st := c.streams[id]
 	var err error
+	discard := false
 	switch {
 	case st != nil:
+	case typ == http2.FrameHeaders && c.resetByUsLocked(id):
+		discard = true
 	case typ == http2.FrameHeaders:
-		err = c.openIDLocked(id)
+		if err = c.openIDLocked(id); err == nil && !fh.Flags.Has(http2.FlagHeadersEndStream) {
+			c.noteResetLocked(id)
+		}
 	case c.idleLocked(id):
 		err = connErr(http2.ErrCodeProtocol)
 	}
 	c.mu.Unlock()
 	switch {
+	case discard:
 	case err != nil:
 		return err
 	case st != nil:
@@ -352,17 +364,31 @@ func (c *h2conn) headers(f *http2.MetaHeadersFrame) error {
 		c.mu.Unlock()
 		return http2.StreamError{StreamID: id, Code: code}
 	}
+	if c.resetByUsLocked(id) {
+		// Sent before the client saw our RST_STREAM (RFC 9113 §5.1):
+		// the framer has decoded the field block, which keeps the
+		// HPACK state in step, and that is all the frame needs.
+		c.mu.Unlock()
+		return nil
+	}
 	if err := c.openIDLocked(id); err != nil {
 		c.mu.Unlock()
 		return err
 	}
+	open := !f.StreamEnded() // the client may send more on it
 	if c.goingAway || c.closed || len(c.streams) >= int(c.s.cfg.MaxConcurrentStreams) {
+		if open {
+			c.noteResetLocked(id)
+		}
 		c.mu.Unlock()
 		c.resetID(id, http2.ErrCodeRefusedStream)
 		return nil
 	}
 	req, err := parseRequest(f)
 	if err != nil {
+		if open {
+			c.noteResetLocked(id)
+		}
 		c.mu.Unlock()
 		c.s.log.Info("hbone request malformed", "peer", c.ci.peer, "src", c.ci.remote, "stream", id, "err", err)
 		c.resetID(id, http2.ErrCodeProtocol)
@@ -394,6 +420,7 @@ func (c *h2conn) data(f *http2.DataFrame) error {
 		code := http2.ErrCodeStreamClosed
 		if st != nil && !st.remoteDone && !st.isReset {
 			code = http2.ErrCodeFlowControl
+			c.noteResetLocked(f.StreamID)
 		}
 		c.mu.Unlock()
 		// Nobody reads these bytes: give the connection's share back.

@@ -216,6 +216,9 @@ func (st *h2stream) reset(code http2.ErrCode) {
 	defer c.wmu.Unlock()
 	c.mu.Lock()
 	skip := st.isReset || c.closed || (st.localDone && st.remoteDone)
+	if !skip && !st.remoteDone {
+		c.noteResetLocked(st.id)
+	}
 	up := st.stop()
 	c.mu.Unlock()
 	if up != nil {

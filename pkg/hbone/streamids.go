@@ -1,6 +1,10 @@
 package hbone
 
-import "golang.org/x/net/http2"
+import (
+	"slices"
+
+	"golang.org/x/net/http2"
+)
 
 // The stream identifiers a client may use (RFC 9113 §5.1.1), tracked by
 // the highest one it has opened: lastID.
@@ -29,4 +33,42 @@ func (c *h2conn) openIDLocked(id uint32) error {
 // Call with c.mu held.
 func (c *h2conn) idleLocked(id uint32) bool {
 	return id%2 == 0 || id > c.lastID
+}
+
+// A stream the node resets while the client may still be sending on it is
+// closed for the node at once, but for the client only once our
+// RST_STREAM reaches it: whatever it sent before then, HEADERS included,
+// the node must decode and discard (RFC 9113 §5.1, "closed"). Forgotten,
+// such a stream would look like any other ID at or below lastID, where
+// HEADERS mean a reused stream ID and so a connection error (§5.1.1). The
+// node therefore keeps the IDs of its latest such resets, in a ring so a
+// peer cannot grow it: the client has at most MaxConcurrentStreams streams
+// open, so at most that many of our resets can be crossing its frames at
+// once; twice that leaves room for a round trip's turnover. HEADERS that
+// come after more resets than that are taken for a reused ID.
+type resetIDs struct {
+	ids  []uint32 // allocated at the first reset
+	next int      // where the next ID goes once ids is full
+}
+
+// noteResetLocked records that the node reset stream id while the client
+// could still send on it. Call with c.mu held.
+func (c *h2conn) noteResetLocked(id uint32) {
+	r := &c.resets
+	if r.ids == nil {
+		r.ids = make([]uint32, 0, 2*c.s.cfg.MaxConcurrentStreams)
+	}
+	if len(r.ids) < cap(r.ids) {
+		r.ids = append(r.ids, id)
+		return
+	}
+	r.ids[r.next] = id
+	r.next = (r.next + 1) % len(r.ids)
+}
+
+// resetByUsLocked reports whether frames on stream id, no longer tracked,
+// may be ones the client sent before it saw our RST_STREAM, to be
+// discarded. Call with c.mu held.
+func (c *h2conn) resetByUsLocked(id uint32) bool {
+	return slices.Contains(c.resets.ids, id)
 }

@@ -1,8 +1,10 @@
 package hbone
 
 import (
+	"io"
 	"net/netip"
 	"testing"
+	"time"
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -31,12 +33,35 @@ func TestStreamStates(t *testing.T) {
 		c.connect(5, dest)
 		gate.next(c.t).fail()
 		c.until(http2.FrameRSTStream, 5) // after the 503 response
-		hc := n.onlyConn(c.t)
-		eventually(c.t, "stream 5 to be forgotten", func() bool {
-			hc.mu.Lock()
-			defer hc.mu.Unlock()
-			return hc.streams[5] == nil
-		})
+		forgotten5(c.t, n)
+	}
+	// cleanly5 opens stream 5 and ends it both ways, with no reset.
+	cleanly5 := func(c *rawClient, n *node, gate dialGate) {
+		c.connect(5, dest)
+		up := gate.next(c.t).connectTCP(c.t)
+		c.until(http2.FrameHeaders, 5)
+		if err := c.fr.WriteData(5, true, nil); err != nil {
+			c.t.Fatal(err)
+		}
+		up.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := up.Read(make([]byte, 1)); err != io.EOF {
+			c.t.Fatalf("the destination read %v, want EOF", err)
+		}
+		up.Close()
+		for !c.until(http2.FrameData, 5).(*http2.DataFrame).StreamEnded() {
+		}
+		forgotten5(c.t, n)
+	}
+	// sourceReset5 opens stream 5, which the source resets: the node
+	// sends no RST_STREAM of its own.
+	sourceReset5 := func(c *rawClient, n *node, gate dialGate) {
+		c.connect(5, dest)
+		gate.next(c.t).connect(c.t)
+		c.until(http2.FrameHeaders, 5)
+		if err := c.fr.WriteRSTStream(5, http2.ErrCodeCancel); err != nil {
+			c.t.Fatal(err)
+		}
+		forgotten5(c.t, n)
 	}
 	headers := func(id uint32, extra ...hpack.HeaderField) func(c *rawClient) error {
 		return func(c *rawClient) error { c.connect(id, dest, extra...); return nil }
@@ -66,11 +91,14 @@ func TestStreamStates(t *testing.T) {
 		{name: "idle, PRIORITY", send: func(c *rawClient) error {
 			return c.fr.WritePriority(5, http2.PriorityParam{StreamDep: 1, Weight: 15})
 		}},
-		// §5.1.1: a stream ID is used once, even by HEADERS the node
-		// refused, and its first use closes the lower idle IDs.
-		{name: "refused, HEADERS again", before: refused5, send: headers(5), goAway: true},
+		// §5.1.1: the first use of a stream ID closes the lower idle
+		// IDs, and opening one of those is an unexpected ID.
 		{name: "refused, HEADERS on a lower ID", before: refused5, send: headers(3), goAway: true},
-		{name: "refused, malformed HEADERS again", before: refused5, send: headers(5, upper), goAway: true},
+		// §5.1: frames the source sent before it saw the node's
+		// RST_STREAM are discarded, HEADERS among them (decoded all
+		// the same, the HPACK state being the connection's).
+		{name: "refused, HEADERS again", before: refused5, send: headers(5)},
+		{name: "refused, malformed HEADERS again", before: refused5, send: headers(5, upper)},
 		// §5.1: the stream is closed, not idle; the source may send these
 		// before it has read the node's RST_STREAM or END_STREAM.
 		{name: "refused, RST_STREAM", before: refused5, send: rst(5)},
@@ -78,7 +106,11 @@ func TestStreamStates(t *testing.T) {
 		{name: "refused, DATA", before: refused5, send: data},
 		{name: "closed, RST_STREAM", before: closed5, send: rst(5)},
 		{name: "closed, WINDOW_UPDATE", before: closed5, send: windowUpdate(5, 1)},
-		{name: "closed, HEADERS again", before: closed5, send: headers(5), goAway: true},
+		{name: "closed, HEADERS again", before: closed5, send: headers(5)},
+		// Nothing of the source's can be in flight on a stream it ended
+		// or reset itself: HEADERS there reuse a stream ID.
+		{name: "closed cleanly, HEADERS again", before: cleanly5, send: headers(5), goAway: true},
+		{name: "reset by the source, HEADERS again", before: sourceReset5, send: headers(5), goAway: true},
 		// Even IDs are the server's, and the node opens none: stream 4
 		// is idle though below stream 5 (§5.1.1 closes only the lower
 		// IDs of the side that opened 5).
@@ -109,4 +141,15 @@ func TestStreamStates(t *testing.T) {
 			c.until(http2.FrameHeaders, 7)
 		})
 	}
+}
+
+// forgotten5 waits until the node no longer tracks stream 5.
+func forgotten5(t *testing.T, n *node) {
+	t.Helper()
+	hc := n.onlyConn(t)
+	eventually(t, "stream 5 to be forgotten", func() bool {
+		hc.mu.Lock()
+		defer hc.mu.Unlock()
+		return hc.streams[5] == nil
+	})
 }
