@@ -41,6 +41,9 @@ const (
 	// SETTINGS_MAX_HEADER_LIST_SIZE counts it (§6.5.2); a CONNECT needs
 	// a few dozen bytes.
 	maxHeaderListSize = 64 << 10
+	// How long a connection that has sent GOAWAY for an error goes on
+	// reading, so that closing it does not destroy the GOAWAY.
+	lingerTimeout = time.Second
 )
 
 var errStreamReset = errors.New("hbone: stream reset")
@@ -60,6 +63,8 @@ type h2conn struct {
 	hbuf bytes.Buffer
 	// writeBy is the write deadline set on nc (under wmu).
 	writeBy time.Time
+	// wclosed says our side has ended with close_notify (under wmu).
+	wclosed bool
 
 	// idle fires IdleTimeout after the connection last had no stream
 	// (re-armed under mu), and closes it if it still has none.
@@ -74,6 +79,7 @@ type h2conn struct {
 	recvWin   int64 // what the peer may still send on the connection
 	unacked   int64 // consumed but not yet given back to the peer
 	goingAway bool
+	goAwayID  uint32 // the last stream ID our first GOAWAY named
 	closed    bool
 	wg        sync.WaitGroup // the streams' goroutines
 
@@ -133,7 +139,7 @@ func (s *Server) serveH2(nc *batchedTLS, ci connInfo) {
 		return
 	}
 	if !s.addConn(c) {
-		c.goAway(http2.ErrCodeNo)
+		c.goAway()
 	}
 	defer s.removeConn(c)
 	c.mu.Lock()
@@ -142,7 +148,7 @@ func (s *Server) serveH2(nc *batchedTLS, ci connInfo) {
 	defer c.idle.Stop()
 
 	err := c.readLoop() // never nil: the loop ends only on an error
-	c.teardown()
+	c.teardown(errors.As(err, new(http2.ConnectionError)))
 	if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 		s.log.Debug("hbone connection ended", "src", ci.remote, "err", err)
 	}
@@ -171,7 +177,7 @@ func (c *h2conn) readLoop() error {
 		}
 		var ce http2.ConnectionError
 		if errors.As(err, &ce) {
-			c.goAway(http2.ErrCode(ce))
+			c.goAwayError(http2.ErrCode(ce))
 		}
 		return err
 	}
@@ -526,8 +532,8 @@ func (c *h2conn) resetID(id uint32, code http2.ErrCode) {
 }
 
 // goAway refuses new streams and closes the connection once the open ones
-// have ended.
-func (c *h2conn) goAway(code http2.ErrCode) {
+// have ended: a graceful shutdown (RFC 9113 §6.8).
+func (c *h2conn) goAway() {
 	c.wmu.Lock()
 	c.mu.Lock()
 	if c.goingAway || c.closed {
@@ -536,13 +542,40 @@ func (c *h2conn) goAway(code http2.ErrCode) {
 		return
 	}
 	c.goingAway = true
+	c.goAwayID = c.lastID
 	last, idle := c.lastID, len(c.streams) == 0
 	c.mu.Unlock()
-	c.fr.WriteGoAway(last, code, nil)
+	c.fr.WriteGoAway(last, http2.ErrCodeNo, nil)
 	c.flushLocked()
 	c.wmu.Unlock()
-	if idle || code != http2.ErrCodeNo {
+	if idle {
 		c.closeWrite()
+	}
+}
+
+// goAwayError answers a connection error (RFC 9113 §5.4.1): GOAWAY with
+// its code, and then, as nothing may follow it, the end of our side of the
+// connection. A graceful GOAWAY sent before does not stand in for it, as
+// the peer would not learn of the error, but its last stream ID holds: a
+// later GOAWAY may not raise it (§6.8), and streams opened since were
+// refused. Only a connection whose side has already ended sends nothing.
+func (c *h2conn) goAwayError(code http2.ErrCode) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.mu.Lock()
+	last := c.lastID
+	if c.goingAway {
+		last = c.goAwayID
+	}
+	c.goingAway = true
+	c.closed = true // no stream writes after the GOAWAY
+	c.mu.Unlock()
+	if c.wclosed {
+		return
+	}
+	c.fr.WriteGoAway(last, code, nil)
+	if c.flushLocked() == nil {
+		c.closeWriteLocked()
 	}
 }
 
@@ -561,10 +594,18 @@ func (c *h2conn) extendWriteDeadline() {
 // after reading everything we sent; the read deadline bounds the wait.
 func (c *h2conn) closeWrite() {
 	c.wmu.Lock()
+	c.closeWriteLocked()
+	c.wmu.Unlock()
+	c.nc.SetReadDeadline(time.Now().Add(lingerTimeout))
+}
+
+func (c *h2conn) closeWriteLocked() {
+	if c.wclosed {
+		return
+	}
+	c.wclosed = true
 	c.extendWriteDeadline()
 	c.nc.CloseWrite()
-	c.wmu.Unlock()
-	c.nc.SetReadDeadline(time.Now().Add(time.Second))
 }
 
 // closeIfIdle sends GOAWAY, and so closes the connection, when it still
@@ -575,24 +616,39 @@ func (c *h2conn) closeIfIdle() {
 	c.mu.Unlock()
 	if idle {
 		c.s.log.Debug("closing idle hbone connection", "src", c.ci.remote)
-		c.goAway(http2.ErrCodeNo)
+		c.goAway()
 	}
 }
 
-// teardown ends every stream once the connection is gone and waits for
-// their goroutines.
-func (c *h2conn) teardown() {
+// teardown ends every stream once the connection is over, closes it, and
+// waits for the streams' goroutines.
+//
+// After a connection error (linger) the peer may still be sending, and
+// closing a socket with unread bytes in it aborts the connection: the
+// kernel drops whatever it has not yet sent, our GOAWAY among it when the
+// peer is slow to read, and answers with a TCP reset. RFC 9113 §5.4.1
+// wants the peer to learn why the connection ended, so teardown first
+// reads and discards for up to lingerTimeout, until the peer, having read
+// the GOAWAY and our close_notify, closes its side.
+func (c *h2conn) teardown(linger bool) {
 	c.mu.Lock()
-	c.closed = true
+	c.closed = true // no frame after this
 	streams := make([]*h2stream, 0, len(c.streams))
 	for _, st := range c.streams {
 		streams = append(streams, st)
 	}
 	c.mu.Unlock()
 	c.end()
-	c.nc.Close()
+	if !linger {
+		c.nc.Close() // also frees a writer stuck on a peer that does not read
+	}
 	for _, st := range streams {
 		st.abort()
+	}
+	if linger {
+		c.nc.SetReadDeadline(time.Now().Add(lingerTimeout))
+		io.Copy(io.Discard, c.nc)
+		c.nc.Close()
 	}
 	c.wg.Wait()
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"net"
 	"net/netip"
 	"testing"
 	"time"
@@ -33,16 +34,26 @@ type rawClient struct {
 
 func dialRaw(t *testing.T, m *mesh, node netip.AddrPort, settings ...http2.Setting) *rawClient {
 	t.Helper()
-	conn, err := tls.Dial("tcp", node.String(), &tls.Config{
+	raw, err := net.Dial("tcp", node.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rawClientOver(t, m, raw, settings...)
+}
+
+// rawClientOver is dialRaw over a TCP connection the caller has made.
+func rawClientOver(t *testing.T, m *mesh, raw net.Conn, settings ...http2.Setting) *rawClient {
+	t.Helper()
+	conn := tls.Client(raw, &tls.Config{
 		MinVersion:         tls.VersionTLS13,
 		Certificates:       []tls.Certificate{m.a},
 		InsecureSkipVerify: true, // the server's identity is not what these tests check
 		NextProtos:         []string{"h2"},
 	})
-	if err != nil {
+	t.Cleanup(func() { conn.Close() })
+	if err := conn.Handshake(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { conn.Close() })
 	// The connection window starts at 65535 whatever the settings say
 	// (RFC 9113 §6.9.2).
 	c := &rawClient{t: t, conn: conn, fr: http2.NewFramer(conn, conn), connWin: 65535}

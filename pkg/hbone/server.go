@@ -12,8 +12,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"golang.org/x/net/http2"
 )
 
 // StreamInfo describes one CONNECT request, for the policy callback and logs.
@@ -348,7 +346,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Unlock()
 	// GOAWAY on every connection; each closes once its last stream ends.
 	for _, c := range s.goAwayAll() {
-		c.goAway(http2.ErrCodeNo)
+		c.goAway()
 	}
 
 	done := make(chan struct{})
