@@ -23,11 +23,17 @@ const goAwayUnprocessed = "http2: Transport received Server's graceful shutdown 
 // is below it. Any other error, a reset with another code or a connection
 // lost, leaves open whether the server acted on it (dialled the
 // destination, say). net/http's HTTP/2 stream errors convert to x/net's
-// with errors.As.
+// with errors.As; the GOAWAY error is told by its text, at whatever depth
+// of wrapping it comes (a url.Error, a caller's %w).
 func unprocessed(err error) bool {
 	var se http2.StreamError
 	if errors.As(err, &se) {
 		return se.Code == http2.ErrCodeRefusedStream
 	}
-	return err.Error() == goAwayUnprocessed
+	for ; err != nil; err = errors.Unwrap(err) {
+		if err.Error() == goAwayUnprocessed {
+			return true
+		}
+	}
+	return false
 }

@@ -3,9 +3,12 @@ package hbone
 import (
 	"context"
 	"crypto/tls"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
+	"net/url"
 	"sync/atomic"
 	"testing"
 
@@ -156,5 +159,32 @@ func (r *refuser) serve(c net.Conn, cert *tls.Certificate, refuse func(*http2.Fr
 		case *http2.DataFrame:
 			r.data.Add(int64(len(f.Data())))
 		}
+	}
+}
+
+// unprocessed tells the errors by what they are, however they are wrapped,
+// and takes nothing else for them.
+func TestUnprocessedErrors(t *testing.T) {
+	goAway := errors.New(goAwayUnprocessed)
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"GOAWAY", goAway, true},
+		{"GOAWAY wrapped", fmt.Errorf("connect: %w", goAway), true},
+		{"GOAWAY in a url.Error", &url.Error{Op: "Post", URL: "http://10.0.0.1:15008", Err: goAway}, true},
+		{"refused stream", http2.StreamError{StreamID: 1, Code: http2.ErrCodeRefusedStream}, true},
+		{"refused stream wrapped", fmt.Errorf("connect: %w", http2.StreamError{StreamID: 1, Code: http2.ErrCodeRefusedStream}), true},
+		{"stream reset otherwise", http2.StreamError{StreamID: 1, Code: http2.ErrCodeCancel}, false},
+		{"a text that only mentions it", errors.New("dial: " + goAwayUnprocessed + " (twice)"), false},
+		{"connection lost", io.ErrUnexpectedEOF, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := unprocessed(tt.err); got != tt.want {
+				t.Errorf("unprocessed(%v) = %v, want %v", tt.err, got, tt.want)
+			}
+		})
 	}
 }
