@@ -85,6 +85,8 @@ func TestSimulationIngress(t *testing.T) {
 		{"ImplementationSpecific: exact", "gateway", http(impl, "/api"), httpTo(impl, web)},
 		{"ImplementationSpecific: exact, not below", "gateway", http(impl, "/api/v1"), notFound(impl)},
 		{"wildcard host", "gateway", http("a.wild.example.com", "/"), httpTo(wildHost, wild)},
+		// As in Istio and Envoy, not only one label deep as the Ingress API has it.
+		{"wildcard host, two labels deep", "gateway", http("a.b.wild.example.com", "/"), httpTo(wildHost, wild)},
 		{"rule without a host serves any host", "gateway", http("other.example.com", "/any/x"), httpTo("*", web)},
 		{"defaultBackend catches the rest of any host", "gateway", http("other.example.com", "/else"), httpTo("*", fallback)},
 		{"an alias backend reaches its target's cluster", "gateway", http("alias.example.com", "/store"), httpTo("alias.example.com", cart)},
