@@ -249,19 +249,19 @@ func (w *membershipWatch) enrolRunning(ctx context.Context, pod *corev1.Pod) err
 			ips = append(ips, ip.Unmap())
 		}
 	}
-	path, err := w.scan.namespaceOf(ips)
+	ns, err := w.scan.namespaceOf(ips)
 	if err == nil {
-		err = checkOwner(path, string(pod.UID))
+		err = checkOwner(ns.path, string(pod.UID))
 	}
 	if err == nil {
-		err = w.p.enrol(ctx, pod, ips, path, "")
+		err = w.p.enrol(ctx, pod, ips, ns.path, "")
 	}
 	if err != nil {
 		// What the scan said may be out of date; the retry scans again.
 		w.scan.invalidate()
 		return err
 	}
-	w.p.log.Info("running pod joined the mesh: captured", "pod", pod.Namespace+"/"+pod.Name, "netns", path, "ips", ips)
+	w.p.log.Info("running pod joined the mesh: captured", "pod", pod.Namespace+"/"+pod.Name, "netns", ns.path, "ips", ips)
 	return nil
 }
 

@@ -12,39 +12,42 @@ import (
 // times for one label.
 const scanReuse = 2 * time.Second
 
-// addressScan is the node's namespaces by address, as scanNamespaces
-// finds them, kept for a burst of enrolments. A reused scan can be older
-// than a pod's sandbox: a lookup that it cannot answer scans again, and a
-// capture that fails on what it said drops it.
+// addressScan is the node's namespaces by address, with their processes,
+// as scanNamespaces finds them, kept for a burst of enrolments. A reused
+// scan can be older than a pod's sandbox: a lookup that it cannot answer
+// scans again, and a capture that fails on what it said drops it.
 type addressScan struct {
-	scan func() map[netip.Addr][]string
+	scan func() nodeNamespaces
 	now  func() time.Time
 
-	byIP  map[netip.Addr][]string
+	found nodeNamespaces
 	taken time.Time
 }
 
 func newAddressScan(p *Proxy) *addressScan {
-	return &addressScan{scan: func() map[netip.Addr][]string { return scanNamespaces(p) }, now: time.Now}
+	return &addressScan{scan: func() nodeNamespaces { return scanNamespaces(p) }, now: time.Now}
 }
 
 // namespaceOf is the one namespace that holds every address of ips.
-func (s *addressScan) namespaceOf(ips []netip.Addr) (string, error) {
-	reused := s.byIP != nil && s.now().Sub(s.taken) < scanReuse
+func (s *addressScan) namespaceOf(ips []netip.Addr) (scannedNetns, error) {
+	reused := s.found.byIP != nil && s.now().Sub(s.taken) < scanReuse
 	if !reused {
 		s.refresh()
 	}
-	path, err := namespaceHolding(s.byIP, ips)
+	path, err := namespaceHolding(s.found.byIP, ips)
 	if err != nil && reused {
 		s.refresh()
-		path, err = namespaceHolding(s.byIP, ips)
+		path, err = namespaceHolding(s.found.byIP, ips)
 	}
-	return path, err
+	if err != nil {
+		return scannedNetns{}, err
+	}
+	return s.found.byPath[path], nil
 }
 
 func (s *addressScan) refresh() {
-	s.byIP, s.taken = s.scan(), s.now()
+	s.found, s.taken = s.scan(), s.now()
 }
 
 // invalidate makes the next lookup scan again.
-func (s *addressScan) invalidate() { s.byIP = nil }
+func (s *addressScan) invalidate() { s.found = nodeNamespaces{} }

@@ -2,6 +2,7 @@ package nodeproxy
 
 import (
 	"net/netip"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -15,11 +16,14 @@ func TestAddressScanReuse(t *testing.T) {
 	clock := time.Unix(1_700_000_000, 0)
 	scans := 0
 	s := &addressScan{
-		scan: func() map[netip.Addr][]string {
+		scan: func() nodeNamespaces {
 			scans++
-			out := map[netip.Addr][]string{}
+			out := nodeNamespaces{byIP: map[netip.Addr][]string{}, byPath: map[string]scannedNetns{}}
 			for ip, paths := range node {
-				out[ip] = paths
+				out.byIP[ip] = paths
+				for _, path := range paths {
+					out.byPath[path] = scannedNetns{path: path, procs: []string{"/proc/" + filepath.Base(path)}}
+				}
 			}
 			return out
 		},
@@ -49,12 +53,16 @@ func TestAddressScanReuse(t *testing.T) {
 			step.before()
 		}
 		got, err := s.namespaceOf([]netip.Addr{step.ip})
-		if err != nil || got != step.want || scans != step.wantScans {
-			t.Fatalf("%s: namespaceOf(%v) = %q, %v after %d scans; want %q after %d", step.name, step.ip, got, err, scans, step.want, step.wantScans)
+		if err != nil || got.path != step.want || scans != step.wantScans {
+			t.Fatalf("%s: namespaceOf(%v) = %q, %v after %d scans; want %q after %d", step.name, step.ip, got.path, err, scans, step.want, step.wantScans)
+		}
+		// The owner check reads the processes the same scan found.
+		if want := "/proc/" + filepath.Base(step.want); len(got.procs) != 1 || got.procs[0] != want {
+			t.Fatalf("%s: the namespace's processes are %v, want [%s]", step.name, got.procs, want)
 		}
 	}
 	// An address no namespace holds scans once more, then gives up.
 	if got, err := s.namespaceOf([]netip.Addr{netip.MustParseAddr("10.0.0.99")}); err == nil || scans != 5 {
-		t.Fatalf("unknown address: %q, %v after %d scans; want errNetnsNotFound after 5", got, err, scans)
+		t.Fatalf("unknown address: %q, %v after %d scans; want errNetnsNotFound after 5", got.path, err, scans)
 	}
 }

@@ -53,7 +53,7 @@ func (p *Proxy) rediscover(ctx context.Context) {
 	if len(captured) == 0 {
 		return
 	}
-	byIP := scanNamespaces(p)
+	byIP := scanNamespaces(p).byIP
 	for _, pod := range captured {
 		key := pod.Namespace + "/" + pod.Name
 		var ips []netip.Addr
@@ -85,25 +85,44 @@ func (p *Proxy) rediscover(ctx context.Context) {
 	}
 }
 
-// scanNamespaces maps each address found in the node's network namespaces
-// (other than the proxy's own, and loopback) to the paths of the
-// namespaces that hold it, one path per namespace.
-func scanNamespaces(p *Proxy) map[netip.Addr][]string {
+// scannedNetns is a network namespace as a scan found it: the path to
+// enter it by, its identity, and the processes that were in it, as their
+// /proc/<pid> directories. The processes are kept for the owner check,
+// which would otherwise walk all of /proc again for each pod it checks.
+type scannedNetns struct {
+	path  string
+	id    netns.ID
+	procs []string
+}
+
+// nodeNamespaces is one scan of the node's network namespaces.
+type nodeNamespaces struct {
+	// byIP maps each address to the paths of the namespaces that hold
+	// it, one path per namespace.
+	byIP map[netip.Addr][]string
+	// byPath is each namespace of byIP, by its path.
+	byPath map[string]scannedNetns
+}
+
+// scanNamespaces finds the namespaces that hold each address of the node
+// (other than the proxy's own, and loopback).
+func scanNamespaces(p *Proxy) nodeNamespaces {
 	self, _ := netns.IDOf("/proc/self/ns/net")
 	pinned, _ := filepath.Glob(pinnedNetnsGlob)
 	procs, _ := filepath.Glob(processNetnsGlob)
-	byIP := map[netip.Addr][]string{}
-	for _, path := range namespacePaths(self, pinned, procs) {
-		addrs, err := namespaceAddrs(path)
+	found := nodeNamespaces{byIP: map[netip.Addr][]string{}, byPath: map[string]scannedNetns{}}
+	for _, ns := range namespacePaths(self, pinned, procs) {
+		addrs, err := namespaceAddrs(ns.path)
 		if err != nil {
-			p.log.Debug("node agent: namespace not readable", "netns", path, "err", err)
+			p.log.Debug("node agent: namespace not readable", "netns", ns.path, "err", err)
 			continue
 		}
+		found.byPath[ns.path] = ns
 		for _, ip := range addrs {
-			byIP[ip] = append(byIP[ip], path)
+			found.byIP[ip] = append(found.byIP[ip], ns.path)
 		}
 	}
-	return byIP
+	return found
 }
 
 // namespacePaths names each namespace that pinned or procs reach, but
@@ -112,41 +131,47 @@ func scanNamespaces(p *Proxy) map[netip.Addr][]string {
 // and a process's dies with it: in a pod whose runtime pins nothing, the
 // oldest process is the sandbox's own (the pause container's), which
 // lives as long as the namespace is the pod's, where an application's
-// container may restart and take its path with it.
-func namespacePaths(skip netns.ID, pinned, procs []string) []string {
-	seen := map[netns.ID]bool{skip: true}
-	var out []string
+// container may restart and take its path with it. Each namespace comes
+// with every process of procs found in it, pinned or not.
+func namespacePaths(skip netns.ID, pinned, procs []string) []scannedNetns {
+	byID := map[netns.ID]*scannedNetns{}
+	var order []netns.ID
 	for _, path := range pinned {
-		if id, err := netns.IDOf(path); err == nil && !seen[id] {
-			seen[id] = true
-			out = append(out, path)
+		if id, err := netns.IDOf(path); err == nil && id != skip && byID[id] == nil {
+			byID[id] = &scannedNetns{path: path, id: id}
+			order = append(order, id)
 		}
 	}
-	type oldest struct {
-		path  string
-		start uint64
-	}
-	byID := map[netns.ID]oldest{}
-	var order []netns.ID
+	// The start of the oldest process of each namespace not pinned.
+	oldest := map[netns.ID]uint64{}
 	for _, path := range procs {
 		id, err := netns.IDOf(path)
-		if err != nil || seen[id] {
-			continue // a process that ended, or a namespace pinned
+		if err != nil || id == skip {
+			continue // a process that ended, or one in the proxy's namespace
 		}
-		start, err := processStart(filepath.Dir(filepath.Dir(path)))
+		proc := filepath.Dir(filepath.Dir(path))
+		ns := byID[id]
+		if _, unpinned := oldest[id]; ns != nil && !unpinned {
+			ns.procs = append(ns.procs, proc)
+			continue
+		}
+		start, err := processStart(proc)
 		if err != nil {
 			continue
 		}
-		cur, found := byID[id]
-		if !found {
+		switch {
+		case ns == nil:
+			ns = &scannedNetns{path: path, id: id}
+			byID[id], oldest[id] = ns, start
 			order = append(order, id)
+		case start < oldest[id]:
+			ns.path, oldest[id] = path, start
 		}
-		if !found || start < cur.start {
-			byID[id] = oldest{path: path, start: start}
-		}
+		ns.procs = append(ns.procs, proc)
 	}
+	out := make([]scannedNetns, 0, len(order))
 	for _, id := range order {
-		out = append(out, byID[id].path)
+		out = append(out, *byID[id])
 	}
 	return out
 }

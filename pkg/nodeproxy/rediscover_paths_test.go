@@ -16,7 +16,8 @@ import (
 // runtime that pins none does: a sandbox process creates it and an
 // application's process joins it later. The path kept for it must be the
 // sandbox's, which lives as long as the namespace is the pod's, whatever
-// order /proc lists them in; a pinned path wins over both.
+// order /proc lists them in; a pinned path wins over both. Either way the
+// namespace comes with both processes, which the owner check reads.
 func TestNamespacePathsKeepTheSandboxProcess(t *testing.T) {
 	netnstest.RequireRoot(t)
 	sandbox := start(t, "unshare", "--net", "sleep", "300")
@@ -39,21 +40,31 @@ func TestNamespacePathsKeepTheSandboxProcess(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "delete", "meshpilot-test-"+fmt.Sprint(os.Getpid())).Run() })
 
+	sandboxProc, appProc := fmt.Sprintf("/proc/%d", sandbox.Pid), fmt.Sprintf("/proc/%d", app.Pid)
 	for _, tc := range []struct {
 		name          string
 		skip          netns.ID
 		pinned, procs []string
 		want          []string
+		wantProcs     []string // of the one namespace found
 	}{
-		{"the application listed first", self, nil, []string{appPath, sandboxPath}, []string{sandboxPath}},
-		{"the sandbox listed first", self, nil, []string{sandboxPath, appPath}, []string{sandboxPath}},
-		{"a pinned path wins", self, []string{pinned}, []string{appPath, sandboxPath}, []string{pinned}},
-		{"the skipped namespace is left out", podNS, []string{pinned}, []string{appPath, sandboxPath}, nil},
-		{"a process that ended is passed over", self, nil, []string{"/proc/0/ns/net", appPath}, []string{appPath}},
+		{"the application listed first", self, nil, []string{appPath, sandboxPath}, []string{sandboxPath}, []string{appProc, sandboxProc}},
+		{"the sandbox listed first", self, nil, []string{sandboxPath, appPath}, []string{sandboxPath}, []string{sandboxProc, appProc}},
+		{"a pinned path wins", self, []string{pinned}, []string{appPath, sandboxPath}, []string{pinned}, []string{appProc, sandboxProc}},
+		{"the skipped namespace is left out", podNS, []string{pinned}, []string{appPath, sandboxPath}, nil, nil},
+		{"a process that ended is passed over", self, nil, []string{"/proc/0/ns/net", appPath}, []string{appPath}, []string{appProc}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := namespacePaths(tc.skip, tc.pinned, tc.procs); !slices.Equal(got, tc.want) {
-				t.Errorf("namespacePaths = %v, want %v", got, tc.want)
+			got := namespacePaths(tc.skip, tc.pinned, tc.procs)
+			var paths []string
+			for _, ns := range got {
+				paths = append(paths, ns.path)
+			}
+			if !slices.Equal(paths, tc.want) {
+				t.Fatalf("namespacePaths = %v, want %v", paths, tc.want)
+			}
+			if len(got) == 1 && (got[0].id != podNS || !slices.Equal(got[0].procs, tc.wantProcs)) {
+				t.Errorf("namespace %v with processes %v, want %v with %v", got[0].id, got[0].procs, podNS, tc.wantProcs)
 			}
 		})
 	}
