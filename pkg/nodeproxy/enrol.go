@@ -251,7 +251,7 @@ func (w *membershipWatch) enrolRunning(ctx context.Context, pod *corev1.Pod) err
 	}
 	ns, err := w.scan.namespaceOf(ips)
 	if err == nil {
-		err = checkOwner(ns.path, string(pod.UID))
+		err = checkOwner(ns, string(pod.UID))
 	}
 	if err == nil {
 		err = w.p.enrol(ctx, pod, ips, ns.path, "")

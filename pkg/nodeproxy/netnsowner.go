@@ -3,8 +3,8 @@ package nodeproxy
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/meshpilot/meshpilot/pkg/netns"
@@ -28,19 +28,18 @@ func podUIDsInCgroups(cgroups string) []string {
 	return out
 }
 
-// namespaceOwners returns the UIDs of the pods whose processes run in the
-// network namespace at path, from their cgroups, as istio-cni finds a
-// pod's namespace. Empty when no process there names a pod (a namespace
-// with no process of its own, or processes the kubelet did not start).
-func namespaceOwners(path string) map[string]bool {
-	id, err := netns.IDOf(path)
-	if err != nil {
-		return nil
-	}
+// namespaceOwners returns the UIDs of the pods whose processes run in ns,
+// from their cgroups, as istio-cni finds a pod's namespace. Only the
+// processes the scan found in ns are asked, so that enrolling a namespace
+// of pods walks /proc once and not once per pod; their cgroups are read
+// now. One that has ended since, or whose PID a process in another
+// namespace has been given, is passed over. Empty when no process there
+// names a pod (a namespace with no process of its own, or processes the
+// kubelet did not start).
+func namespaceOwners(ns scannedNetns) map[string]bool {
 	owners := map[string]bool{}
-	procs, _ := filepath.Glob("/proc/[0-9]*")
-	for _, proc := range procs {
-		if pid, err := netns.IDOf(proc + "/ns/net"); err != nil || pid != id {
+	for _, proc := range ns.procs {
+		if id, err := netns.IDOf(proc + "/ns/net"); err != nil || id != ns.id {
 			continue
 		}
 		cgroups, err := os.ReadFile(proc + "/cgroup")
@@ -58,8 +57,8 @@ func namespaceOwners(path string) map[string]bool {
 // processes belong to another pod: a Pod's status can name addresses its
 // sandbox no longer has (after a node restarts, before its new sandbox is
 // up), which another pod's sandbox may have been given since.
-func checkOwner(path, uid string) error {
-	owners := namespaceOwners(path)
+func checkOwner(ns scannedNetns, uid string) error {
+	owners := namespaceOwners(ns)
 	if len(owners) == 0 || owners[uid] {
 		return nil
 	}
@@ -67,5 +66,6 @@ func checkOwner(path, uid string) error {
 	for o := range owners {
 		names = append(names, o)
 	}
-	return fmt.Errorf("%w: %s holds its addresses, but its processes are pod %s's", errNetnsNotFound, path, strings.Join(names, ", "))
+	slices.Sort(names)
+	return fmt.Errorf("%w: %s holds its addresses, but its processes are pod %s's", errNetnsNotFound, ns.path, strings.Join(names, ", "))
 }
