@@ -57,7 +57,15 @@ func namespaceOwners(ns scannedNetns) map[string]bool {
 // processes belong to another pod: a Pod's status can name addresses its
 // sandbox no longer has (after a node restarts, before its new sandbox is
 // up), which another pod's sandbox may have been given since.
+//
+// The processes asked are those the scan found in the namespace it named
+// by path; should path name another namespace by now (a pinned name given
+// to a new one, or a PID to a new process), they tell nothing about it,
+// and it is refused so that the retry scans again.
 func checkOwner(ns scannedNetns, uid string) error {
+	if id, err := netns.IDOf(ns.path); err != nil || id != ns.id {
+		return fmt.Errorf("%w: %s is not the namespace the scan found there", errNetnsNotFound, ns.path)
+	}
 	owners := namespaceOwners(ns)
 	if len(owners) == 0 || owners[uid] {
 		return nil

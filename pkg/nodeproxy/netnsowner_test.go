@@ -136,18 +136,25 @@ func TestCheckOwnerReadsTheScannedProcesses(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name    string
+		path    string // netns-a unless set
 		procs   []string
 		uid     string
 		refused bool
 	}{
-		{"the pod's own", []string{podProc, plainProc, reusedProc, endedProc}, owner, false},
-		{"another pod's", []string{podProc, plainProc, reusedProc, endedProc}, other, true},
-		{"no process names a pod", []string{plainProc, endedProc}, other, false},
-		{"its processes ended since the scan", []string{endedProc}, other, false},
-		{"a PID another namespace's process was given", []string{reusedProc}, owner, false},
+		{"the pod's own", "", []string{podProc, plainProc, reusedProc, endedProc}, owner, false},
+		{"another pod's", "", []string{podProc, plainProc, reusedProc, endedProc}, other, true},
+		{"no process names a pod", "", []string{plainProc, endedProc}, other, false},
+		{"its processes ended since the scan", "", []string{endedProc}, other, false},
+		{"a PID another namespace's process was given", "", []string{reusedProc}, owner, false},
+		// Its path names another namespace since the scan.
+		{"a path given to another namespace", "netns-b", []string{podProc}, owner, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := checkOwner(scannedNetns{path: filepath.Join(dir, "netns-a"), id: a, procs: tc.procs}, tc.uid)
+			path := filepath.Join(dir, "netns-a")
+			if tc.path != "" {
+				path = filepath.Join(dir, tc.path)
+			}
+			err := checkOwner(scannedNetns{path: path, id: a, procs: tc.procs}, tc.uid)
 			if refused := errors.Is(err, errNetnsNotFound); refused != tc.refused || (err != nil && !refused) {
 				t.Errorf("checkOwner = %v, want refused %v", err, tc.refused)
 			}
