@@ -45,7 +45,21 @@ type Metrics struct {
 	// AuthzFailures counts calls refused with PermissionDenied
 	// (impersonation). istiod has no such counter, so it has our prefix.
 	AuthzFailures prometheus.Counter
+	// CheckErrors counts calls the CA could not decide because checking
+	// the caller (TokenReview, the Pod lookups of impersonation) failed on
+	// the CA's side, by error type (UNAVAILABLE_ERROR). These are neither
+	// authentication nor authorization refusals: the caller may be
+	// entitled to its certificate. The label is spelled as
+	// citadel_server_csr_sign_err_count's, so one alert rule can watch both.
+	CheckErrors *prometheus.CounterVec
 }
+
+// Error types of CheckErrors.
+const (
+	// checkErrUnavailable: the API server gave no answer (unreachable,
+	// overloaded, timed out); the caller is told to retry.
+	checkErrUnavailable = "UNAVAILABLE_ERROR"
+)
 
 // NewMetrics creates the metrics and registers them with reg; a nil reg
 // leaves them unregistered (handy in tests).
@@ -84,10 +98,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Failed issuances of the serving certificate of each TLS listener.",
 		}, []string{"listener"}),
 		AuthzFailures: counter("meshpilot_ca_authorization_failure_count", "CreateCertificate calls refused with PermissionDenied (impersonation)."),
+		CheckErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meshpilot_ca_caller_check_err_count",
+			Help: "CreateCertificate calls left undecided because checking the caller against the API server failed, by error type.",
+		}, []string{"error"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.CSRs, m.Success, m.AuthnFailures, m.CSRParseErrors, m.IDExtractionErrors,
-			m.SignErrors, m.RootExpiry, m.CertChainExpiry, m.RootReloads, m.ServingCertExpiry, m.ServingCertFailures, m.AuthzFailures)
+			m.SignErrors, m.RootExpiry, m.CertChainExpiry, m.RootReloads, m.ServingCertExpiry, m.ServingCertFailures, m.AuthzFailures, m.CheckErrors)
 	}
 	return m
 }

@@ -83,6 +83,7 @@ func (s *Server) CreateCertificate(ctx context.Context, req *pb.IstioCertificate
 		}
 		log.Warn("CA refused an unauthenticated caller", "reason", err.Error())
 		if errors.Is(err, ErrUnavailable) {
+			s.metrics.CheckErrors.WithLabelValues(checkErrUnavailable).Inc()
 			return nil, status.Error(codes.Unavailable, "the CA cannot check credentials now; retry")
 		}
 		return nil, status.Error(codes.Unauthenticated, "authentication failed: "+err.Error())
@@ -96,6 +97,10 @@ func (s *Server) CreateCertificate(ctx context.Context, req *pb.IstioCertificate
 			log.Warn("CA refused impersonation", "reason", err.Error())
 			switch {
 			case errors.Is(err, ErrUnavailable):
+				// Neither a refusal nor the caller's fault, so not in
+				// AuthzFailures; but an outage that makes every node proxy
+				// retry must show in the metrics, not in the log alone.
+				s.metrics.CheckErrors.WithLabelValues(checkErrUnavailable).Inc()
 				return nil, status.Error(codes.Unavailable, "the CA cannot check the impersonation now; retry")
 			case errors.Is(err, ErrNoIdentity):
 				s.metrics.IDExtractionErrors.Inc()
