@@ -1,18 +1,26 @@
 package ca
 
 import (
+	"context"
 	"crypto/elliptic"
 	"errors"
+	"log/slog"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	pb "istio.io/api/security/v1alpha1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/meshpilot/meshpilot/internal/testlog"
 )
 
 // TestTokenReviewFailures: a TokenReview the API server cannot answer makes
@@ -56,4 +64,76 @@ func TestTokenReviewFailures(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestForbiddenCheckLoggedOncePerPermission: a CA whose RBAC lacks a
+// permission fails every call alike. The operator needs one error line
+// naming the permission, repeated only as a reminder while it lasts, not
+// one per call; each call is counted.
+func TestForbiddenCheckLoggedOncePerPermission(t *testing.T) {
+	ztunnelPod, appPod := impersonationPods()
+	kube := fake.NewClientset(ztunnelPod, appPod)
+	var getErr, listErr error
+	failPodCalls(kube, func() error { return getErr }, func() error { return listErr })
+	forbidden := func(verb string) error {
+		return apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "",
+			errors.New(`User "system:serviceaccount:istio-system:meshpilot" cannot `+verb+` resource "pods"`))
+	}
+	var logs testlog.Buffer
+	reg := prometheus.NewRegistry()
+	srv := impersonationServer(t, kube, NewMetrics(reg), slog.New(slog.NewTextHandler(&logs, nil)))
+	clock := time.Now()
+	srv.rbacLog.now = func() time.Time { return clock }
+
+	calls := 0
+	for _, step := range []struct {
+		name          string
+		later         time.Duration // the clock moves on by this before the step
+		get, list     error
+		calls         int
+		newErrorLines []string // what each error line logged by this step says
+	}{
+		{"the CA may not get Pods", 0, forbidden("get"), nil, 3, []string{`permission="get pods" calls=1`}},
+		{"nor list them", 0, nil, forbidden("list"), 3, []string{`permission="list pods" calls=1`}},
+		{"get refused again, soon after", rbacLogInterval / 2, forbidden("get"), nil, 2, nil},
+		// A reminder, with the calls refused since the first line.
+		{"get still refused, an interval later", rbacLogInterval / 2, forbidden("get"), nil, 1,
+			[]string{`permission="get pods" calls=5`}},
+	} {
+		clock = clock.Add(step.later)
+		getErr, listErr = step.get, step.list
+		before := strings.Count(logs.String(), "level=ERROR")
+		for range step.calls {
+			_, err := srv.CreateCertificate(context.Background(), impersonationRequest(t))
+			if status.Code(err) != codes.FailedPrecondition {
+				t.Fatalf("%s: got %v, want FailedPrecondition", step.name, err)
+			}
+		}
+		calls += step.calls
+		lines := errorLines(logs.String())[before:]
+		if len(lines) != len(step.newErrorLines) {
+			t.Fatalf("%s: %d new error lines, want %d:\n%s", step.name, len(lines), len(step.newErrorLines), logs.String())
+		}
+		for i, want := range step.newErrorLines {
+			if !strings.Contains(lines[i], want) {
+				t.Errorf("%s: error line %q does not say %s", step.name, lines[i], want)
+			}
+		}
+		if got := countedCheckErrors(t, reg, "RBAC_ERROR"); got != float64(calls) {
+			t.Errorf("%s: RBAC_ERROR counted %v times, want %d", step.name, got, calls)
+		}
+	}
+	if n := strings.Count(logs.String(), "level=WARN"); n != 0 {
+		t.Errorf("%d warnings besides the error lines, want none:\n%s", n, logs.String())
+	}
+}
+
+func errorLines(log string) []string {
+	var out []string
+	for l := range strings.Lines(log) {
+		if strings.Contains(l, "level=ERROR") {
+			out = append(out, l)
+		}
+	}
+	return out
 }

@@ -62,7 +62,8 @@ func NewNodeAuthorizer(kube kubernetes.Interface, trusted []types.NamespacedName
 // Authorize returns nil when caller may have target's identity; otherwise
 // an error wrapping ErrPermissionDenied, or ErrUnavailable when the API
 // server gave no answer (unreachable, overloaded, timed out), the one case
-// where the caller should retry.
+// where the caller should retry, or ErrCAForbidden when it refused the CA
+// itself the Pod lookups.
 //
 // The caller's node comes from its own Pod, as istiod finds it: the token
 // must be bound to a Pod (TokenReview pod-name and pod-uid extras), that
@@ -88,7 +89,7 @@ func (n *NodeAuthorizer) Authorize(ctx context.Context, caller *Caller, target I
 		// show that the identity it asks for runs beside it.
 		return fmt.Errorf("%w: the caller's Pod %s/%s no longer exists", ErrPermissionDenied, caller.Identity.Namespace, caller.PodName)
 	case err != nil:
-		return fmt.Errorf("%w: get the caller's Pod %s/%s: %v", ErrUnavailable, caller.Identity.Namespace, caller.PodName, err)
+		return apiCheckFailed("get pods", fmt.Sprintf("get the caller's Pod %s/%s", caller.Identity.Namespace, caller.PodName), err)
 	}
 	switch {
 	case string(pod.UID) != caller.PodUID:
@@ -109,7 +110,7 @@ func (n *NodeAuthorizer) Authorize(ctx context.Context, caller *Caller, target I
 		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String(),
 	})
 	if err != nil {
-		return fmt.Errorf("%w: list Pods of %s on node %q: %v", ErrUnavailable, target.Namespace, node, err)
+		return apiCheckFailed("list pods", fmt.Sprintf("list Pods of %s on node %q", target.Namespace, node), err)
 	}
 	for i := range pods.Items {
 		p := &pods.Items[i]

@@ -26,11 +26,16 @@ import (
 // TestImpersonationCallerPodLookup: what the API server says about the
 // caller's own Pod, and about the Pods of its node, decides the answer. A
 // Pod it reports missing is a definitive refusal, counted like every other
-// one. An API server that cannot answer makes the caller retry, and is
-// counted by its reason.
+// one. An API server that cannot answer makes the caller retry; one that
+// refuses the CA itself (its RBAC lacks a permission) is the operator's to
+// fix, and retrying would only hide it. Both are counted by their reason.
 func TestImpersonationCallerPodLookup(t *testing.T) {
 	ztunnelPod, appPod := impersonationPods()
 	unreachable := errors.New("dial tcp 10.96.0.1:443: connect: connection refused")
+	forbidden := func(verb string) error {
+		return apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "",
+			errors.New(`User "system:serviceaccount:istio-system:meshpilot" cannot `+verb+` resource "pods"`))
+	}
 	cases := []struct {
 		name      string
 		pods      []runtime.Object
@@ -51,6 +56,10 @@ func TestImpersonationCallerPodLookup(t *testing.T) {
 			apierrors.NewServerTimeout(schema.GroupResource{Resource: "pods"}, "get", 1), nil, codes.Unavailable, 0, "UNAVAILABLE_ERROR", "retry"},
 		{"API server unreachable listing the node's Pods", []runtime.Object{ztunnelPod, appPod}, nil, unreachable,
 			codes.Unavailable, 0, "UNAVAILABLE_ERROR", "retry"},
+		{"the CA may not get Pods", []runtime.Object{ztunnelPod, appPod}, forbidden("get"), nil,
+			codes.FailedPrecondition, 0, "RBAC_ERROR", "RBAC"},
+		{"the CA may not list Pods", []runtime.Object{ztunnelPod, appPod}, nil, forbidden("list"),
+			codes.FailedPrecondition, 0, "RBAC_ERROR", "RBAC"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -47,9 +47,9 @@ type Metrics struct {
 	AuthzFailures prometheus.Counter
 	// CheckErrors counts calls the CA could not decide because checking
 	// the caller (TokenReview, the Pod lookups of impersonation) failed on
-	// the CA's side, by error type (UNAVAILABLE_ERROR). These are neither
-	// authentication nor authorization refusals: the caller may be
-	// entitled to its certificate. The label is spelled as
+	// the CA's side, by error type (UNAVAILABLE_ERROR, RBAC_ERROR). These
+	// are neither authentication nor authorization refusals: the caller
+	// may be entitled to its certificate. The label is spelled as
 	// citadel_server_csr_sign_err_count's, so one alert rule can watch both.
 	CheckErrors *prometheus.CounterVec
 }
@@ -59,6 +59,9 @@ const (
 	// checkErrUnavailable: the API server gave no answer (unreachable,
 	// overloaded, timed out); the caller is told to retry.
 	checkErrUnavailable = "UNAVAILABLE_ERROR"
+	// checkErrRBAC: the API server refused the CA's own request (403):
+	// its ServiceAccount lacks a permission until an operator grants it.
+	checkErrRBAC = "RBAC_ERROR"
 )
 
 // NewMetrics creates the metrics and registers them with reg; a nil reg

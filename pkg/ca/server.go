@@ -44,7 +44,14 @@ type Server struct {
 	nodes   *NodeAuthorizer
 	metrics *Metrics
 	log     *slog.Logger
+	// rbacLog reports each permission the API server refuses the CA, once
+	// per rbacLogInterval rather than once per call.
+	rbacLog *causeLog
 }
+
+// rbacLogInterval is how often a missing permission is reported again
+// while calls keep failing for want of it.
+const rbacLogInterval = 5 * time.Minute
 
 func NewServer(opts ServerOptions) (*Server, error) {
 	if opts.Authority == nil || opts.Authority.Current() == nil {
@@ -61,7 +68,7 @@ func NewServer(opts ServerOptions) (*Server, error) {
 	}
 	opts.Metrics.observeAuthority(opts.Authority.Current())
 	return &Server{ca: opts.Authority, authn: opts.Authenticators, nodes: opts.NodeAuthorizer,
-		metrics: opts.Metrics, log: opts.Logger}, nil
+		metrics: opts.Metrics, log: opts.Logger, rbacLog: newCauseLog(rbacLogInterval)}, nil
 }
 
 // Register adds the service to g.
@@ -94,6 +101,9 @@ func (s *Server) CreateCertificate(ctx context.Context, req *pb.IstioCertificate
 	if v, ok := req.GetMetadata().GetFields()[ImpersonatedIdentityKey]; ok {
 		target, err := s.impersonate(ctx, caller, v)
 		if err != nil {
+			if errors.Is(err, ErrCAForbidden) {
+				return nil, s.refusedToCA(err)
+			}
 			log.Warn("CA refused impersonation", "reason", err.Error())
 			switch {
 			case errors.Is(err, ErrUnavailable):
@@ -145,6 +155,32 @@ func (s *Server) CreateCertificate(ctx context.Context, req *pb.IstioCertificate
 	log.Info("CA issued a certificate", "identity", id.String(), "serial", cert.Leaf.SerialNumber.Text(16),
 		"notAfter", cert.Leaf.NotAfter.Format(time.RFC3339))
 	return &pb.IstioCertificateResponse{CertChain: chain}, nil
+}
+
+// refusedToCA answers a call the CA could not check because the API server
+// refused the CA's own request (err is an ErrCAForbidden): it counts the
+// call and reports the missing permission, at most once per
+// rbacLogInterval, with the calls refused for want of it since.
+//
+// The answer is FailedPrecondition: the CA is not in a state to serve the
+// call until an operator fixes its RBAC, as for an expired CA chain, and
+// the caller is not to blame. Not Unavailable, which clients take for an
+// outage and retry, so the fault passes for one; not Internal, which
+// claims a broken invariant of the CA, and which Istio's agents retry too
+// (their CARetryOptions).
+func (s *Server) refusedToCA(err error) error {
+	s.metrics.CheckErrors.WithLabelValues(checkErrRBAC).Inc()
+	permission := "unknown"
+	var missing *missingPermission
+	if errors.As(err, &missing) {
+		permission = missing.permission
+	}
+	if logNow, calls := s.rbacLog.note(permission); logNow {
+		s.log.Error("the API server refuses the CA a permission it needs to check callers: grant it to the CA's ServiceAccount",
+			"permission", permission, "calls", calls, "error", err.Error())
+	}
+	return status.Error(codes.FailedPrecondition,
+		"the CA may not query the API server to check this call; its operator must fix the CA's RBAC")
 }
 
 // authenticate tries each authenticator in order. When all fail, the error
