@@ -44,9 +44,10 @@ var (
 	// ErrNoCredential: the request carries no credential of this kind.
 	ErrNoCredential = errors.New("no credential presented")
 	// ErrUnavailable: the credential could not be checked now (the API
-	// server is unreachable, or refuses the CA's own TokenReview). It is
-	// not the caller's fault, so the caller gets codes.Unavailable and
-	// retries.
+	// server is unreachable, overloaded, or timed out). It is not the
+	// caller's fault, so the caller gets codes.Unavailable and retries. An
+	// API server that refuses the CA's own TokenReview is ErrCAForbidden
+	// instead: retrying cannot help.
 	ErrUnavailable = errors.New("cannot check the credential now")
 	// ErrNoIdentity: the credential is valid but names no workload
 	// identity this CA can issue.
@@ -118,7 +119,7 @@ func (a *TokenAuthenticator) Authenticate(ctx context.Context) (*Caller, error) 
 		return nil, err
 	}
 	status, err := a.review(ctx, token, a.opts.Audiences)
-	if err != nil && a.opts.AllowAPIServerAudience && !errors.Is(err, ErrUnavailable) {
+	if err != nil && a.opts.AllowAPIServerAudience && !errors.Is(err, ErrUnavailable) && !errors.Is(err, ErrCAForbidden) {
 		status, err = a.review(ctx, token, nil)
 	}
 	if err != nil {
@@ -147,7 +148,7 @@ func (a *TokenAuthenticator) review(ctx context.Context, token string, audiences
 		Spec: authnv1.TokenReviewSpec{Token: token, Audiences: audiences},
 	}, metav1.CreateOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("%w: TokenReview: %v", ErrUnavailable, err)
+		return nil, apiCheckFailed("create tokenreviews.authentication.k8s.io", "TokenReview", err)
 	}
 	if !tr.Status.Authenticated {
 		// The API server's reason (expired, bad signature, wrong audience,

@@ -1,6 +1,7 @@
 package ca
 
 import (
+	"cmp"
 	"context"
 	"crypto/elliptic"
 	"errors"
@@ -24,15 +25,22 @@ import (
 )
 
 // TestTokenReviewFailures: a TokenReview the API server cannot answer makes
-// the caller retry, and is counted by its reason.
+// the caller retry; one it refuses the CA (no RBAC to create TokenReviews)
+// fails every caller until the operator grants it, so the caller is told
+// not to retry. Either is counted by its reason.
 func TestTokenReviewFailures(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		review   error
 		code     codes.Code
 		checkErr string
+		logged   string // what the one error line says; none when empty
 	}{
-		{"API server unreachable", errors.New("dial tcp 10.96.0.1:443: connect: connection refused"), codes.Unavailable, "UNAVAILABLE_ERROR"},
+		{"API server unreachable", errors.New("dial tcp 10.96.0.1:443: connect: connection refused"), codes.Unavailable, "UNAVAILABLE_ERROR", ""},
+		{"the CA may not create TokenReviews", apierrors.NewForbidden(
+			schema.GroupResource{Group: "authentication.k8s.io", Resource: "tokenreviews"}, "",
+			errors.New(`User "system:serviceaccount:istio-system:meshpilot" cannot create resource "tokenreviews"`)),
+			codes.FailedPrecondition, "RBAC_ERROR", `permission="create tokenreviews.authentication.k8s.io"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			kube := fake.NewClientset()
@@ -41,11 +49,12 @@ func TestTokenReviewFailures(t *testing.T) {
 			})
 			reg := prometheus.NewRegistry()
 			m := NewMetrics(reg)
+			var logs testlog.Buffer
 			srv, err := NewServer(ServerOptions{
 				Authority:      mustSelfSigned(t, Options{}),
 				Authenticators: []Authenticator{NewTokenAuthenticator(kube, TokenOptions{Logger: discard()})},
 				Metrics:        m,
-				Logger:         discard(),
+				Logger:         slog.New(slog.NewTextHandler(&logs, nil)),
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -61,6 +70,10 @@ func TestTokenReviewFailures(t *testing.T) {
 			}
 			if got := countedCheckErrors(t, reg, tc.checkErr); got != 1 {
 				t.Errorf("meshpilot_ca_caller_check_err_count{error=%q} = %v, want 1", tc.checkErr, got)
+			}
+			lines := errorLines(logs.String())
+			if tc.logged == "" && len(lines) != 0 || tc.logged != "" && (len(lines) != 1 || !strings.Contains(lines[0], tc.logged)) {
+				t.Errorf("error lines %q, want %s", lines, cmp.Or(tc.logged, "none"))
 			}
 		})
 	}

@@ -88,6 +88,9 @@ func (s *Server) CreateCertificate(ctx context.Context, req *pb.IstioCertificate
 		if errors.Is(err, ErrNoIdentity) {
 			s.metrics.IDExtractionErrors.Inc()
 		}
+		if errors.Is(err, ErrCAForbidden) {
+			return nil, s.refusedToCA(err)
+		}
 		log.Warn("CA refused an unauthenticated caller", "reason", err.Error())
 		if errors.Is(err, ErrUnavailable) {
 			s.metrics.CheckErrors.WithLabelValues(checkErrUnavailable).Inc()
