@@ -43,16 +43,33 @@ func pathToRoot(cert *x509.Certificate, offered []*x509.Certificate, roots *x509
 	}), nil
 }
 
-// warnOffPath logs each certificate of cert-chain.pem that is neither on
-// path nor one of the roots (which are published anyway): the operator
-// may believe the CA relies on it.
-func warnOffPath(log *slog.Logger, offered, path, roots []*x509.Certificate) {
+// offPath is what of offered (cert-chain.pem) is neither on path nor one
+// of the roots (which are published anyway): certificates the CA ignores,
+// which the operator may believe it relies on.
+func offPath(offered, path, roots []*x509.Certificate) []*x509.Certificate {
+	var off []*x509.Certificate
 	for _, c := range offered {
-		if slices.ContainsFunc(path, c.Equal) || slices.ContainsFunc(roots, c.Equal) {
-			continue
+		if !slices.ContainsFunc(path, c.Equal) && !slices.ContainsFunc(roots, c.Equal) {
+			off = append(off, c)
 		}
+	}
+	return off
+}
+
+// warnOffPath names each certificate a ignores. Call it once per set of
+// files loaded, not at every reading of unchanged ones: a warning repeated
+// at each event of the CA Secrets would bury the news of a new one.
+func (a *Authority) warnOffPath(log *slog.Logger) {
+	for _, c := range a.offPath {
 		log.Warn("a certificate of "+CertChainKey+" is not on the path from "+CACertKey+" to the root: it is ignored",
 			"subject", c.Subject.String(), "issuer", c.Issuer.String(), "serial", c.SerialNumber.Text(16),
 			"notAfter", c.NotAfter.Format(time.RFC3339))
 	}
+}
+
+// sameFiles says whether b was loaded from the same key material as a,
+// down to the certificates a ignores, so that their warning is not
+// repeated when b is read again from unchanged Secrets.
+func (a *Authority) sameFiles(b *Authority) bool {
+	return a.sameKeyMaterial(b) && slices.EqualFunc(a.offPath, b.offPath, (*x509.Certificate).Equal)
 }

@@ -39,6 +39,11 @@ type Keeper struct {
 	ready     chan struct{}
 	readyOnce sync.Once
 
+	// lastRead is the Authority last read from the Secrets, installed or
+	// not: its ignored certificates have been named, and are not named
+	// again while the Secrets hold the same files.
+	lastRead atomic.Pointer[Authority]
+
 	mu          sync.Mutex
 	subscribers []chan struct{}
 }
@@ -79,6 +84,7 @@ func (k *Keeper) Load(ctx context.Context) error {
 		k.metrics.RootReloads.WithLabelValues("error").Inc()
 		return err
 	}
+	k.lastRead.Store(a) // LoadOrCreate has named what it ignores
 	k.install(a)
 	return nil
 }
@@ -155,6 +161,12 @@ func (k *Keeper) reload(plugged, selfSigned corelisters.SecretNamespaceLister) {
 			"error", err, "inUse", string(cur.Source()), "signer", cur.cert.Subject.String())
 		k.metrics.RootReloads.WithLabelValues("error").Inc()
 		return
+	}
+	// Every event of either Secret (the informers' first list, an edit of
+	// the one not in use, of a label) reads them again: only files that
+	// changed are news.
+	if !next.sameFiles(k.lastRead.Swap(next)) {
+		next.warnOffPath(k.log)
 	}
 	if next.sameKeyMaterial(cur) {
 		return

@@ -110,6 +110,10 @@ type Authority struct {
 	roots      []*x509.Certificate
 	rootPEM    []byte
 	rootPool   *x509.CertPool
+
+	// offPath is what of cert-chain.pem is ignored (see pathToRoot), to
+	// be named in a warning when the files are loaded.
+	offPath []*x509.Certificate
 }
 
 // Source is where the signing key came from.
@@ -171,7 +175,13 @@ func NewSelfSigned(opts Options) (*Authority, error) {
 // the cacerts Secret). certChain and root may be empty when caCert is a
 // self-signed root.
 func NewFromPEM(opts Options, caCert, caKey, certChain, root []byte) (*Authority, error) {
-	return newAuthority(opts.withDefaults(), SourcePlugged, caCert, caKey, certChain, root, time.Now())
+	opts = opts.withDefaults()
+	a, err := newAuthority(opts, SourcePlugged, caCert, caKey, certChain, root, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	a.warnOffPath(opts.Logger)
+	return a, nil
 }
 
 // generateRoot makes a self-signed root with an ECDSA P-256 key. We pick
@@ -270,7 +280,6 @@ func newAuthority(opts Options, source Source, caCertPEM, caKeyPEM, chainPEM, ro
 	if err != nil {
 		return nil, err
 	}
-	warnOffPath(opts.Logger, offered, path, roots)
 	// The chain handed out with each leaf is the path without its root:
 	// the signing certificate unless it is a root, then the
 	// intermediates, leaf side first, whatever cert-chain.pem's order.
@@ -278,7 +287,7 @@ func newAuthority(opts Options, source Source, caCertPEM, caKeyPEM, chainPEM, ro
 
 	a := &Authority{
 		opts: opts, source: source, signer: key, cert: cert,
-		chain: chain, signerRoot: path[len(path)-1], roots: roots, rootPool: pool,
+		chain: chain, signerRoot: path[len(path)-1], offPath: offPath(offered, path, roots), roots: roots, rootPool: pool,
 		// Encoded anew from the parsed roots, never the operator's file:
 		// it is published to every namespace and every workload, and
 		// whatever else the file holds (comments, PEM headers) must not
@@ -313,6 +322,7 @@ func LoadOrCreate(ctx context.Context, kube kubernetes.Interface, opts Options) 
 		if err != nil {
 			return nil, err
 		}
+		a.warnOffPath(opts.Logger)
 		opts.Logger.Info("CA uses the plugged-in CA", "secret", opts.Namespace+"/"+PluggedSecretName,
 			"signer", a.cert.Subject.String(), "rootExpiry", a.RootExpiry())
 		return a, nil
@@ -366,6 +376,7 @@ func loadSelfSigned(ctx context.Context, kube kubernetes.Interface, opts Options
 	if err != nil {
 		return nil, err
 	}
+	a.warnOffPath(opts.Logger)
 	opts.Logger.Info("CA loaded its root", "secret", opts.Namespace+"/"+SelfSignedSecretName, "rootExpiry", a.RootExpiry())
 	return a, nil
 }
