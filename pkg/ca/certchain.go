@@ -10,9 +10,10 @@ import (
 )
 
 // pathToRoot is the path along which peers verify this CA's leaves: from
-// cert, through certificates of offered (cert-chain.pem), to one of roots,
-// each valid at now. Only that path is handed out with each leaf and
-// bounds its lifetime. A certificate off it (an intermediate renewed and
+// cert, through certificates of offered (cert-chain.pem's, and those of
+// ca-cert.pem after the signing certificate), to one of roots, each valid
+// at now. Only that path is handed out with each leaf and bounds its
+// lifetime. A certificate off it (an intermediate renewed and
 // left beside its successor, another CA's certificate, a root that
 // root-cert.pem does not hold) is needed by no peer, so it must not cut
 // every leaf short, nor stop all signing once it expires.
@@ -43,14 +44,20 @@ func pathToRoot(cert *x509.Certificate, offered []*x509.Certificate, roots *x509
 	}), nil
 }
 
-// offPath is what of offered (cert-chain.pem) is neither on path nor one
-// of the roots (which are published anyway): certificates the CA ignores,
-// which the operator may believe it relies on.
-func offPath(offered, path, roots []*x509.Certificate) []*x509.Certificate {
-	var off []*x509.Certificate
+// offPathCert is a certificate the CA ignores, with the file that held it.
+type offPathCert struct {
+	file string
+	cert *x509.Certificate
+}
+
+// offPath is what of offered (the certificates of file) is neither on path
+// nor one of the roots (which are published anyway): certificates the CA
+// ignores, which the operator may believe it relies on.
+func offPath(file string, offered, path, roots []*x509.Certificate) []offPathCert {
+	var off []offPathCert
 	for _, c := range offered {
 		if !slices.ContainsFunc(path, c.Equal) && !slices.ContainsFunc(roots, c.Equal) {
-			off = append(off, c)
+			off = append(off, offPathCert{file: file, cert: c})
 		}
 	}
 	return off
@@ -60,8 +67,9 @@ func offPath(offered, path, roots []*x509.Certificate) []*x509.Certificate {
 // files loaded, not at every reading of unchanged ones: a warning repeated
 // at each event of the CA Secrets would bury the news of a new one.
 func (a *Authority) warnOffPath(log *slog.Logger) {
-	for _, c := range a.offPath {
-		log.Warn("a certificate of "+CertChainKey+" is not on the path from "+CACertKey+" to the root: it is ignored",
+	for _, o := range a.offPath {
+		c := o.cert
+		log.Warn("a certificate of "+o.file+" is not on the path from the signing certificate to the root: it is ignored",
 			"subject", c.Subject.String(), "issuer", c.Issuer.String(), "serial", c.SerialNumber.Text(16),
 			"notAfter", c.NotAfter.Format(time.RFC3339))
 	}
@@ -71,5 +79,7 @@ func (a *Authority) warnOffPath(log *slog.Logger) {
 // down to the certificates a ignores, so that their warning is not
 // repeated when b is read again from unchanged Secrets.
 func (a *Authority) sameFiles(b *Authority) bool {
-	return a.sameKeyMaterial(b) && slices.EqualFunc(a.offPath, b.offPath, (*x509.Certificate).Equal)
+	return a.sameKeyMaterial(b) && slices.EqualFunc(a.offPath, b.offPath, func(x, y offPathCert) bool {
+		return x.file == y.file && x.cert.Equal(y.cert)
+	})
 }

@@ -120,3 +120,61 @@ func TestExpiredCertificateOnThePath(t *testing.T) {
 		})
 	}
 }
+
+// TestCACertFileWithMoreCertificates: a ca-cert.pem that holds more than
+// the signing certificate (a tls.crt of cert-manager, the signer then its
+// issuers) loses nothing unseen. Istio reads its first certificate alone;
+// the CA also takes the others as candidates for the path to the root, as
+// those of cert-chain.pem, and names any it leaves off the path.
+func TestCACertFileWithMoreCertificates(t *testing.T) {
+	r := newInterRenewal(t)
+	other := newPluggedCA(t)
+	tests := []struct {
+		name          string
+		caCert, chain []*x509.Certificate
+		ignored       []*x509.Certificate // named in a warning, with ca-cert.pem
+		err           string              // the load is refused, saying this
+	}{
+		{"the signer alone", []*x509.Certificate{r.signer}, []*x509.Certificate{r.signer, r.inter, r.root}, nil, ""},
+		{"the signer and its issuers, in both files", []*x509.Certificate{r.signer, r.inter, r.root},
+			[]*x509.Certificate{r.signer, r.inter, r.root}, nil, ""},
+		{"the intermediate in ca-cert.pem alone", []*x509.Certificate{r.signer, r.inter}, nil, nil, ""},
+		{"another CA's certificate after the signer", []*x509.Certificate{r.signer, other.inter},
+			[]*x509.Certificate{r.signer, r.inter, r.root}, []*x509.Certificate{other.inter}, ""},
+		{"the signer after its issuer", []*x509.Certificate{r.inter, r.signer}, []*x509.Certificate{r.signer, r.inter, r.root},
+			nil, "the signing certificate must come first"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs testlog.Buffer
+			a, err := NewFromPEM(Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))},
+				encodeCertificates(tc.caCert), r.signerKey, encodeCertificates(tc.chain), encodeCertificate(r.root))
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want one saying %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.EqualFunc(a.chain, []*x509.Certificate{r.signer, r.inter}, (*x509.Certificate).Equal) {
+				t.Errorf("handed out %d certificates after the leaf, want the signer, then the intermediate", len(a.chain))
+			}
+			var warnings []string
+			for l := range strings.Lines(logs.String()) {
+				if strings.Contains(l, "level=WARN") {
+					warnings = append(warnings, l)
+				}
+			}
+			if len(warnings) != len(tc.ignored) {
+				t.Fatalf("%d warnings, want %d:\n%s", len(warnings), len(tc.ignored), logs.String())
+			}
+			for i, c := range tc.ignored {
+				if w := warnings[i]; !strings.Contains(w, "serial="+c.SerialNumber.Text(16)) || !strings.Contains(w, CACertKey) {
+					t.Errorf("warning %q does not name the certificate of %s left out (serial %x)", w, CACertKey, c.SerialNumber)
+				}
+			}
+		})
+	}
+}

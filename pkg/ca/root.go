@@ -111,9 +111,10 @@ type Authority struct {
 	rootPEM    []byte
 	rootPool   *x509.CertPool
 
-	// offPath is what of cert-chain.pem is ignored (see pathToRoot), to
-	// be named in a warning when the files are loaded.
-	offPath []*x509.Certificate
+	// offPath is what of cert-chain.pem, and of ca-cert.pem after its
+	// first certificate, is ignored (see pathToRoot), to be named in a
+	// warning when the files are loaded.
+	offPath []offPathCert
 }
 
 // Source is where the signing key came from.
@@ -240,12 +241,20 @@ func newAuthority(opts Options, source Source, caCertPEM, caKeyPEM, chainPEM, ro
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", CACertKey, err)
 	}
-	cert := certs[0]
+	// The first certificate signs, as in Istio. Istio drops the others
+	// unseen; they are offered for the path to the root below, beside
+	// cert-chain.pem's, and named in a warning if off it, so that none is
+	// lost without a word.
+	cert, caCertRest := certs[0], certs[1:]
 	key, err := parsePrivateKey(caKeyPEM)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", CAKeyKey, err)
 	}
 	if !publicKeysEqual(cert, key) {
+		if len(caCertRest) > 0 {
+			return nil, fmt.Errorf("%s does not hold the private key of the first certificate of %s (%s): the signing certificate must come first",
+				CAKeyKey, CACertKey, cert.Subject)
+		}
 		return nil, fmt.Errorf("%s does not hold the private key of %s", CAKeyKey, CACertKey)
 	}
 	if !cert.IsCA || (cert.KeyUsage != 0 && cert.KeyUsage&x509.KeyUsageCertSign == 0) {
@@ -276,7 +285,7 @@ func newAuthority(opts Options, source Source, caCertPEM, caKeyPEM, chainPEM, ro
 			return nil, fmt.Errorf("%s: %w", CertChainKey, err)
 		}
 	}
-	path, err := pathToRoot(cert, offered, pool, now)
+	path, err := pathToRoot(cert, slices.Concat(caCertRest, offered), pool, now)
 	if err != nil {
 		return nil, err
 	}
@@ -287,7 +296,8 @@ func newAuthority(opts Options, source Source, caCertPEM, caKeyPEM, chainPEM, ro
 
 	a := &Authority{
 		opts: opts, source: source, signer: key, cert: cert,
-		chain: chain, signerRoot: path[len(path)-1], offPath: offPath(offered, path, roots), roots: roots, rootPool: pool,
+		chain: chain, signerRoot: path[len(path)-1], roots: roots, rootPool: pool,
+		offPath: slices.Concat(offPath(CACertKey, caCertRest, path, roots), offPath(CertChainKey, offered, path, roots)),
 		// Encoded anew from the parsed roots, never the operator's file:
 		// it is published to every namespace and every workload, and
 		// whatever else the file holds (comments, PEM headers) must not
