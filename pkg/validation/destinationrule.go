@@ -61,6 +61,17 @@ func (p *problems) trafficPolicy(path string, tp *v1alpha3.TrafficPolicy) {
 	if tp == nil {
 		return
 	}
+	// Istio refuses a policy that sets nothing: it is most likely a field
+	// written at the wrong level.
+	if tp.GetLoadBalancer() == nil && tp.GetConnectionPool() == nil && tp.GetOutlierDetection() == nil &&
+		tp.GetTls() == nil && len(tp.GetPortLevelSettings()) == 0 && tp.GetTunnel() == nil &&
+		tp.GetProxyProtocol() == nil && tp.GetRetryBudget() == nil {
+		p.add(path, "must set at least one of loadBalancer, connectionPool, outlierDetection, tls, portLevelSettings, tunnel, proxyProtocol or retryBudget")
+	}
+	// Both would wrap the upstream connection; Istio allows one.
+	if tp.GetTunnel() != nil && tp.GetProxyProtocol() != nil {
+		p.add(path, "only one of tunnel and proxyProtocol may be set")
+	}
 	p.loadBalancer(path+".loadBalancer", tp.GetLoadBalancer())
 	p.connectionPool(path+".connectionPool", tp.GetConnectionPool())
 	p.outlierDetection(path+".outlierDetection", tp.GetOutlierDetection())
@@ -89,6 +100,9 @@ func (p *problems) trafficPolicy(path string, tp *v1alpha3.TrafficPolicy) {
 				p.add(plsPath+".port.number", "duplicate settings for port %d", n)
 			}
 			seenPorts[n] = true
+		}
+		if pls.GetLoadBalancer() == nil && pls.GetConnectionPool() == nil && pls.GetOutlierDetection() == nil && pls.GetTls() == nil {
+			p.add(plsPath, "must set at least one of loadBalancer, connectionPool, outlierDetection or tls")
 		}
 		p.loadBalancer(plsPath+".loadBalancer", pls.GetLoadBalancer())
 		p.connectionPool(plsPath+".connectionPool", pls.GetConnectionPool())
@@ -308,8 +322,14 @@ func (p *problems) tunnel(path string, t *v1alpha3.TrafficPolicy_TunnelSettings)
 	default:
 		p.add(path+".protocol", "must be CONNECT or POST, got %q", t.GetProtocol())
 	}
-	if t.GetTargetHost() == "" {
+	switch host := t.GetTargetHost(); {
+	case host == "":
 		p.add(path+".targetHost", "is required")
+	case isIP(host):
+	default:
+		if msg := dnsNameProblem(host); msg != "" {
+			p.add(path+".targetHost", "must be a DNS name or an IP address, got %q: %s", host, msg)
+		}
 	}
 	p.checkPort(path+".targetPort", t.GetTargetPort())
 }

@@ -343,8 +343,11 @@ trafficPolicy:
   - port: {number: 80}
     loadBalancer: {simple: RANDOM}
   - port: {number: 0}
+    loadBalancer: {simple: RANDOM}
   - port: {number: 70000}
+    loadBalancer: {simple: RANDOM}
   - port: {number: 80}
+    loadBalancer: {simple: RANDOM}
   - loadBalancer: {simple: RANDOM}
   - port: {number: 443}
     tls: {mode: MUTUAL}
@@ -435,6 +438,60 @@ subsets:
   trafficPolicy:
     tls: {mode: ISTIO_MUTUAL, privateKey: /k}`,
 			want: []string{"spec.subsets[0].trafficPolicy.tls: mode ISTIO_MUTUAL"},
+		},
+		{
+			// Istio refuses a policy that sets nothing, at every level.
+			name: "empty traffic policies",
+			spec: `
+host: a
+trafficPolicy: {}
+subsets:
+- name: v1
+  trafficPolicy: {portLevelSettings: []}`,
+			want: []string{
+				"spec.trafficPolicy: must set at least one of",
+				"spec.subsets[0].trafficPolicy: must set at least one of",
+			},
+		},
+		{
+			name: "port level entry without settings",
+			spec: `
+host: a
+trafficPolicy:
+  portLevelSettings:
+  - port: {number: 80}
+  - port: {number: 81}
+    outlierDetection: {interval: 10s}`,
+			want: []string{"portLevelSettings[0]: must set at least one of loadBalancer, connectionPool, outlierDetection or tls"},
+		},
+		{
+			name: "tunnel with proxy protocol",
+			spec: `
+host: a
+trafficPolicy:
+  tunnel: {targetHost: proxy.example.com, targetPort: 3128}
+  proxyProtocol: {version: V2}`,
+			want: []string{"spec.trafficPolicy: only one of tunnel and proxyProtocol may be set"},
+		},
+		{
+			name: "tunnel target host is a name or an address",
+			spec: `
+host: a
+subsets:
+- name: v4
+  trafficPolicy: {tunnel: {targetHost: 192.168.1.1, targetPort: 443}}
+- name: v6
+  trafficPolicy: {tunnel: {targetHost: "2001:db8::1", targetPort: 443}}
+- name: name
+  trafficPolicy: {tunnel: {targetHost: Proxy.Example.com., targetPort: 443}}
+- name: bad
+  trafficPolicy: {tunnel: {targetHost: "proxy example", targetPort: 443}}
+- name: numeric-tld
+  trafficPolicy: {tunnel: {targetHost: proxy.123, targetPort: 443}}`,
+			want: []string{
+				`spec.subsets[3].trafficPolicy.tunnel.targetHost: must be a DNS name or an IP address, got "proxy example"`,
+				`spec.subsets[4].trafficPolicy.tunnel.targetHost: must be a DNS name or an IP address, got "proxy.123"`,
+			},
 		},
 	}
 	for _, tc := range cases {

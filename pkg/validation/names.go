@@ -1,6 +1,8 @@
 package validation
 
 import (
+	"net/netip"
+	"regexp"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -66,3 +68,38 @@ func ValidateExportTo(exportTo []string) []string {
 }
 
 func quote(s string) string { return `"` + s + `"` }
+
+// istioLabelPattern is a DNS label as Istio checks one in names it does not
+// look up in Kubernetes: letters of either case, digits and inner hyphens.
+var istioLabelPattern = regexp.MustCompile(`^[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?$`)
+
+// dnsNameProblem says what is wrong with name as a DNS name by Istio's
+// rules, "" when nothing is: at most 255 characters, labels of at most 63
+// that istioLabelPattern matches, an optional final dot, and a last label
+// that is not all digits (which tells an IPv4 address from a name).
+func dnsNameProblem(name string) string {
+	switch {
+	case name == "":
+		return "empty name"
+	case len(name) > maxHostLength:
+		return "longer than 255 characters"
+	}
+	labels := strings.Split(name, ".")
+	if last := labels[len(labels)-1]; last != "" && strings.Trim(last, "0123456789") == "" {
+		return "the last label " + quote(last) + " is all digits"
+	}
+	for i, label := range labels {
+		if label == "" && i == len(labels)-1 && i > 0 {
+			break // the root's dot
+		}
+		if len(label) > validation.DNS1123LabelMaxLength || !istioLabelPattern.MatchString(label) {
+			return "label " + quote(label) + " is not letters, digits and inner hyphens, at most 63 long"
+		}
+	}
+	return ""
+}
+
+func isIP(s string) bool {
+	_, err := netip.ParseAddr(s)
+	return err == nil
+}
