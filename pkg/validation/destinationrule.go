@@ -25,8 +25,17 @@ func ValidateDestinationRule(name, namespace string, dr *networking.DestinationR
 	for _, msg := range ValidateHost(dr.GetHost()) {
 		p.add("spec.host", "%s", msg)
 	}
-	for _, msg := range ValidateExportTo(dr.GetExportTo()) {
+	for _, msg := range ValidateExportTo(namespace, dr.GetExportTo()) {
 		p.add("spec.exportTo", "%s", msg)
+	}
+	if dr.GetWorkloadSelector() != nil {
+		// Such a rule is only ever used by the proxies it selects in its
+		// own namespace; Istio refuses an exportTo that claims more.
+		for _, e := range dr.GetExportTo() {
+			if e != "." && e != namespace {
+				p.add("spec.exportTo", "a rule with a workloadSelector applies only to proxies of its own namespace; exportTo may only name that namespace, not %q", e)
+			}
+		}
 	}
 	p.trafficPolicy("spec.trafficPolicy", dr.GetTrafficPolicy())
 	p.subsets(dr.GetSubsets())

@@ -388,15 +388,43 @@ trafficPolicy:
 				"tunnel.targetPort: port number must be in 1..65535, got 0",
 			},
 		},
-		{name: "export to", spec: "host: a\nexportTo: ['.', 'istio-system', '*']"},
-		{name: "export to nobody", spec: "host: a\nexportTo: ['~']"},
+		{name: "export to", spec: "host: a\nexportTo: ['.', 'istio-system']"},
+		{name: "export to everyone", spec: "host: a\nexportTo: ['*']"},
+		{
+			// Istio allows "~" only on services: a rule meant for no one is
+			// deleted instead.
+			name: "export to nobody",
+			spec: "host: a\nexportTo: ['~']",
+			want: []string{`spec.exportTo: "~" (no namespace) is allowed only for services`},
+		},
 		{
 			name: "export to bad",
 			spec: "host: a\nexportTo: ['~', 'Bad_NS', '.', '.']",
 			want: []string{
-				`spec.exportTo: "~" must be the only entry`,
+				`spec.exportTo: "~" (no namespace) is allowed only for services`,
 				`spec.exportTo: namespace "Bad_NS"`,
 				`spec.exportTo: duplicate entry "."`,
+			},
+		},
+		{
+			name: "export to everyone and more",
+			spec: "host: a\nexportTo: ['*', 'istio-system']",
+			want: []string{`spec.exportTo: "*" (every namespace) must be the only entry`},
+		},
+		{
+			name: "export to own namespace twice",
+			spec: "host: a\nexportTo: ['ns', 'istio-system', '.']",
+			want: []string{`spec.exportTo: duplicate entry ".": it and "ns" both name this namespace`},
+		},
+		{name: "workload selector exported to own namespace", spec: "host: a\nworkloadSelector: {matchLabels: {app: x}}\nexportTo: ['.']"},
+		{name: "workload selector exported to own namespace by name", spec: "host: a\nworkloadSelector: {matchLabels: {app: x}}\nexportTo: ['ns']"},
+		{
+			name: "workload selector exported elsewhere",
+			spec: "host: a\nworkloadSelector: {matchLabels: {app: x}}\nexportTo: ['.', 'other', '*']",
+			want: []string{
+				`spec.exportTo: "*" (every namespace) must be the only entry`,
+				`spec.exportTo: a rule with a workloadSelector applies only to proxies of its own namespace; exportTo may only name that namespace, not "other"`,
+				`exportTo may only name that namespace, not "*"`,
 			},
 		},
 		{

@@ -41,28 +41,46 @@ func ValidateHost(host string) []string {
 	return out
 }
 
-// ValidateExportTo checks an exportTo list: each entry is "." (own
-// namespace), "*" (everyone), "~" (nobody, and then alone) or a namespace
-// name; no entry twice.
-func ValidateExportTo(exportTo []string) []string {
+// ValidateExportTo checks the exportTo list of Istio config (not of a
+// service) in namespace: each entry is "." (the config's own namespace),
+// "*" (every namespace, and then alone) or a namespace name, no entry
+// twice, counting "." and the namespace's own name as one. "~" (no
+// namespace) is refused as Istio refuses it outside services: config that
+// should apply nowhere is deleted instead.
+func ValidateExportTo(namespace string, exportTo []string) []string {
 	var out []string
-	seen := make(map[string]bool, len(exportTo))
+	seen := make(map[string]string, len(exportTo)) // namespace -> entry naming it
 	for _, e := range exportTo {
-		if seen[e] {
-			out = append(out, "duplicate entry "+quote(e))
+		key := e
+		if e == "." {
+			key = namespace
 		}
-		seen[e] = true
+		if first, dup := seen[key]; dup {
+			if first == e {
+				out = append(out, "duplicate entry "+quote(e))
+			} else {
+				out = append(out, "duplicate entry "+quote(e)+": it and "+quote(first)+" both name this namespace")
+			}
+			continue
+		}
 		switch e {
 		case ".", "*":
 		case "~":
-			if len(exportTo) > 1 {
-				out = append(out, `"~" must be the only entry`)
-			}
+			out = append(out, `"~" (no namespace) is allowed only for services`)
+			continue
 		default:
-			for _, msg := range validation.IsDNS1123Label(e) {
+			msgs := validation.IsDNS1123Label(e)
+			for _, msg := range msgs {
 				out = append(out, "namespace "+quote(e)+": "+msg)
 			}
+			if len(msgs) > 0 {
+				continue
+			}
 		}
+		seen[key] = e
+	}
+	if _, all := seen["*"]; all && len(exportTo) > 1 {
+		out = append(out, `"*" (every namespace) must be the only entry`)
 	}
 	return out
 }

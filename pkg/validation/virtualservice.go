@@ -42,7 +42,7 @@ func ValidateVirtualService(name, namespace string, vs *networking.VirtualServic
 	appliesToMesh := len(vs.GetGateways()) == 0 || slices.Contains(vs.GetGateways(), meshGateway)
 	p.gatewayNames("spec.gateways", vs.GetGateways())
 	p.virtualHosts(vs.GetHosts(), appliesToMesh)
-	for _, msg := range ValidateExportTo(vs.GetExportTo()) {
+	for _, msg := range ValidateExportTo(namespace, vs.GetExportTo()) {
 		p.add("spec.exportTo", "%s", msg)
 	}
 	if len(vs.GetHttp()) == 0 && len(vs.GetTcp()) == 0 && len(vs.GetTls()) == 0 {

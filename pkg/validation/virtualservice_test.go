@@ -162,7 +162,7 @@ http: [{route: [{destination: {host: a}}]}]`,
 		{
 			name: "exportTo",
 			spec: `{hosts: [a], exportTo: ["~", "."], http: [{route: [{destination: {host: a}}]}]}`,
-			want: []string{`spec.exportTo: "~" must be the only entry`},
+			want: []string{`spec.exportTo: "~" (no namespace) is allowed only for services`},
 		},
 		{
 			name: "http route without an action",
