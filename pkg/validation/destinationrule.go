@@ -39,7 +39,9 @@ func ValidateDestinationRule(name, namespace string, dr *networking.DestinationR
 	}
 	p.trafficPolicy("spec.trafficPolicy", dr.GetTrafficPolicy())
 	p.subsets(dr.GetSubsets())
-	p.workloadSelector("spec.workloadSelector", dr.GetWorkloadSelector().GetMatchLabels(), dr.GetWorkloadSelector() != nil)
+	// A selector without labels picks every proxy of the rule's namespace;
+	// Istio only warns about it, and the push context serves it so.
+	p.labels("spec.workloadSelector.matchLabels", dr.GetWorkloadSelector().GetMatchLabels())
 	return p.err()
 }
 

@@ -46,13 +46,3 @@ func (p *problems) labels(path string, labels map[string]string) {
 		}
 	}
 }
-
-func (p *problems) workloadSelector(path string, labels map[string]string, set bool) {
-	if !set {
-		return
-	}
-	if len(labels) == 0 {
-		p.add(path+".matchLabels", "a workload selector must have at least one label")
-	}
-	p.labels(path+".matchLabels", labels)
-}
