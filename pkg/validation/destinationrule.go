@@ -3,6 +3,7 @@ package validation
 import (
 	"fmt"
 	"math/big"
+	"strings"
 
 	networking "istio.io/api/networking/v1"
 	"istio.io/api/networking/v1alpha3"
@@ -37,15 +38,15 @@ func ValidateDestinationRule(name, namespace string, dr *networking.DestinationR
 			}
 		}
 	}
-	p.trafficPolicy("spec.trafficPolicy", dr.GetTrafficPolicy())
-	p.subsets(dr.GetSubsets())
+	p.trafficPolicy("spec.trafficPolicy", namespace, dr.GetTrafficPolicy())
+	p.subsets(namespace, dr.GetSubsets())
 	// A selector without labels picks every proxy of the rule's namespace;
 	// Istio only warns about it, and the push context serves it so.
 	p.labels("spec.workloadSelector.matchLabels", dr.GetWorkloadSelector().GetMatchLabels())
 	return p.err()
 }
 
-func (p *problems) subsets(subsets []*v1alpha3.Subset) {
+func (p *problems) subsets(namespace string, subsets []*v1alpha3.Subset) {
 	seen := make(map[string]bool, len(subsets))
 	for i, s := range subsets {
 		path := fmt.Sprintf("spec.subsets[%d]", i)
@@ -64,11 +65,12 @@ func (p *problems) subsets(subsets []*v1alpha3.Subset) {
 		// A subset without labels is every endpoint of the host, as in
 		// Istio: a way to give all of them a policy under a subset name.
 		p.labels(path+".labels", s.GetLabels())
-		p.trafficPolicy(path+".trafficPolicy", s.GetTrafficPolicy())
+		p.trafficPolicy(path+".trafficPolicy", namespace, s.GetTrafficPolicy())
 	}
 }
 
-func (p *problems) trafficPolicy(path string, tp *v1alpha3.TrafficPolicy) {
+// trafficPolicy checks a policy of a rule in namespace.
+func (p *problems) trafficPolicy(path, namespace string, tp *v1alpha3.TrafficPolicy) {
 	if tp == nil {
 		return
 	}
@@ -86,7 +88,7 @@ func (p *problems) trafficPolicy(path string, tp *v1alpha3.TrafficPolicy) {
 	p.loadBalancer(path+".loadBalancer", tp.GetLoadBalancer())
 	p.connectionPool(path+".connectionPool", tp.GetConnectionPool())
 	p.outlierDetection(path+".outlierDetection", tp.GetOutlierDetection())
-	p.tls(path+".tls", tp.GetTls())
+	p.tls(path+".tls", namespace, tp.GetTls())
 	p.tunnel(path+".tunnel", tp.GetTunnel())
 	if pp := tp.GetProxyProtocol(); pp != nil {
 		if _, ok := v1alpha3.TrafficPolicy_ProxyProtocol_VERSION_name[int32(pp.GetVersion())]; !ok {
@@ -118,7 +120,7 @@ func (p *problems) trafficPolicy(path string, tp *v1alpha3.TrafficPolicy) {
 		p.loadBalancer(plsPath+".loadBalancer", pls.GetLoadBalancer())
 		p.connectionPool(plsPath+".connectionPool", pls.GetConnectionPool())
 		p.outlierDetection(plsPath+".outlierDetection", pls.GetOutlierDetection())
-		p.tls(plsPath+".tls", pls.GetTls())
+		p.tls(plsPath+".tls", namespace, pls.GetTls())
 	}
 }
 
@@ -285,42 +287,73 @@ func (p *problems) outlierDetection(path string, od *v1alpha3.OutlierDetection) 
 	}
 }
 
-func (p *problems) tls(path string, tls *v1alpha3.ClientTLSSettings) {
+// tls checks client TLS settings of a rule in namespace. What a mode does
+// not use (certificates for DISABLE and ISTIO_MUTUAL, which presents the
+// workload's own; a client certificate for SIMPLE) is ignored, as Istio
+// ignores it, rather than refused.
+func (p *problems) tls(path, namespace string, tls *v1alpha3.ClientTLSSettings) {
 	if tls == nil {
 		return
 	}
-	hasCerts := tls.GetClientCertificate() != "" || tls.GetPrivateKey() != "" ||
-		tls.GetCaCertificates() != "" || tls.GetCredentialName() != "" || tls.GetCaCertCredentialName() != ""
-	switch tls.GetMode() {
-	case v1alpha3.ClientTLSSettings_DISABLE:
-		if hasCerts {
-			p.add(path, "mode DISABLE must not set certificates, keys or credential names")
-		}
-	case v1alpha3.ClientTLSSettings_ISTIO_MUTUAL:
-		if hasCerts {
-			p.add(path, "mode ISTIO_MUTUAL uses Istio's certificates and must not set certificates, keys or credential names")
-		}
-	case v1alpha3.ClientTLSSettings_SIMPLE:
-		if tls.GetClientCertificate() != "" || tls.GetPrivateKey() != "" {
-			p.add(path, "mode SIMPLE presents no client certificate; use MUTUAL to set clientCertificate and privateKey")
-		}
-	case v1alpha3.ClientTLSSettings_MUTUAL:
-		if tls.GetCredentialName() == "" {
+	mode := tls.GetMode()
+	switch mode {
+	case v1alpha3.ClientTLSSettings_DISABLE, v1alpha3.ClientTLSSettings_ISTIO_MUTUAL:
+	case v1alpha3.ClientTLSSettings_SIMPLE, v1alpha3.ClientTLSSettings_MUTUAL:
+		if tls.GetCredentialName() != "" {
+			// The credential is the client certificate and the CA (and
+			// its CRL) both; files beside it would be ignored.
+			var files []string
+			for _, f := range []struct{ name, value string }{
+				{"clientCertificate", tls.GetClientCertificate()},
+				{"privateKey", tls.GetPrivateKey()},
+				{"caCertificates", tls.GetCaCertificates()},
+				{"caCrl", tls.GetCaCrl()},
+			} {
+				if f.value != "" {
+					files = append(files, f.name)
+				}
+			}
+			if len(files) > 0 {
+				p.add(path, "credentialName is mutually exclusive with %s", strings.Join(files, ", "))
+			}
+		} else if mode == v1alpha3.ClientTLSSettings_MUTUAL {
 			if tls.GetClientCertificate() == "" {
 				p.add(path+".clientCertificate", "mode MUTUAL needs credentialName or clientCertificate and privateKey")
 			}
 			if tls.GetPrivateKey() == "" {
 				p.add(path+".privateKey", "mode MUTUAL needs credentialName or clientCertificate and privateKey")
 			}
-		} else if tls.GetClientCertificate() != "" || tls.GetPrivateKey() != "" {
-			p.add(path, "credentialName and clientCertificate/privateKey are mutually exclusive")
+		}
+		if tls.GetInsecureSkipVerify().GetValue() {
+			// What would verify the server contradicts skipping it. For
+			// MUTUAL, credentialName may only be the client certificate,
+			// so Istio lets it stand.
+			var verifiers []string
+			if tls.GetCaCertificates() != "" {
+				verifiers = append(verifiers, "caCertificates")
+			}
+			if mode == v1alpha3.ClientTLSSettings_SIMPLE && tls.GetCredentialName() != "" {
+				verifiers = append(verifiers, "credentialName")
+			}
+			if len(tls.GetSubjectAltNames()) > 0 {
+				verifiers = append(verifiers, "subjectAltNames")
+			}
+			if len(verifiers) > 0 {
+				p.add(path+".insecureSkipVerify", "cannot skip verification while also setting %s", strings.Join(verifiers, ", "))
+			}
 		}
 	default:
-		p.add(path+".mode", "unknown TLS mode %d", tls.GetMode())
+		p.add(path+".mode", "unknown TLS mode %d", mode)
 	}
-	if tls.GetInsecureSkipVerify().GetValue() &&
-		(tls.GetCaCertificates() != "" || tls.GetCaCertCredentialName() != "" || len(tls.GetSubjectAltNames()) > 0) {
-		p.add(path+".insecureSkipVerify", "cannot skip verification while also setting CA certificates or subjectAltNames")
+	// Istio reads a ConfigMap credential only from the rule's own
+	// namespace, and only when the name says which.
+	if rest, ok := strings.CutPrefix(tls.GetCredentialName(), "configmap://"); ok {
+		switch ns, name, _ := strings.Cut(rest, "/"); {
+		case ns == "" || name == "":
+			p.add(path+".credentialName", "want configmap://<namespace>/<name>, got %q", tls.GetCredentialName())
+		case ns != namespace:
+			p.add(path+".credentialName", "a configmap:// credential must be in the rule's own namespace %q, not %q", namespace, ns)
+		}
 	}
 }
 

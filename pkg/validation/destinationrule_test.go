@@ -296,12 +296,12 @@ trafficPolicy:
 			want: []string{"mutually exclusive"},
 		},
 		{
+			// Istio ignores them: ISTIO_MUTUAL uses the workload's own.
 			name: "tls istio mutual with certs",
 			spec: `
 host: a
 trafficPolicy:
-  tls: {mode: ISTIO_MUTUAL, caCertificates: /ca.pem}`,
-			want: []string{"tls: mode ISTIO_MUTUAL uses Istio's certificates"},
+  tls: {mode: ISTIO_MUTUAL, caCertificates: /ca.pem, credentialName: c, insecureSkipVerify: true, subjectAltNames: [b]}`,
 		},
 		{
 			name: "tls istio mutual with sni is fine",
@@ -311,20 +311,68 @@ trafficPolicy:
   tls: {mode: ISTIO_MUTUAL, sni: a.example.com}`,
 		},
 		{
+			// Istio ignores what DISABLE cannot use.
 			name: "tls disable with credential",
 			spec: `
 host: a
 trafficPolicy:
-  tls: {mode: DISABLE, credentialName: x}`,
-			want: []string{"tls: mode DISABLE must not set"},
+  tls: {mode: DISABLE, credentialName: x, clientCertificate: /c.pem}`,
 		},
 		{
+			// Istio ignores a client certificate that SIMPLE does not send.
 			name: "tls simple with client key",
 			spec: `
 host: a
 trafficPolicy:
-  tls: {mode: SIMPLE, privateKey: /k.pem}`,
-			want: []string{"mode SIMPLE presents no client certificate"},
+  tls: {mode: SIMPLE, clientCertificate: /c.pem, privateKey: /k.pem}`,
+		},
+		{
+			name: "tls credential with files",
+			spec: `
+host: a
+subsets:
+- name: simple
+  trafficPolicy: {tls: {mode: SIMPLE, credentialName: c, caCertificates: /ca.pem}}
+- name: mutual
+  trafficPolicy: {tls: {mode: MUTUAL, credentialName: c, caCrl: /crl.pem}}`,
+			want: []string{
+				"spec.subsets[0].trafficPolicy.tls: credentialName is mutually exclusive with caCertificates",
+				"spec.subsets[1].trafficPolicy.tls: credentialName is mutually exclusive with caCrl",
+			},
+		},
+		{
+			name: "tls insecure skip verify by mode",
+			spec: `
+host: a
+subsets:
+- name: simple-credential
+  trafficPolicy: {tls: {mode: SIMPLE, credentialName: c, insecureSkipVerify: true}}
+- name: mutual-credential
+  trafficPolicy: {tls: {mode: MUTUAL, credentialName: c, insecureSkipVerify: true}}
+- name: mutual-sans
+  trafficPolicy: {tls: {mode: MUTUAL, credentialName: c, insecureSkipVerify: true, subjectAltNames: [b]}}
+- name: ca-credential
+  trafficPolicy: {tls: {mode: SIMPLE, caCertCredentialName: ca, insecureSkipVerify: true}}`,
+			want: []string{
+				"spec.subsets[0].trafficPolicy.tls.insecureSkipVerify: cannot skip verification while also setting credentialName",
+				"spec.subsets[2].trafficPolicy.tls.insecureSkipVerify: cannot skip verification while also setting subjectAltNames",
+			},
+		},
+		{
+			name: "tls configmap credential",
+			spec: `
+host: a
+subsets:
+- name: own
+  trafficPolicy: {tls: {mode: SIMPLE, credentialName: "configmap://ns/ca"}}
+- name: other
+  trafficPolicy: {tls: {mode: SIMPLE, credentialName: "configmap://other/ca"}}
+- name: no-namespace
+  trafficPolicy: {tls: {mode: SIMPLE, credentialName: "configmap://ca"}}`,
+			want: []string{
+				`spec.subsets[1].trafficPolicy.tls.credentialName: a configmap:// credential must be in the rule's own namespace "ns", not "other"`,
+				`spec.subsets[2].trafficPolicy.tls.credentialName: want configmap://<namespace>/<name>, got "configmap://ca"`,
+			},
 		},
 		{
 			name: "tls insecure skip verify with ca",
@@ -464,8 +512,8 @@ subsets:
 - name: v1
   labels: {v: "1"}
   trafficPolicy:
-    tls: {mode: ISTIO_MUTUAL, privateKey: /k}`,
-			want: []string{"spec.subsets[0].trafficPolicy.tls: mode ISTIO_MUTUAL"},
+    tls: {mode: MUTUAL, privateKey: /k}`,
+			want: []string{"spec.subsets[0].trafficPolicy.tls.clientCertificate: mode MUTUAL needs"},
 		},
 		{
 			// Istio refuses a policy that sets nothing, at every level.
