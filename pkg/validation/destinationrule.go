@@ -5,14 +5,11 @@ import (
 	"math/big"
 	"strings"
 
+	"google.golang.org/protobuf/types/known/durationpb"
 	networking "istio.io/api/networking/v1"
 	"istio.io/api/networking/v1alpha3"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
-
-// maxRequestsPerConnection is the documented ceiling (2^29) of
-// connectionPool.http.maxRequestsPerConnection.
-const maxRequestsPerConnection = 1 << 29
 
 // ValidateDestinationRule returns every problem with a DestinationRule, or
 // nil. name and namespace are the object's metadata.
@@ -253,16 +250,30 @@ func (p *problems) connectionPool(path string, cp *v1alpha3.ConnectionPoolSettin
 		p.checkNonNegative(path+".http.http2MaxRequests", h.GetHttp2MaxRequests())
 		p.checkNonNegative(path+".http.maxRetries", h.GetMaxRetries())
 		p.checkNonNegative(path+".http.maxConcurrentStreams", h.GetMaxConcurrentStreams())
-		if n := h.GetMaxRequestsPerConnection(); n < 0 || n > maxRequestsPerConnection {
-			p.add(path+".http.maxRequestsPerConnection", "must be in 0..%d, got %d", maxRequestsPerConnection, n)
-		}
+		// Any count is fine (Envoy takes a uint32); the 2^29 in Istio's
+		// documentation is how far the default, unlimited, goes.
+		p.checkNonNegative(path+".http.maxRequestsPerConnection", h.GetMaxRequestsPerConnection())
 		p.checkDuration(path+".http.idleTimeout", h.GetIdleTimeout())
 		if _, ok := v1alpha3.ConnectionPoolSettings_HTTPSettings_H2UpgradePolicy_name[int32(h.GetH2UpgradePolicy())]; !ok {
 			p.add(path+".http.h2UpgradePolicy", "unknown policy %d", h.GetH2UpgradePolicy())
 		}
+		// UPGRADE makes every upstream connection HTTP/2, which
+		// useClientProtocol would contradict; Istio refuses both.
+		if h.GetH2UpgradePolicy() == v1alpha3.ConnectionPoolSettings_HTTPSettings_UPGRADE && h.GetUseClientProtocol() {
+			p.add(path+".http.useClientProtocol", "cannot be true when h2UpgradePolicy is UPGRADE")
+		}
 		if ka := h.GetHttp2KeepAlive(); ka != nil {
-			p.checkDuration(path+".http.http2KeepAlive.interval", ka.GetInterval())
-			p.checkDuration(path+".http.http2KeepAlive.timeout", ka.GetTimeout())
+			// Istio requires both: a ping needs an interval, and a
+			// deadline for its answer.
+			for _, d := range []struct {
+				name string
+				d    *durationpb.Duration
+			}{{"interval", ka.GetInterval()}, {"timeout", ka.GetTimeout()}} {
+				if d.d == nil {
+					p.add(path+".http.http2KeepAlive."+d.name, "is required")
+				}
+				p.checkDuration(path+".http.http2KeepAlive."+d.name, d.d)
+			}
 		}
 	}
 }

@@ -224,7 +224,7 @@ host: a
 trafficPolicy:
   connectionPool:
     tcp: {maxConnections: -1, connectTimeout: 0s}
-    http: {http1MaxPendingRequests: -2, http2MaxRequests: -3, maxRequestsPerConnection: 1000000000, maxRetries: -4, maxConcurrentStreams: -5}`,
+    http: {http1MaxPendingRequests: -2, http2MaxRequests: -3, maxRequestsPerConnection: -6, maxRetries: -4, maxConcurrentStreams: -5}`,
 			want: []string{
 				"tcp.maxConnections: must not be negative",
 				"tcp.connectTimeout: duration must be at least 1ms",
@@ -232,7 +232,7 @@ trafficPolicy:
 				"http.http2MaxRequests: must not be negative",
 				"http.maxRetries: must not be negative",
 				"http.maxConcurrentStreams: must not be negative",
-				"http.maxRequestsPerConnection: must be in 0..536870912",
+				"http.maxRequestsPerConnection: must not be negative",
 			},
 		},
 		{
@@ -568,6 +568,42 @@ subsets:
 				`spec.subsets[3].trafficPolicy.tunnel.targetHost: must be a DNS name or an IP address, got "proxy example"`,
 				`spec.subsets[4].trafficPolicy.tunnel.targetHost: must be a DNS name or an IP address, got "proxy.123"`,
 			},
+		},
+		{
+			name: "http2 upgrade with client protocol",
+			spec: `
+host: a
+trafficPolicy:
+  connectionPool:
+    http: {h2UpgradePolicy: UPGRADE, useClientProtocol: true}`,
+			want: []string{"connectionPool.http.useClientProtocol: cannot be true when h2UpgradePolicy is UPGRADE"},
+		},
+		{
+			name: "http2 keepalive needs interval and timeout",
+			spec: `
+host: a
+trafficPolicy:
+  connectionPool:
+    http: {http2KeepAlive: {interval: 10s}}
+  portLevelSettings:
+  - port: {number: 80}
+    connectionPool:
+      http: {http2KeepAlive: {}}`,
+			want: []string{
+				"spec.trafficPolicy.connectionPool.http.http2KeepAlive.timeout: is required",
+				"portLevelSettings[0].connectionPool.http.http2KeepAlive.interval: is required",
+				"portLevelSettings[0].connectionPool.http.http2KeepAlive.timeout: is required",
+			},
+		},
+		{
+			// Istio and Envoy take any count; 2^29 is only how far
+			// "unlimited" (0) goes.
+			name: "many requests per connection",
+			spec: `
+host: a
+trafficPolicy:
+  connectionPool:
+    http: {maxRequestsPerConnection: 1000000000}`,
 		},
 	}
 	for _, tc := range cases {
