@@ -147,7 +147,7 @@ func (p *problems) loadBalancer(path string, lb *v1alpha3.LoadBalancerSettings) 
 	p.localityLB(path+".localityLbSetting", lb.GetLocalityLbSetting())
 	p.checkDuration(path+".warmupDurationSecs", lb.GetWarmupDurationSecs())
 	if w := lb.GetWarmup(); w != nil {
-		p.checkDuration(path+".warmup.duration", w.GetDuration())
+		p.checkMillis(path+".warmup.duration", w.GetDuration())
 		if w.GetMinimumPercent() != nil {
 			p.checkPercent(path+".warmup.minimumPercent", w.GetMinimumPercent().GetValue())
 		}
@@ -233,16 +233,16 @@ func (p *problems) connectionPool(path string, cp *v1alpha3.ConnectionPoolSettin
 	}
 	if tcp := cp.GetTcp(); tcp != nil {
 		p.checkNonNegative(path+".tcp.maxConnections", tcp.GetMaxConnections())
-		p.checkDuration(path+".tcp.connectTimeout", tcp.GetConnectTimeout())
-		p.checkDuration(path+".tcp.maxConnectionDuration", tcp.GetMaxConnectionDuration())
+		p.checkMillis(path+".tcp.connectTimeout", tcp.GetConnectTimeout())
+		p.checkMillis(path+".tcp.maxConnectionDuration", tcp.GetMaxConnectionDuration())
 		// 0s turns the TCP idle timeout off (Istio's documented use), so
 		// only a non-zero value must be a valid duration.
 		if it := tcp.GetIdleTimeout(); it.GetSeconds() != 0 || it.GetNanos() != 0 {
-			p.checkDuration(path+".tcp.idleTimeout", it)
+			p.checkMillis(path+".tcp.idleTimeout", it)
 		}
 		if ka := tcp.GetTcpKeepalive(); ka != nil {
-			p.checkDuration(path+".tcp.tcpKeepalive.time", ka.GetTime())
-			p.checkDuration(path+".tcp.tcpKeepalive.interval", ka.GetInterval())
+			p.checkMillis(path+".tcp.tcpKeepalive.time", ka.GetTime())
+			p.checkMillis(path+".tcp.tcpKeepalive.interval", ka.GetInterval())
 		}
 	}
 	if h := cp.GetHttp(); h != nil {
@@ -253,7 +253,7 @@ func (p *problems) connectionPool(path string, cp *v1alpha3.ConnectionPoolSettin
 		// Any count is fine (Envoy takes a uint32); the 2^29 in Istio's
 		// documentation is how far the default, unlimited, goes.
 		p.checkNonNegative(path+".http.maxRequestsPerConnection", h.GetMaxRequestsPerConnection())
-		p.checkDuration(path+".http.idleTimeout", h.GetIdleTimeout())
+		p.checkMillis(path+".http.idleTimeout", h.GetIdleTimeout())
 		if _, ok := v1alpha3.ConnectionPoolSettings_HTTPSettings_H2UpgradePolicy_name[int32(h.GetH2UpgradePolicy())]; !ok {
 			p.add(path+".http.h2UpgradePolicy", "unknown policy %d", h.GetH2UpgradePolicy())
 		}
@@ -272,7 +272,7 @@ func (p *problems) connectionPool(path string, cp *v1alpha3.ConnectionPoolSettin
 				if d.d == nil {
 					p.add(path+".http.http2KeepAlive."+d.name, "is required")
 				}
-				p.checkDuration(path+".http.http2KeepAlive."+d.name, d.d)
+				p.checkMillis(path+".http.http2KeepAlive."+d.name, d.d)
 			}
 		}
 	}
@@ -284,8 +284,8 @@ func (p *problems) outlierDetection(path string, od *v1alpha3.OutlierDetection) 
 	}
 	//lint:ignore SA1019 users may still set the deprecated field; it is validated like the rest
 	p.checkNonNegative(path+".consecutiveErrors", od.GetConsecutiveErrors())
-	p.checkDuration(path+".interval", od.GetInterval())
-	p.checkDuration(path+".baseEjectionTime", od.GetBaseEjectionTime())
+	p.checkMillis(path+".interval", od.GetInterval())
+	p.checkMillis(path+".baseEjectionTime", od.GetBaseEjectionTime())
 	p.checkPercent(path+".maxEjectionPercent", float64(od.GetMaxEjectionPercent()))
 	p.checkPercent(path+".minHealthPercent", float64(od.GetMinHealthPercent()))
 	if f := od.GetFailurePercentageThreshold(); f != nil {

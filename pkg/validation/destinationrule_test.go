@@ -605,6 +605,29 @@ trafficPolicy:
   connectionPool:
     http: {maxRequestsPerConnection: 1000000000}`,
 		},
+		{
+			// Istio takes these durations in whole milliseconds only.
+			name: "durations below millisecond precision",
+			spec: `
+host: a
+trafficPolicy:
+  connectionPool:
+    tcp: {connectTimeout: 1.0005s, maxConnectionDuration: 2.0000001s, idleTimeout: 1.5s, tcpKeepalive: {time: 1.0001s, interval: 1.5s}}
+    http: {idleTimeout: 10.0001s, http2KeepAlive: {interval: 1.0001s, timeout: 2s}}
+  outlierDetection: {interval: 1.0001s, baseEjectionTime: 30.0001s}
+  loadBalancer:
+    warmup: {duration: 1.0001s}`,
+			want: []string{
+				"spec.trafficPolicy.loadBalancer.warmup.duration: must be whole milliseconds, got 1.0001s",
+				"connectionPool.tcp.connectTimeout: must be whole milliseconds",
+				"connectionPool.tcp.maxConnectionDuration: must be whole milliseconds",
+				"connectionPool.tcp.tcpKeepalive.time: must be whole milliseconds",
+				"connectionPool.http.idleTimeout: must be whole milliseconds",
+				"connectionPool.http.http2KeepAlive.interval: must be whole milliseconds",
+				"outlierDetection.interval: must be whole milliseconds",
+				"outlierDetection.baseEjectionTime: must be whole milliseconds",
+			},
+		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
