@@ -284,6 +284,11 @@ func (p *problems) outlierDetection(path string, od *v1alpha3.OutlierDetection) 
 	}
 	//lint:ignore SA1019 users may still set the deprecated field; it is validated like the rest
 	p.checkNonNegative(path+".consecutiveErrors", od.GetConsecutiveErrors())
+	// Envoy counts local-origin failures apart only when told to split
+	// them; otherwise the threshold would silently do nothing.
+	if od.GetConsecutiveLocalOriginFailures().GetValue() > 0 && !od.GetSplitExternalLocalOriginErrors() {
+		p.add(path+".consecutiveLocalOriginFailures", "counts only with splitExternalLocalOriginErrors: true")
+	}
 	p.checkMillis(path+".interval", od.GetInterval())
 	p.checkMillis(path+".baseEjectionTime", od.GetBaseEjectionTime())
 	p.checkPercent(path+".maxEjectionPercent", float64(od.GetMaxEjectionPercent()))

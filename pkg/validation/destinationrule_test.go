@@ -628,6 +628,17 @@ trafficPolicy:
 				"outlierDetection.baseEjectionTime: must be whole milliseconds",
 			},
 		},
+		{
+			name: "local origin failures need the split",
+			spec: `
+host: a
+subsets:
+- name: split
+  trafficPolicy: {outlierDetection: {splitExternalLocalOriginErrors: true, consecutiveLocalOriginFailures: 5}}
+- name: unsplit
+  trafficPolicy: {outlierDetection: {consecutiveLocalOriginFailures: 5}}`,
+			want: []string{"spec.subsets[1].trafficPolicy.outlierDetection.consecutiveLocalOriginFailures: counts only with splitExternalLocalOriginErrors: true"},
+		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
