@@ -157,25 +157,31 @@ func (p *problems) loadBalancer(path string, lb *v1alpha3.LoadBalancerSettings) 
 	}
 }
 
+// maxMaglevTableSize bounds maglev.tableSize from above, as Istio does: it
+// refuses Envoy's largest size, 5000011, too.
+const maxMaglevTableSize = 5000011
+
+// consistentHash checks a consistent hash. Without a hash key (or with
+// useSourceIp false) Istio admits it, and Envoy then hashes each request
+// at random; it is not refused here either.
 func (p *problems) consistentHash(path string, ch *v1alpha3.LoadBalancerSettings_ConsistentHashLB) {
 	if ch == nil {
 		p.add(path, "is empty")
 		return
 	}
 	switch key := ch.GetHashKey().(type) {
-	case nil:
-		p.add(path, "exactly one hash key (httpHeaderName, httpCookie, useSourceIp, httpQueryParameterName) is required")
 	case *v1alpha3.LoadBalancerSettings_ConsistentHashLB_HttpHeaderName:
-		if key.HttpHeaderName == "" {
+		switch name := key.HttpHeaderName; {
+		case name == "":
 			p.add(path+".httpHeaderName", "must not be empty")
+		case strings.ContainsAny(name, "\x00\r\n"):
+			// Envoy refuses such a header name, and with it the route
+			// configuration that carries the hash policy.
+			p.add(path+".httpHeaderName", "must not contain NUL, CR or LF, got %q", name)
 		}
 	case *v1alpha3.LoadBalancerSettings_ConsistentHashLB_HttpQueryParameterName:
 		if key.HttpQueryParameterName == "" {
 			p.add(path+".httpQueryParameterName", "must not be empty")
-		}
-	case *v1alpha3.LoadBalancerSettings_ConsistentHashLB_UseSourceIp:
-		if !key.UseSourceIp {
-			p.add(path+".useSourceIp", "must be true when it is the hash key")
 		}
 	case *v1alpha3.LoadBalancerSettings_ConsistentHashLB_HttpCookie:
 		if key.HttpCookie.GetName() == "" {
@@ -186,9 +192,31 @@ func (p *problems) consistentHash(path string, ch *v1alpha3.LoadBalancerSettings
 				p.add(path+".httpCookie.ttl", "must be a non-negative duration")
 			}
 		}
+		seen := map[string]bool{}
+		for i, a := range key.HttpCookie.GetAttributes() {
+			aPath := fmt.Sprintf("%s.httpCookie.attributes[%d].name", path, i)
+			switch name := a.GetName(); {
+			case name == "":
+				p.add(aPath, "is required")
+			case seen[name]:
+				p.add(aPath, "duplicate attribute %q", name)
+			}
+			seen[a.GetName()] = true
+		}
+	}
+	//lint:ignore SA1019 users may still set the deprecated field; it is validated like the rest
+	if ch.GetMinimumRingSize() != 0 && ch.GetHashAlgorithm() != nil {
+		// Istio refuses the two sizes together rather than pick one.
+		p.add(path+".minimumRingSize", "cannot be set with ringHash or maglev; set ringHash.minimumRingSize instead")
 	}
 	if mg, ok := ch.GetHashAlgorithm().(*v1alpha3.LoadBalancerSettings_ConsistentHashLB_Maglev); ok {
-		if size := mg.Maglev.GetTableSize(); size != 0 && !new(big.Int).SetUint64(size).ProbablyPrime(20) {
+		switch size := mg.Maglev.GetTableSize(); {
+		case size == 0:
+			p.add(path+".maglev.tableSize", "is required")
+		case size >= maxMaglevTableSize:
+			p.add(path+".maglev.tableSize", "must be less than %d, got %d", maxMaglevTableSize, size)
+		case size != 1 && !new(big.Int).SetUint64(size).ProbablyPrime(20):
+			// Envoy's primality test, which Istio copies, passes 1.
 			p.add(path+".maglev.tableSize", "must be a prime number, got %d", size)
 		}
 	}

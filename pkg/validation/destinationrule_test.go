@@ -118,13 +118,17 @@ trafficPolicy:
     consistentHash: {httpHeaderName: x-user}`,
 		},
 		{
+			// Istio admits it (a ring hash that hashes each request at
+			// random), as it does a useSourceIp that is false.
 			name: "consistent hash without key",
 			spec: `
 host: a
 trafficPolicy:
   loadBalancer:
-    consistentHash: {minimumRingSize: 1024}`,
-			want: []string{"spec.trafficPolicy.loadBalancer.consistentHash: exactly one hash key"},
+    consistentHash: {minimumRingSize: 1024}
+subsets:
+- name: v1
+  trafficPolicy: {loadBalancer: {consistentHash: {useSourceIp: false}}}`,
 		},
 		{
 			name: "consistent hash cookie without name",
@@ -638,6 +642,55 @@ subsets:
 - name: unsplit
   trafficPolicy: {outlierDetection: {consecutiveLocalOriginFailures: 5}}`,
 			want: []string{"spec.subsets[1].trafficPolicy.outlierDetection.consecutiveLocalOriginFailures: counts only with splitExternalLocalOriginErrors: true"},
+		},
+		{
+			name: "consistent hash cookie attributes",
+			spec: `
+host: a
+trafficPolicy:
+  loadBalancer:
+    consistentHash:
+      httpCookie:
+        name: session
+        attributes: [{name: SameSite, value: Strict}, {name: ""}, {name: Secure}, {name: SameSite, value: Lax}]`,
+			want: []string{
+				"consistentHash.httpCookie.attributes[1].name: is required",
+				`consistentHash.httpCookie.attributes[3].name: duplicate attribute "SameSite"`,
+			},
+		},
+		{
+			name: "consistent hash sizes",
+			spec: `
+host: a
+subsets:
+- name: ring-and-size
+  trafficPolicy: {loadBalancer: {consistentHash: {useSourceIp: true, minimumRingSize: 1024, ringHash: {minimumRingSize: 2048}}}}
+- name: maglev-and-size
+  trafficPolicy: {loadBalancer: {consistentHash: {useSourceIp: true, minimumRingSize: 1024, maglev: {tableSize: 65537}}}}
+- name: maglev-unsized
+  trafficPolicy: {loadBalancer: {consistentHash: {useSourceIp: true, maglev: {}}}}
+- name: maglev-too-large
+  trafficPolicy: {loadBalancer: {consistentHash: {useSourceIp: true, maglev: {tableSize: 5000011}}}}
+- name: maglev-one
+  trafficPolicy: {loadBalancer: {consistentHash: {useSourceIp: true, maglev: {tableSize: 1}}}}
+- name: maglev-ok
+  trafficPolicy: {loadBalancer: {consistentHash: {useSourceIp: true, maglev: {tableSize: 65537}}}}`,
+			want: []string{
+				"spec.subsets[0].trafficPolicy.loadBalancer.consistentHash.minimumRingSize: cannot be set with ringHash or maglev",
+				"spec.subsets[1].trafficPolicy.loadBalancer.consistentHash.minimumRingSize: cannot be set with ringHash or maglev",
+				"spec.subsets[2].trafficPolicy.loadBalancer.consistentHash.maglev.tableSize: is required",
+				"spec.subsets[3].trafficPolicy.loadBalancer.consistentHash.maglev.tableSize: must be less than 5000011, got 5000011",
+			},
+		},
+		{
+			// Envoy refuses a header name with these characters.
+			name: "consistent hash header with line break",
+			spec: `
+host: a
+trafficPolicy:
+  loadBalancer:
+    consistentHash: {httpHeaderName: "x-user\nx-evil"}`,
+			want: []string{`consistentHash.httpHeaderName: must not contain NUL, CR or LF, got "x-user\nx-evil"`},
 		},
 	}
 	for _, tc := range cases {
