@@ -3,6 +3,7 @@ package validation
 import (
 	"fmt"
 	"math/big"
+	"slices"
 	"strings"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -145,6 +146,7 @@ func (p *problems) loadBalancer(path string, lb *v1alpha3.LoadBalancerSettings) 
 		p.add(path, "only one of localityLbSetting and zoneAwareLbSetting may be set")
 	}
 	p.localityLB(path+".localityLbSetting", lb.GetLocalityLbSetting())
+	p.zoneAwareLB(path+".zoneAwareLbSetting", lb.GetZoneAwareLbSetting())
 	p.checkDuration(path+".warmupDurationSecs", lb.GetWarmupDurationSecs())
 	if w := lb.GetWarmup(); w != nil {
 		p.checkMillis(path+".warmup.duration", w.GetDuration())
@@ -222,6 +224,11 @@ func (p *problems) consistentHash(path string, ch *v1alpha3.LoadBalancerSettings
 	}
 }
 
+// The node labels of a proxy's locality. Locality failover and zone-aware
+// load balancing order endpoints by them themselves, so Istio refuses them
+// where they would compete with failoverPriority.
+var topologyLabels = []string{"topology.kubernetes.io/region", "topology.kubernetes.io/zone", "topology.istio.io/subzone"}
+
 func (p *problems) localityLB(path string, l *v1alpha3.LocalityLoadBalancerSetting) {
 	if l == nil {
 		return
@@ -229,27 +236,138 @@ func (p *problems) localityLB(path string, l *v1alpha3.LocalityLoadBalancerSetti
 	if len(l.GetDistribute()) > 0 && len(l.GetFailover()) > 0 {
 		p.add(path, "only one of distribute and failover may be set")
 	}
+	// The rule's distribute entries are matched in order, so a later
+	// entry that an earlier one covers is refused; the destinations of one
+	// entry share its weight, so none may cover another.
+	fromSeen := localitySet{}
 	for i, d := range l.GetDistribute() {
 		dPath := fmt.Sprintf("%s.distribute[%d]", path, i)
 		if d.GetFrom() == "" {
 			p.add(dPath+".from", "is required")
+		} else if msg := fromSeen.add(d.GetFrom()); msg != "" {
+			p.add(dPath+".from", "%q: %s", d.GetFrom(), msg)
 		}
 		var sum uint64
-		for _, w := range d.GetTo() {
+		toSeen := localitySet{}
+		// Istio walks the map in no particular order; sorted, the verdict
+		// is the same on every run.
+		for _, loc := range sortedKeys(d.GetTo()) {
+			w := d.GetTo()[loc]
+			if w < 1 || w > 100 {
+				p.add(dPath+".to["+loc+"]", "weight must be in 1..100, got %d", w)
+			}
 			sum += uint64(w)
+			if msg := toSeen.add(loc); msg != "" {
+				p.add(dPath+".to["+loc+"]", "%q: %s", loc, msg)
+			}
 		}
 		if sum != 100 {
 			p.add(dPath+".to", "weights must sum to 100, got %d", sum)
+		}
+	}
+	if len(l.GetFailover()) > 0 {
+		for i, label := range l.GetFailoverPriority() {
+			if slices.Contains(topologyLabels, label) {
+				p.add(fmt.Sprintf("%s.failoverPriority[%d]", path, i), "%q cannot be used with failover, which orders regions itself", label)
+			}
 		}
 	}
 	for i, f := range l.GetFailover() {
 		fPath := fmt.Sprintf("%s.failover[%d]", path, i)
 		if f.GetFrom() == "" || f.GetTo() == "" {
 			p.add(fPath, "from and to are required")
-		} else if f.GetFrom() == f.GetTo() {
-			p.add(fPath, "from and to must differ")
+			continue
+		}
+		p.failover(fPath, f.GetFrom(), f.GetTo())
+	}
+}
+
+// zoneAwareLB checks zoneAwareLbSetting, which Istio validates like the
+// failover of localityLbSetting.
+func (p *problems) zoneAwareLB(path string, z *v1alpha3.ZoneAwareLoadBalancerSetting) {
+	if z == nil {
+		return
+	}
+	for i, label := range z.GetFailoverPriority() {
+		if slices.Contains(topologyLabels, label) {
+			p.add(fmt.Sprintf("%s.failoverPriority[%d]", path, i), "%q cannot be used in zoneAwareLbSetting, which routes by region, zone and subzone itself", label)
 		}
 	}
+	for i, f := range z.GetFailover() {
+		p.failover(fmt.Sprintf("%s.failover[%d]", path, i), f.GetFrom(), f.GetTo())
+	}
+}
+
+// failover checks one failover entry: from one region to another, each
+// named alone (zones fail over within their region by themselves).
+func (p *problems) failover(path, from, to string) {
+	if from == to {
+		p.add(path, "from and to must differ")
+	}
+	if strings.Contains(from, "/") || strings.Contains(to, "/") {
+		p.add(path, `from and to name regions, without "/"`)
+	}
+	if strings.Contains(from, "*") || strings.Contains(to, "*") {
+		p.add(path, `from and to must not contain "*"`)
+	}
+}
+
+// localitySet holds the localities of a list seen so far, as Istio keeps
+// them to find overlaps: region -> zone -> subzone, where a "*" zone or
+// subzone stands for all of them. A region alone is kept as zone "*"
+// (subzone "*"), and a zone alone as subzone "*"; "r/*" is kept as zone
+// "*" too, so it covers what a later entry names in r.
+type localitySet map[string]map[string]map[string]bool
+
+// add checks locality (region, region/zone or region/zone/subzone, whose
+// last part may end in "*") and adds it; it returns what is wrong with it
+// ("" if nothing), which leaves the set as it was.
+func (s localitySet) add(locality string) string {
+	if n := strings.Count(locality, "*"); n > 1 || n == 1 && !strings.HasSuffix(locality, "*") {
+		return `a "*" may only end a locality`
+	}
+	const overlaps = "overlaps an earlier locality of the list"
+	if s["*"] != nil {
+		return overlaps
+	}
+	parts := strings.SplitN(locality, "/", 3)
+	if slices.Contains(parts, "") {
+		return "a region, zone or subzone is empty"
+	}
+	region := parts[0]
+	zones := s[region]
+	switch len(parts) {
+	case 1:
+		if zones != nil {
+			return overlaps
+		}
+		s[region] = map[string]map[string]bool{"*": {"*": true}}
+	case 2:
+		zone := parts[1]
+		switch {
+		case zones == nil:
+			s[region] = map[string]map[string]bool{zone: {"*": true}}
+		case zones["*"] != nil || zones[zone] != nil:
+			return overlaps
+		default:
+			zones[zone] = map[string]bool{"*": true}
+		}
+	default:
+		zone, subzone := parts[1], parts[2]
+		switch {
+		case zones == nil:
+			s[region] = map[string]map[string]bool{zone: {subzone: true}}
+		case zones["*"] != nil:
+			return overlaps
+		case zones[zone] == nil:
+			zones[zone] = map[string]bool{subzone: true}
+		case zones[zone]["*"] || zones[zone][subzone]:
+			return overlaps
+		default:
+			zones[zone][subzone] = true
+		}
+	}
+	return ""
 }
 
 func (p *problems) connectionPool(path string, cp *v1alpha3.ConnectionPoolSettings) {

@@ -692,6 +692,106 @@ trafficPolicy:
     consistentHash: {httpHeaderName: "x-user\nx-evil"}`,
 			want: []string{`consistentHash.httpHeaderName: must not contain NUL, CR or LF, got "x-user\nx-evil"`},
 		},
+		{
+			name: "locality weights each in 1..100",
+			spec: `
+host: a
+trafficPolicy:
+  loadBalancer:
+    localityLbSetting:
+      distribute:
+      - from: r/z
+        to: {"r/z1": 100, "r/z2": 0}`,
+			want: []string{"localityLbSetting.distribute[0].to[r/z2]: weight must be in 1..100, got 0"},
+		},
+		{
+			name: "locality names",
+			spec: `
+host: a
+trafficPolicy:
+  loadBalancer:
+    localityLbSetting:
+      distribute:
+      - from: "r/*/s"
+        to: {"r": 100}
+      - from: r//s
+        to: {"r": 100}
+      - from: "r/z/*"
+        to: {"r/z1": 50, "r/z1/s": 50}
+      - from: "r/*"
+        to: {"*": 50, "q": 50}
+      - from: "r/z/s"
+        to: {"r/z": 100}`,
+			want: []string{
+				`distribute[0].from: "r/*/s": a "*" may only end a locality`,
+				`distribute[1].from: "r//s": a region, zone or subzone is empty`,
+				`distribute[2].to[r/z1/s]: "r/z1/s": overlaps an earlier locality of the list`,
+				`distribute[3].to[q]: "q": overlaps an earlier locality of the list`,
+				`distribute[4].from: "r/z/s": overlaps an earlier locality of the list`,
+			},
+		},
+		{
+			// Istio reads the list in order: a narrower entry before a
+			// wider one is a specific case first, which it admits.
+			name: "locality narrower first",
+			spec: `
+host: a
+trafficPolicy:
+  loadBalancer:
+    localityLbSetting:
+      distribute:
+      - from: r/z
+        to: {"r/z": 100}
+      - from: "r/*"
+        to: {"r/*": 100}`,
+		},
+		{
+			name: "locality failover between regions only",
+			spec: `
+host: a
+trafficPolicy:
+  outlierDetection: {consecutive5xxErrors: 5}
+  loadBalancer:
+    localityLbSetting:
+      failover:
+      - {from: us-east, to: us-west}
+      - {from: us-east/z1, to: us-west}
+      - {from: "us-*", to: eu}
+      failoverPriority: [topology.istio.io/network, topology.kubernetes.io/zone]`,
+			want: []string{
+				`localityLbSetting.failoverPriority[1]: "topology.kubernetes.io/zone" cannot be used with failover`,
+				`localityLbSetting.failover[1]: from and to name regions, without "/"`,
+				`localityLbSetting.failover[2]: from and to must not contain "*"`,
+			},
+		},
+		{
+			// Istio only warns that failover needs outlier detection.
+			name: "locality failover priority alone",
+			spec: `
+host: a
+trafficPolicy:
+  loadBalancer:
+    localityLbSetting:
+      failoverPriority: [topology.kubernetes.io/region, topology.kubernetes.io/zone]`,
+		},
+		{
+			name: "zone aware settings",
+			spec: `
+host: a
+trafficPolicy:
+  loadBalancer:
+    zoneAwareLbSetting:
+      failover:
+      - {from: us-east, to: us-east}
+      - {from: us-east/z1, to: "*"}
+      failoverPriority: [topology.istio.io/network, topology.istio.io/subzone]`,
+			want: []string{
+				`zoneAwareLbSetting.failoverPriority[1]: "topology.istio.io/subzone" cannot be used in zoneAwareLbSetting, which routes by region, zone and subzone itself`,
+				`zoneAwareLbSetting.failover[0]: from and to must differ`,
+				`zoneAwareLbSetting.failover[1]: from and to name regions, without "/"`,
+				`zoneAwareLbSetting.failover[1]: from and to must not contain "*"`,
+			},
+		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
