@@ -149,12 +149,19 @@ func (p *problems) loadBalancer(path string, lb *v1alpha3.LoadBalancerSettings) 
 	p.zoneAwareLB(path+".zoneAwareLbSetting", lb.GetZoneAwareLbSetting())
 	p.checkDuration(path+".warmupDurationSecs", lb.GetWarmupDurationSecs())
 	if w := lb.GetWarmup(); w != nil {
+		// Without a duration there is no slow start window, and the rest
+		// would mean nothing; Istio requires it.
+		if w.GetDuration() == nil {
+			p.add(path+".warmup.duration", "is required")
+		}
 		p.checkMillis(path+".warmup.duration", w.GetDuration())
 		if w.GetMinimumPercent() != nil {
 			p.checkPercent(path+".warmup.minimumPercent", w.GetMinimumPercent().GetValue())
 		}
-		if a := w.GetAggression(); a != nil && a.GetValue() < 1 {
-			p.add(path+".warmup.aggression", "must be at least 1, got %v", a.GetValue())
+		// Any positive aggression shapes the ramp (below 1 it starts
+		// slower); written so that NaN fails too.
+		if a := w.GetAggression(); a != nil && !(a.GetValue() > 0) {
+			p.add(path+".warmup.aggression", "must be greater than 0, got %v", a.GetValue())
 		}
 	}
 }

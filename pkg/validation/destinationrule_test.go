@@ -500,11 +500,11 @@ host: a
 trafficPolicy:
   retryBudget: {percent: 150}
   loadBalancer:
-    warmup: {duration: 0s, minimumPercent: 200, aggression: 0.5}`,
+    warmup: {duration: 0s, minimumPercent: 200, aggression: 0}`,
 			want: []string{
 				"loadBalancer.warmup.duration: duration must be at least",
 				"loadBalancer.warmup.minimumPercent: must be between 0 and 100",
-				"loadBalancer.warmup.aggression: must be at least 1",
+				"loadBalancer.warmup.aggression: must be greater than 0, got 0",
 				"retryBudget.percent: must be between 0 and 100",
 			},
 		},
@@ -791,6 +791,25 @@ trafficPolicy:
 				`zoneAwareLbSetting.failover[1]: from and to name regions, without "/"`,
 				`zoneAwareLbSetting.failover[1]: from and to must not contain "*"`,
 			},
+		},
+		{
+			// Below 1, traffic ramps up more slowly at first; Envoy takes any
+			// aggression above 0.
+			name: "warmup gentle aggression",
+			spec: `
+host: a
+trafficPolicy:
+  loadBalancer:
+    warmup: {duration: 60s, aggression: 0.5}`,
+		},
+		{
+			name: "warmup without duration",
+			spec: `
+host: a
+trafficPolicy:
+  loadBalancer:
+    warmup: {minimumPercent: 10}`,
+			want: []string{"loadBalancer.warmup.duration: is required"},
 		},
 	}
 	for _, tc := range cases {
