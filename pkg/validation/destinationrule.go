@@ -99,18 +99,14 @@ func (p *problems) trafficPolicy(path, namespace string, tp *v1alpha3.TrafficPol
 		}
 		p.checkDuration(path+".retryBudget.budgetInterval", rb.GetBudgetInterval())
 	}
-	seenPorts := make(map[uint32]bool, len(tp.GetPortLevelSettings()))
+	// Two entries for one port are admitted, as Istio admits them; the
+	// first is the one used, there as in the push context (policyForPort).
 	for i, pls := range tp.GetPortLevelSettings() {
 		plsPath := fmt.Sprintf("%s.portLevelSettings[%d]", path, i)
 		if pls.GetPort() == nil {
 			p.add(plsPath+".port", "is required")
 		} else {
-			n := pls.GetPort().GetNumber()
-			p.checkPort(plsPath+".port.number", n)
-			if seenPorts[n] {
-				p.add(plsPath+".port.number", "duplicate settings for port %d", n)
-			}
-			seenPorts[n] = true
+			p.checkPort(plsPath+".port.number", pls.GetPort().GetNumber())
 		}
 		if pls.GetLoadBalancer() == nil && pls.GetConnectionPool() == nil && pls.GetOutlierDetection() == nil && pls.GetTls() == nil {
 			p.add(plsPath, "must set at least one of loadBalancer, connectionPool, outlierDetection or tls")

@@ -387,6 +387,8 @@ trafficPolicy:
 			want: []string{"tls.insecureSkipVerify: cannot skip verification"},
 		},
 		{
+			// A second entry for port 80 is admitted, as Istio admits it:
+			// like Istio, the first entry for a port is the one used.
 			name: "port level settings",
 			spec: `
 host: a
@@ -407,7 +409,6 @@ trafficPolicy:
 			want: []string{
 				"portLevelSettings[1].port.number: port number must be in 1..65535, got 0",
 				"portLevelSettings[2].port.number: port number must be in 1..65535, got 70000",
-				"portLevelSettings[3].port.number: duplicate settings for port 80",
 				"portLevelSettings[4].port: is required",
 				"portLevelSettings[5].connectionPool.tcp.maxConnections: must not be negative",
 				"portLevelSettings[5].tls.clientCertificate",
