@@ -21,7 +21,7 @@ func ValidateDestinationRule(name, namespace string, dr *networking.DestinationR
 		p.add("spec", "is required")
 		return p.err()
 	}
-	for _, msg := range ValidateHost(dr.GetHost()) {
+	for _, msg := range validateRuleHost(dr.GetHost()) {
 		p.add("spec.host", "%s", msg)
 	}
 	for _, msg := range ValidateExportTo(namespace, dr.GetExportTo()) {

@@ -54,7 +54,14 @@ func TestValidateDestinationRule(t *testing.T) {
 		{name: "missing host", spec: `subsets: []`, want: []string{"spec.host: host is required"}},
 		{name: "host with bad label", spec: `host: Reviews_x.prod`, want: []string{`spec.host: label "Reviews_x"`}},
 		{name: "host with inner wildcard", spec: `host: "foo.*.com"`, want: []string{"spec.host: a wildcard is only allowed"}},
-		{name: "host trailing dot", spec: `host: foo.com.`, want: []string{"must not end with a dot"}},
+		// Istio admits capitals, a final dot and a partial wildcard in a
+		// rule's host, and refuses an IP address.
+		{name: "host trailing dot", spec: `host: foo.com.`},
+		{name: "host with capitals", spec: `host: Reviews.Prod.svc.cluster.local`},
+		{name: "host partial wildcard", spec: `host: "*-east.example.com"`},
+		{name: "host partial wildcard without dash", spec: `host: "*east.example.com"`},
+		{name: "host that is an address", spec: `host: 10.0.0.1`, want: []string{`spec.host: the last label "1" is all digits`}},
+		{name: "host with wildcard inside first label", spec: `host: "ea*st.example.com"`, want: []string{`spec.host: label "ea*st": a wildcard is only allowed`}},
 		{name: "bad object name", drName: "Bad_Name", spec: `host: a`, want: []string{"metadata.name"}},
 		{name: "bad namespace", namespace: "a.b", spec: `host: a`, want: []string{"metadata.namespace"}},
 		{

@@ -41,6 +41,57 @@ func ValidateHost(host string) []string {
 	return out
 }
 
+// validateRuleHost checks a DestinationRule's host as Istio does. That is
+// looser than ValidateHost: labels may have capitals, the name may end
+// with a dot, and the first label may be a partial wildcard ("*-east" or
+// "*east", matching any host that ends with the rest, as the push context
+// serves it). And stricter: the last label may not be all digits, so an
+// IPv4 address is no host.
+func validateRuleHost(host string) []string {
+	switch {
+	case host == "":
+		return []string{"host is required"}
+	case len(host) > maxHostLength:
+		return []string{"host is longer than 255 characters"}
+	}
+	var out []string
+	first, rest, _ := strings.Cut(host, ".")
+	if !isWildcardLabel(first) {
+		if strings.Contains(first, "*") {
+			out = append(out, "label "+quote(first)+`: a wildcard is only allowed at the start of the first label ("*", "*x" or "*-x")`)
+		} else {
+			out = append(out, "label "+quote(first)+" is not letters, digits and inner hyphens, at most 63 long")
+		}
+	}
+	switch {
+	case rest == "": // one label, or one and the root's dot
+	case strings.Contains(rest, "*"):
+		out = append(out, "a wildcard is only allowed in the first label")
+	default:
+		if msg := dnsNameProblem(rest); msg != "" {
+			out = append(out, msg)
+		}
+	}
+	return out
+}
+
+// isWildcardLabel reports whether label is a DNS label as istioLabelPattern
+// reads one, "*", or one after a leading "*" or "*-".
+func isWildcardLabel(label string) bool {
+	if label == "*" {
+		return true
+	}
+	if len(label) > validation.DNS1123LabelMaxLength {
+		return false
+	}
+	if rest, ok := strings.CutPrefix(label, "*-"); ok {
+		label = rest
+	} else if rest, ok := strings.CutPrefix(label, "*"); ok {
+		label = rest
+	}
+	return istioLabelPattern.MatchString(label)
+}
+
 // ValidateExportTo checks the exportTo list of Istio config (not of a
 // service) in namespace: each entry is "." (the config's own namespace),
 // "*" (every namespace, and then alone) or a namespace name, no entry
