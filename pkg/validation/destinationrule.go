@@ -9,7 +9,6 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	networking "istio.io/api/networking/v1"
 	"istio.io/api/networking/v1alpha3"
-	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // ValidateDestinationRule returns every problem with a DestinationRule, or
@@ -52,7 +51,7 @@ func (p *problems) subsets(namespace string, subsets []*v1alpha3.Subset) {
 		case name == "":
 			p.add(path+".name", "is required")
 		default:
-			for _, msg := range validation.IsDNS1123Label(name) {
+			if msg := subsetNameProblem(name); msg != "" {
 				p.add(path+".name", "%s", msg)
 			}
 			if seen[name] {

@@ -90,7 +90,7 @@ subsets:
 - labels: {version: v4}`,
 			want: []string{
 				`spec.subsets[1].name: duplicate subset name "v1"`,
-				"spec.subsets[2].name: a lowercase RFC 1123 label",
+				`spec.subsets[2].name: "V_2" is not a DNS label: letters, digits and inner hyphens, at most 63 characters`,
 				"spec.subsets[3].name: is required",
 			},
 		},
@@ -106,6 +106,15 @@ subsets:
   labels: {}
   trafficPolicy:
     loadBalancer: {simple: LEAST_REQUEST}`,
+		},
+		{
+			// Istio's subset names may have capitals.
+			name: "subset name with capitals",
+			spec: `
+host: reviews
+subsets:
+- name: V1
+  labels: {version: v1}`,
 		},
 		{
 			name: "subset bad label value",

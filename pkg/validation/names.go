@@ -92,6 +92,15 @@ func isWildcardLabel(label string) bool {
 	return istioLabelPattern.MatchString(label)
 }
 
+// subsetNameProblem says what is wrong with a subset name, "" if nothing.
+// Istio's rule is a DNS label whose letters may be capitals.
+func subsetNameProblem(name string) string {
+	if len(name) <= validation.DNS1123LabelMaxLength && istioLabelPattern.MatchString(name) {
+		return ""
+	}
+	return quote(name) + " is not a DNS label: letters, digits and inner hyphens, at most 63 characters"
+}
+
 // ValidateExportTo checks the exportTo list of Istio config (not of a
 // service) in namespace: each entry is "." (the config's own namespace),
 // "*" (every namespace, and then alone) or a namespace name, no entry

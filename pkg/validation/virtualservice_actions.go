@@ -11,7 +11,6 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	networking "istio.io/api/networking/v1"
-	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // maxDirectResponseBody is the largest inline body Istio accepts; every
@@ -95,7 +94,7 @@ func (p *problems) destination(path string, d *networking.Destination) {
 		}
 	}
 	if s := d.GetSubset(); s != "" {
-		for _, msg := range validation.IsDNS1123Label(s) {
+		if msg := subsetNameProblem(s); msg != "" {
 			p.add(path+".subset", "%s", msg)
 		}
 	}

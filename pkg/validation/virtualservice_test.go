@@ -39,6 +39,15 @@ http:
   - destination: {host: echo.demo.svc.cluster.local, subset: v2}`,
 		},
 		{
+			// As in Istio, a subset name may have capitals.
+			name: "subset with capitals",
+			spec: `
+hosts: [reviews]
+http:
+- route:
+  - destination: {host: reviews, subset: V1}`,
+		},
+		{
 			name: "short, wildcard and IP hosts, weighted split with ports",
 			spec: `
 hosts: [reviews, "*.example.com", 10.0.0.7, "fd00::1"]
@@ -224,7 +233,7 @@ tcp:
 			want: []string{
 				"spec.http[0].route[0].destination: is required",
 				`spec.http[0].route[1].destination.host: "*" is not a destination`,
-				"spec.http[0].route[1].destination.subset: a lowercase RFC 1123 label",
+				`spec.http[0].route[1].destination.subset: "V_2" is not a DNS label`,
 				"spec.http[0].route[1].destination.port.number: port number must be in 1..65535, got 70000",
 				"spec.http[0].route[1].weight: must not be negative, got -1",
 				"spec.http[0].route[2].destination.host: is required",
@@ -423,7 +432,7 @@ http:
 				"spec.http[0].mirrorPercent: must be at most 100, got 150",
 				"spec.http[0].mirrorPercentage.value: must be between 0 and 100, got 100.5",
 				"spec.http[0].mirrors[0].destination: is required",
-				"spec.http[0].mirrors[1].destination.subset: must not contain dots",
+				`spec.http[0].mirrors[1].destination.subset: "x.y" is not a DNS label`,
 			},
 		},
 		{
@@ -480,7 +489,7 @@ tcp:
 // Every problem names its field, so the webhook and the sources can point
 // at it.
 func TestValidateVirtualServiceProblemsAreFieldErrors(t *testing.T) {
-	vs := parseVirtualService(t, `{hosts: ["*"], http: [{route: [{destination: {host: "", subset: "A"}}]}]}`)
+	vs := parseVirtualService(t, `{hosts: ["*"], http: [{route: [{destination: {host: "", subset: "A_"}}]}]}`)
 	err := ValidateVirtualService("vs", "ns", vs)
 	fes := FieldErrors(err)
 	if len(fes) != 3 {
