@@ -1,10 +1,13 @@
 package validation
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
 	networking "istio.io/api/networking/v1"
+	"istio.io/api/networking/v1alpha3"
+	"istio.io/api/type/v1beta1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -863,5 +866,77 @@ func TestValidateDestinationRuleDoesNotMutate(t *testing.T) {
 	_ = ValidateDestinationRule("a", "b", dr)
 	if dr.String() != before {
 		t.Fatalf("spec changed: %s -> %s", before, dr.String())
+	}
+}
+
+// A spec built in Go (not decoded) may hold nil list elements and empty
+// oneof wrappers; each is reported, none panics.
+func TestValidateDestinationRuleNilElements(t *testing.T) {
+	hash := func(ch *v1alpha3.LoadBalancerSettings_ConsistentHashLB) *networking.TrafficPolicy {
+		return &networking.TrafficPolicy{LoadBalancer: &networking.LoadBalancerSettings{
+			LbPolicy: &v1alpha3.LoadBalancerSettings_ConsistentHash{ConsistentHash: ch},
+		}}
+	}
+	dr := &networking.DestinationRule{
+		Host:             "a",
+		WorkloadSelector: &v1beta1.WorkloadSelector{},
+		TrafficPolicy: &networking.TrafficPolicy{
+			PortLevelSettings: []*v1alpha3.TrafficPolicy_PortTrafficPolicy{nil},
+			LoadBalancer: &networking.LoadBalancerSettings{
+				LbPolicy: &v1alpha3.LoadBalancerSettings_BackendUtilization{},
+				LocalityLbSetting: &v1alpha3.LocalityLoadBalancerSetting{
+					Distribute: []*v1alpha3.LocalityLoadBalancerSetting_Distribute{nil},
+					Failover:   []*v1alpha3.LocalityLoadBalancerSetting_Failover{nil},
+				},
+				ZoneAwareLbSetting: &v1alpha3.ZoneAwareLoadBalancerSetting{
+					Failover: []*v1alpha3.ZoneAwareLoadBalancerSetting_Failover{nil},
+				},
+				Warmup: &v1alpha3.WarmupConfiguration{},
+			},
+			ConnectionPool: &v1alpha3.ConnectionPoolSettings{
+				Http: &v1alpha3.ConnectionPoolSettings_HTTPSettings{Http2KeepAlive: &v1alpha3.ConnectionPoolSettings_HTTPSettings_ConnectionKeepalive{}},
+				Tcp:  &v1alpha3.ConnectionPoolSettings_TCPSettings{TcpKeepalive: &v1alpha3.ConnectionPoolSettings_TCPSettings_TcpKeepalive{}},
+			},
+			OutlierDetection: &v1alpha3.OutlierDetection{},
+			Tls:              &v1alpha3.ClientTLSSettings{},
+			Tunnel:           &v1alpha3.TrafficPolicy_TunnelSettings{},
+			RetryBudget:      &v1alpha3.TrafficPolicy_RetryBudget{},
+		},
+		Subsets: []*v1alpha3.Subset{
+			nil,
+			{Name: "empty-hash", TrafficPolicy: hash(nil)},
+			{Name: "no-cookie", TrafficPolicy: hash(&v1alpha3.LoadBalancerSettings_ConsistentHashLB{
+				HashKey: &v1alpha3.LoadBalancerSettings_ConsistentHashLB_HttpCookie{},
+			})},
+			{Name: "nil-attribute", TrafficPolicy: hash(&v1alpha3.LoadBalancerSettings_ConsistentHashLB{
+				HashKey: &v1alpha3.LoadBalancerSettings_ConsistentHashLB_HttpCookie{
+					HttpCookie: &v1alpha3.LoadBalancerSettings_ConsistentHashLB_HTTPCookie{Name: "c", Attributes: []*v1alpha3.LoadBalancerSettings_ConsistentHashLB_HTTPCookie_Attribute{nil}},
+				},
+			})},
+			{Name: "no-maglev", TrafficPolicy: hash(&v1alpha3.LoadBalancerSettings_ConsistentHashLB{
+				HashAlgorithm: &v1alpha3.LoadBalancerSettings_ConsistentHashLB_Maglev{},
+			})},
+			{Name: "no-ring", TrafficPolicy: hash(&v1alpha3.LoadBalancerSettings_ConsistentHashLB{
+				HashAlgorithm: &v1alpha3.LoadBalancerSettings_ConsistentHashLB_RingHash_{},
+			})},
+		},
+	}
+	got := problemsOf(ValidateDestinationRule("dr", "ns", dr))
+	for _, want := range []string{
+		"spec.trafficPolicy.portLevelSettings[0].port: is required",
+		"spec.trafficPolicy.loadBalancer.localityLbSetting.distribute[0].from: is required",
+		"spec.trafficPolicy.loadBalancer.localityLbSetting.failover[0]: from and to are required",
+		"spec.trafficPolicy.loadBalancer.zoneAwareLbSetting.failover[0]: from and to must differ",
+		"spec.trafficPolicy.loadBalancer.warmup.duration: is required",
+		"spec.trafficPolicy.tunnel.targetHost: is required",
+		"spec.subsets[0].name: is required",
+		"spec.subsets[1].trafficPolicy.loadBalancer.consistentHash: is empty",
+		"spec.subsets[2].trafficPolicy.loadBalancer.consistentHash.httpCookie.name: is required",
+		"spec.subsets[3].trafficPolicy.loadBalancer.consistentHash.httpCookie.attributes[0].name: is required",
+		"spec.subsets[4].trafficPolicy.loadBalancer.consistentHash.maglev.tableSize: is required",
+	} {
+		if !slices.ContainsFunc(got, func(g string) bool { return strings.HasPrefix(g, want) }) {
+			t.Errorf("no problem %q in:\n%s", want, strings.Join(got, "\n"))
+		}
 	}
 }
