@@ -114,7 +114,7 @@ spec:
 // its message contains), and no other.
 var expectedProblems = map[string][]string{
 	brokenDR: {
-		`spec.host: label "Bad_Host": a lowercase RFC 1123 label must consist of lower case alphanumeric characters`,
+		`spec.host: label "Bad_Host" is not letters, digits and inner hyphens, at most 63 long`,
 		`spec.trafficPolicy.tunnel.protocol: must be CONNECT or POST, got "GET"`,
 		`spec.trafficPolicy.tunnel.targetPort: port number must be in 1..65535, got 70000`,
 		`spec.subsets[1].name: duplicate subset name "v1"`,
@@ -128,7 +128,7 @@ var expectedProblems = map[string][]string{
 		`spec.hosts[1]: "cart.shop.example.com" overlaps "*.shop.example.com" (hosts[0])`,
 		`spec.http[0]: route and redirect are mutually exclusive`,
 		`spec.http[0].match[0].uri.regex: not an RE2 regular expression`,
-		`spec.http[0].route[0].destination.subset: a lowercase RFC 1123 label must consist of lower case alphanumeric characters`,
+		`spec.http[0].route[0].destination.subset: "V_2" is not a DNS label`,
 		`spec.http[0].route: the weights of 2 destinations add up to 0`,
 	},
 }
