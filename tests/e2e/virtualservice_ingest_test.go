@@ -61,7 +61,7 @@ spec:
 var (
 	invalidVSProblems = []string{
 		"spec.http[0]: route and redirect are mutually exclusive",
-		"spec.http[0].route[0].destination.subset: a lowercase RFC 1123 label must consist of lower case alphanumeric characters",
+		`spec.http[0].route[0].destination.subset: "Not_A_Label" is not a DNS label`,
 	}
 	typoVSProblems = []string{
 		"spec.http[0].route[0].destination.subest: unknown field (did you mean subset?)",
