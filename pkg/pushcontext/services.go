@@ -170,3 +170,45 @@ func externalNameProblem(name string) string {
 	}
 	return fmt.Sprintf("spec.externalName %q is not a DNS name (%s); ignored", name, strings.Join(msgs, "; "))
 }
+
+// UnannouncedServices lists the services whose stored object differs
+// between prev and pc although req does not name them. The store is
+// readable before its change handlers run, so a build that re-reads the
+// Services (for a change req does name) can read a later write too: a
+// deleted Service, or one no longer exported to a namespace, is then
+// already gone from the snapshot that the push of its own announcement
+// compares with, and that push would tell none of the proxies that saw it.
+// The store replaces a Service with a new object on every write, so a new
+// pointer is a change (a rewrite of the same content, at worst a spare
+// push). Both lists are sorted by hostname; a reused index costs nothing.
+// RuleChanges does the same for DestinationRules.
+func (pc *PushContext) UnannouncedServices(prev *PushContext, req *model.PushRequest) []*model.Service {
+	if prev.services == pc.services {
+		return nil
+	}
+	before, after := prev.services.all, pc.services.all
+	var out []*model.Service
+	note := func(svc *model.Service) {
+		if _, ok := req.ConfigsUpdated[model.ConfigKey{Kind: model.KindService, Namespace: svc.Namespace, Name: svc.Name}]; !ok {
+			out = append(out, svc)
+		}
+	}
+	i, j := 0, 0
+	for i < len(before) || j < len(after) {
+		switch {
+		case j == len(after) || (i < len(before) && before[i].Hostname < after[j].Hostname):
+			note(before[i])
+			i++
+		case i == len(before) || after[j].Hostname < before[i].Hostname:
+			note(after[j])
+			j++
+		default:
+			if before[i] != after[j] {
+				note(after[j])
+			}
+			i++
+			j++
+		}
+	}
+	return out
+}

@@ -167,7 +167,7 @@ func newPushPlan(id uint64, req *model.PushRequest, prev, cur *pushcontext.PushC
 	// The build may have read Services whose changes are announced only
 	// later: their push would compare two snapshots that both hold the new
 	// state, and tell no proxy that saw the old one.
-	for _, svc := range unannouncedServices(prev, cur, req) {
+	for _, svc := range cur.UnannouncedServices(prev, req) {
 		p.services = append(p.services, changedService{namespace: svc.Namespace, hostname: svc.Hostname})
 		p.services = appendAliasesReading(p.services, prev, cur, svc.Hostname)
 	}
@@ -221,48 +221,6 @@ func appendAliasesReading(changed []changedService, prev, cur *pushcontext.PushC
 		}
 	}
 	return changed
-}
-
-// unannouncedServices lists the services whose stored object differs
-// between prev and cur although req does not name them. The store is
-// readable before its change handlers run, so a build that re-reads the
-// Services (for a change req does name) can read a later write too: a
-// deleted Service, or one no longer exported to a namespace, is then
-// already gone from the snapshot that the push of its own announcement
-// compares with, and that push would tell none of the proxies that saw it.
-// The store replaces a Service with a new object on every write, so a new
-// pointer is a change (a rewrite of the same content, at worst a spare
-// push). Both lists are sorted by hostname; a reused index is the same
-// list, and costs nothing to compare.
-func unannouncedServices(prev, cur *pushcontext.PushContext, req *model.PushRequest) []*model.Service {
-	before, after := prev.Services(), cur.Services()
-	if len(before) == len(after) && (len(after) == 0 || &before[0] == &after[0]) {
-		return nil
-	}
-	var out []*model.Service
-	note := func(svc *model.Service) {
-		if _, ok := req.ConfigsUpdated[model.ConfigKey{Kind: model.KindService, Namespace: svc.Namespace, Name: svc.Name}]; !ok {
-			out = append(out, svc)
-		}
-	}
-	i, j := 0, 0
-	for i < len(before) || j < len(after) {
-		switch {
-		case j == len(after) || (i < len(before) && before[i].Hostname < after[j].Hostname):
-			note(before[i])
-			i++
-		case i == len(before) || after[j].Hostname < before[i].Hostname:
-			note(after[j])
-			j++
-		default:
-			if before[i] != after[j] {
-				note(after[j])
-			}
-			i++
-			j++
-		}
-	}
-	return out
 }
 
 // mergePlans combines a plan a connection has not taken yet (older) with a
