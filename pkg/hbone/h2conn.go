@@ -423,6 +423,10 @@ func (c *h2conn) data(f *http2.DataFrame) error {
 	st := c.streams[f.StreamID]
 	if st == nil || st.remoteDone || st.isReset || n > st.recvWin {
 		idle := c.idleLocked(f.StreamID)
+		// Sent before the client saw our RST_STREAM: ignored, as on a
+		// reset stream still tracked, not answered with another reset
+		// (RFC 9113 §5.1, "closed").
+		crossed := st == nil && c.resetByUsLocked(f.StreamID)
 		code := http2.ErrCodeStreamClosed
 		if st != nil && !st.remoteDone && !st.isReset {
 			code = http2.ErrCodeFlowControl
@@ -434,7 +438,7 @@ func (c *h2conn) data(f *http2.DataFrame) error {
 		if idle {
 			return connErr(http2.ErrCodeProtocol)
 		}
-		if st == nil || !st.isReset {
+		if !crossed && (st == nil || !st.isReset) {
 			c.resetID(f.StreamID, code)
 		}
 		if st != nil {

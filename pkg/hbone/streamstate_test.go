@@ -81,6 +81,10 @@ func TestStreamStates(t *testing.T) {
 		before func(c *rawClient, n *node, gate dialGate) // nil leaves stream 5 idle
 		send   func(c *rawClient) error
 		goAway bool
+		// reset is whether the node answers with RST_STREAM on stream 5
+		// (STREAM_CLOSED): for frames on a stream the source closed or
+		// reset, not for those that crossed the node's own reset.
+		reset bool
 	}{
 		// §5.1: on an idle stream only HEADERS and PRIORITY may come;
 		// anything else is a connection error.
@@ -104,6 +108,7 @@ func TestStreamStates(t *testing.T) {
 		{name: "refused, RST_STREAM", before: refused5, send: rst(5)},
 		{name: "refused, WINDOW_UPDATE", before: refused5, send: windowUpdate(5, 1)},
 		{name: "refused, DATA", before: refused5, send: data},
+		{name: "closed, DATA", before: closed5, send: data},
 		{name: "closed, RST_STREAM", before: closed5, send: rst(5)},
 		{name: "closed, WINDOW_UPDATE", before: closed5, send: windowUpdate(5, 1)},
 		{name: "closed, HEADERS again", before: closed5, send: headers(5)},
@@ -111,6 +116,10 @@ func TestStreamStates(t *testing.T) {
 		// or reset itself: HEADERS there reuse a stream ID.
 		{name: "closed cleanly, HEADERS again", before: cleanly5, send: headers(5), goAway: true},
 		{name: "reset by the source, HEADERS again", before: sourceReset5, send: headers(5), goAway: true},
+		// DATA there is a stream error (§5.1, "half-closed (remote)"
+		// and "closed").
+		{name: "closed cleanly, DATA", before: cleanly5, send: data, reset: true},
+		{name: "reset by the source, DATA", before: sourceReset5, send: data, reset: true},
 		// Even IDs are the server's, and the node opens none: stream 4
 		// is idle though below stream 5 (§5.1.1 closes only the lower
 		// IDs of the side that opened 5).
@@ -131,10 +140,22 @@ func TestStreamStates(t *testing.T) {
 				c.goneAway(http2.ErrCodeProtocol)
 				return
 			}
+			reset := false
 			for _, f := range c.sync() {
-				if g, ok := f.(*http2.GoAwayFrame); ok {
-					t.Fatalf("GOAWAY %v, want the connection to serve on", g.ErrCode)
+				switch f := f.(type) {
+				case *http2.GoAwayFrame:
+					t.Fatalf("GOAWAY %v, want the connection to serve on", f.ErrCode)
+				case *http2.RSTStreamFrame:
+					if f.StreamID == 5 {
+						if !tc.reset || f.ErrCode != http2.ErrCodeStreamClosed {
+							t.Errorf("RST_STREAM %v on stream 5, want reset=%v with %v", f.ErrCode, tc.reset, http2.ErrCodeStreamClosed)
+						}
+						reset = true
+					}
 				}
+			}
+			if tc.reset && !reset {
+				t.Errorf("no RST_STREAM on stream 5, want %v", http2.ErrCodeStreamClosed)
 			}
 			c.connect(7, dest)
 			gate.next(t).connect(t)
