@@ -11,9 +11,11 @@ import (
 // maxHostLength is the DNS limit on a full name.
 const maxHostLength = 255
 
-// ValidateHost checks a destination host: a DNS name of one or more
-// DNS-1123 labels (short names are resolved against the namespace later),
-// optionally starting with a "*." wildcard, or "*" alone.
+// ValidateHost checks a host name of a VirtualService (one of its hosts,
+// an SNI name, a gateway's name, or, with validateDestinationHost's
+// further rules, a destination): a DNS name of one or more DNS-1123 labels
+// (short names are resolved against the namespace later), optionally
+// starting with a "*." wildcard, or "*" alone.
 func ValidateHost(host string) []string {
 	if host == "" {
 		return []string{"host is required"}
@@ -39,6 +41,32 @@ func ValidateHost(host string) []string {
 		}
 	}
 	return out
+}
+
+// validateDestinationHost checks the host a route sends traffic to: a name
+// as ValidateHost reads one, never "*", and, as Istio requires, no IP
+// address nor any other name of two or more labels whose last is all
+// digits (which Istio takes for an address). A route reaches a service by
+// its name.
+func validateDestinationHost(host string) []string {
+	switch {
+	case host == "":
+		return []string{"is required"}
+	case host == "*":
+		return []string{`"*" is not a destination`}
+	case isIP(host):
+		return []string{quote(host) + " is an IP address: a destination is a service's host name"}
+	}
+	if msgs := ValidateHost(host); len(msgs) > 0 {
+		return msgs
+	}
+	// One label alone is a short name, even if it is all digits.
+	if _, rest, ok := strings.Cut(host, "."); ok {
+		if msg := numericLastLabel(rest); msg != "" {
+			return []string{msg}
+		}
+	}
+	return nil
 }
 
 // validateRuleHost checks a DestinationRule's host as Istio does. That is
@@ -162,10 +190,10 @@ func dnsNameProblem(name string) string {
 	case len(name) > maxHostLength:
 		return "longer than 255 characters"
 	}
-	labels := strings.Split(name, ".")
-	if last := labels[len(labels)-1]; last != "" && strings.Trim(last, "0123456789") == "" {
-		return "the last label " + quote(last) + " is all digits"
+	if msg := numericLastLabel(name); msg != "" {
+		return msg
 	}
+	labels := strings.Split(name, ".")
 	for i, label := range labels {
 		if label == "" && i == len(labels)-1 && i > 0 {
 			break // the root's dot
@@ -173,6 +201,17 @@ func dnsNameProblem(name string) string {
 		if len(label) > validation.DNS1123LabelMaxLength || !istioLabelPattern.MatchString(label) {
 			return "label " + quote(label) + " is not letters, digits and inner hyphens, at most 63 long"
 		}
+	}
+	return ""
+}
+
+// numericLastLabel says that the last label of name is all digits, "" if
+// it is not (or name ends with the root's dot). Istio refuses such a name
+// where it wants a host name: that is how it tells an IPv4 address.
+func numericLastLabel(name string) string {
+	last := name[strings.LastIndex(name, ".")+1:]
+	if last != "" && strings.Trim(last, "0123456789") == "" {
+		return "the last label " + quote(last) + " is all digits"
 	}
 	return ""
 }

@@ -83,15 +83,8 @@ func (p *problems) totalWeight(path string, n int, total int64) {
 }
 
 func (p *problems) destination(path string, d *networking.Destination) {
-	switch h := d.GetHost(); {
-	case h == "":
-		p.add(path+".host", "is required")
-	case h == "*":
-		p.add(path+".host", `"*" is not a destination`)
-	default:
-		for _, msg := range ValidateHost(h) {
-			p.add(path+".host", "%s", msg)
-		}
+	for _, msg := range validateDestinationHost(d.GetHost()) {
+		p.add(path+".host", "%s", msg)
 	}
 	if s := d.GetSubset(); s != "" {
 		if msg := subsetNameProblem(s); msg != "" {

@@ -241,6 +241,59 @@ tcp:
 			},
 		},
 		{
+			// Istio routes to a destination by name: it refuses a host
+			// that is an IP address, or any name of two or more labels
+			// whose last is all digits, wherever a route sends traffic.
+			name: "destinations that are IP addresses",
+			spec: `
+hosts: [a, 10.0.0.7]
+http:
+- route: [{destination: {host: 10.0.0.1}}]
+  mirror: {host: 10.0.0.2}
+- route: [{destination: {host: "fd00::1"}}]
+  mirrors: [{destination: {host: 10.0.0.3}}]
+- route: [{destination: {host: svc.123}}]
+- route: [{destination: {host: "*.10"}}]
+tls:
+- match: [{sniHosts: [10.0.0.7]}]
+  route: [{destination: {host: 10.0.0.4}}]
+tcp:
+- route: [{destination: {host: 10.0.0.5, port: {number: 5432}}}]`,
+			want: []string{
+				`spec.http[0].route[0].destination.host: "10.0.0.1" is an IP address`,
+				`spec.http[0].mirror.host: "10.0.0.2" is an IP address`,
+				`spec.http[1].route[0].destination.host: "fd00::1" is an IP address`,
+				`spec.http[1].mirrors[0].destination.host: "10.0.0.3" is an IP address`,
+				`spec.http[2].route[0].destination.host: the last label "123" is all digits`,
+				`spec.http[3].route[0].destination.host: the last label "10" is all digits`,
+				`spec.tls[0].route[0].destination.host: "10.0.0.4" is an IP address`,
+				`spec.tcp[0].route[0].destination.host: "10.0.0.5" is an IP address`,
+			},
+		},
+		{
+			// What Istio admits beside: hosts and SNI names may be
+			// addresses, and a destination may be a short name (digits
+			// alone too, a name of one label), a qualified name with
+			// digits anywhere but the whole last label, or a wildcard.
+			name: "destination names Istio admits",
+			spec: `
+hosts: [10.0.0.7, "*.example.com"]
+http:
+- route: [{destination: {host: reviews}}]
+  mirror: {host: shadow.ns}
+- route: [{destination: {host: "10"}}]
+  mirrors: [{destination: {host: "*.example.com"}}]
+- route: [{destination: {host: 10.example.com}}]
+- route: [{destination: {host: svc.ns2.svc.cluster.local}}]
+- route: [{destination: {host: svc.v2}}]
+- route: [{destination: {host: "*.example.com"}}]
+tls:
+- match: [{sniHosts: [10.0.0.7]}]
+  route: [{destination: {host: db.example.com}}]
+tcp:
+- route: [{destination: {host: db}}]`,
+		},
+		{
 			name: "matches: regexes, header names, port, labels, namespace",
 			spec: `
 hosts: [a]
