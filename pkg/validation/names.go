@@ -40,6 +40,13 @@ func ValidateHost(host string) []string {
 			out = append(out, "label "+quote(label)+": "+msg)
 		}
 	}
+	// A name of two or more labels whose last is all digits Istio takes
+	// for a mistyped address; one label alone is a short name.
+	if len(out) == 0 && strings.Contains(host, ".") && !isIP(host) {
+		if msg := numericLastLabel(rest); msg != "" {
+			out = append(out, msg)
+		}
+	}
 	return out
 }
 
@@ -57,16 +64,7 @@ func validateDestinationHost(host string) []string {
 	case isIP(host):
 		return []string{quote(host) + " is an IP address: a destination is a service's host name"}
 	}
-	if msgs := ValidateHost(host); len(msgs) > 0 {
-		return msgs
-	}
-	// One label alone is a short name, even if it is all digits.
-	if _, rest, ok := strings.Cut(host, "."); ok {
-		if msg := numericLastLabel(rest); msg != "" {
-			return []string{msg}
-		}
-	}
-	return nil
+	return ValidateHost(host)
 }
 
 // validateRuleHost checks a DestinationRule's host as Istio does. That is

@@ -271,6 +271,21 @@ tcp:
 			},
 		},
 		{
+			// The same names are no hosts nor SNI names either: only an
+			// address itself may be one.
+			name: "hosts and SNI names whose last label is all digits",
+			spec: `
+hosts: [a.123, "*.10", b]
+tls:
+- match: [{sniHosts: [b.456]}]
+  route: [{destination: {host: db}}]`,
+			want: []string{
+				`spec.hosts[0]: the last label "123" is all digits`,
+				`spec.hosts[1]: the last label "10" is all digits`,
+				`spec.tls[0].match[0].sniHosts[0]: the last label "456" is all digits`,
+			},
+		},
+		{
 			// What Istio admits beside: hosts and SNI names may be
 			// addresses, and a destination may be a short name (digits
 			// alone too, a name of one label), a qualified name with
