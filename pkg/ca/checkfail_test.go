@@ -6,6 +6,7 @@ import (
 	"crypto/elliptic"
 	"errors"
 	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -71,7 +72,7 @@ func TestTokenReviewFailures(t *testing.T) {
 			if got := countedCheckErrors(t, reg, tc.checkErr); got != 1 {
 				t.Errorf("meshpilot_ca_caller_check_err_count{error=%q} = %v, want 1", tc.checkErr, got)
 			}
-			lines := errorLines(logs.String())
+			lines := logLines(logs.String(), "ERROR")
 			if tc.logged == "" && len(lines) != 0 || tc.logged != "" && (len(lines) != 1 || !strings.Contains(lines[0], tc.logged)) {
 				t.Errorf("error lines %q, want %s", lines, cmp.Or(tc.logged, "none"))
 			}
@@ -123,7 +124,7 @@ func TestForbiddenCheckLoggedOncePerPermission(t *testing.T) {
 			}
 		}
 		calls += step.calls
-		lines := errorLines(logs.String())[before:]
+		lines := logLines(logs.String(), "ERROR")[before:]
 		if len(lines) != len(step.newErrorLines) {
 			t.Fatalf("%s: %d new error lines, want %d:\n%s", step.name, len(lines), len(step.newErrorLines), logs.String())
 		}
@@ -141,12 +142,104 @@ func TestForbiddenCheckLoggedOncePerPermission(t *testing.T) {
 	}
 }
 
-func errorLines(log string) []string {
+// logLines are the lines of a text-handler log at level (ERROR, WARN).
+func logLines(log, level string) []string {
 	var out []string
 	for l := range strings.Lines(log) {
-		if strings.Contains(l, "level=ERROR") {
+		if strings.Contains(l, "level="+level) {
 			out = append(out, l)
 		}
 	}
 	return out
+}
+
+// TestAPIServerOutageLoggedOncePerInterval: while the API server cannot
+// answer, every CSR of a connect storm fails alike and its caller retries.
+// Each call is counted, but the log names the outage once per interval,
+// with the calls it stands for, not once per call.
+func TestAPIServerOutageLoggedOncePerInterval(t *testing.T) {
+	const storm = 2000
+	unreachable := errors.New("dial tcp 10.96.0.1:443: connect: connection refused")
+	for _, tc := range []struct {
+		name  string
+		check string // what the line says could not be checked
+		// server is a CA whose check of the caller finds the API server
+		// unreachable, and a request for it.
+		server func(t *testing.T, m *Metrics, log *slog.Logger) (*Server, *pb.IstioCertificateRequest)
+	}{
+		{"TokenReview", "credentials", func(t *testing.T, m *Metrics, log *slog.Logger) (*Server, *pb.IstioCertificateRequest) {
+			kube := fake.NewClientset()
+			kube.PrependReactor("create", "tokenreviews", func(k8stesting.Action) (bool, runtime.Object, error) {
+				return true, nil, unreachable
+			})
+			srv, err := NewServer(ServerOptions{
+				Authority:      mustSelfSigned(t, Options{}),
+				Authenticators: []Authenticator{NewTokenAuthenticator(kube, TokenOptions{Logger: discard()})},
+				Metrics:        m,
+				Logger:         log,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return srv, &pb.IstioCertificateRequest{Csr: string(csrFor(t, ecKey(t, elliptic.P256()), nil))}
+		}},
+		{"the Pod lookup of an impersonation", "impersonation", func(t *testing.T, m *Metrics, log *slog.Logger) (*Server, *pb.IstioCertificateRequest) {
+			ztunnelPod, appPod := impersonationPods()
+			kube := fake.NewClientset(ztunnelPod, appPod)
+			failPodCalls(kube, func() error { return unreachable }, func() error { return nil })
+			return impersonationServer(t, kube, m, log), impersonationRequest(t)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			var logs testlog.Buffer
+			srv, req := tc.server(t, NewMetrics(reg), slog.New(slog.NewTextHandler(&logs, nil)))
+			clock := time.Now()
+			srv.unavailableLog.now = func() time.Time { return clock }
+			calls := 0
+			call := func() {
+				t.Helper()
+				_, err := srv.CreateCertificate(withBearer("a-token"), req)
+				if status.Code(err) != codes.Unavailable {
+					t.Fatalf("got %v, want Unavailable", err)
+				}
+				calls++
+			}
+			for _, step := range []struct {
+				name      string
+				later     time.Duration // the clock moves on by this before the step
+				calls     int
+				wantLines []string // what each warning logged by this step says
+			}{
+				{"a connect storm", 0, storm, []string{`calls=1 `}},
+				{"more calls, soon after", unavailableLogInterval / 2, storm, nil},
+				// A reminder, with the calls since the first line.
+				{"the outage goes on", unavailableLogInterval / 2, 1, []string{`calls=` + strconv.Itoa(2*storm) + ` `}},
+			} {
+				clock = clock.Add(step.later)
+				before := len(logLines(logs.String(), "WARN"))
+				for range step.calls {
+					call()
+				}
+				lines := logLines(logs.String(), "WARN")[before:]
+				if len(lines) != len(step.wantLines) {
+					t.Fatalf("%s: %d new warnings, want %d; the first ones:\n%s", step.name, len(lines), len(step.wantLines),
+						strings.Join(lines[:min(len(lines), 3)], ""))
+				}
+				for i, want := range step.wantLines {
+					for _, says := range []string{want, "check=" + tc.check, "connection refused"} {
+						if !strings.Contains(lines[i], says) {
+							t.Errorf("%s: warning %q does not say %s", step.name, lines[i], says)
+						}
+					}
+				}
+				if got := countedCheckErrors(t, reg, "UNAVAILABLE_ERROR"); got != float64(calls) {
+					t.Errorf("%s: UNAVAILABLE_ERROR counted %v times, want %d", step.name, got, calls)
+				}
+			}
+			if lines := logLines(logs.String(), "ERROR"); len(lines) != 0 {
+				t.Errorf("error lines for an outage, want warnings only: %q", lines)
+			}
+		})
+	}
 }

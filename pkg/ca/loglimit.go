@@ -7,9 +7,10 @@ import (
 
 // causeLog lets a log line about a cause through once per interval, with
 // the number of occurrences it stands for: a fault that fails every call
-// (the CA's RBAC lacking a permission) must be named, and named again while
-// it lasts, but one line per call would drown it. Causes come from a small
-// fixed set (the permissions the CA uses), so the map stays small.
+// (the CA's RBAC lacking a permission, an API server that does not answer)
+// must be named, and named again while it lasts, but one line per call
+// would drown it. Causes come from a small fixed set (the permissions the
+// CA uses, the checks it makes), so the map stays small.
 type causeLog struct {
 	interval time.Duration
 	now      func() time.Time

@@ -47,11 +47,19 @@ type Server struct {
 	// rbacLog reports each permission the API server refuses the CA, once
 	// per rbacLogInterval rather than once per call.
 	rbacLog *causeLog
+	// unavailableLog reports an API server that does not answer the CA's
+	// checks, once per unavailableLogInterval for each kind of check.
+	unavailableLog *causeLog
 }
 
 // rbacLogInterval is how often a missing permission is reported again
 // while calls keep failing for want of it.
 const rbacLogInterval = 5 * time.Minute
+
+// unavailableLogInterval is how often an API server outage is reported
+// again while calls keep failing for it. Shorter than rbacLogInterval: an
+// outage tends to pass by itself, and the log should show about when.
+const unavailableLogInterval = time.Minute
 
 func NewServer(opts ServerOptions) (*Server, error) {
 	if opts.Authority == nil || opts.Authority.Current() == nil {
@@ -68,7 +76,8 @@ func NewServer(opts ServerOptions) (*Server, error) {
 	}
 	opts.Metrics.observeAuthority(opts.Authority.Current())
 	return &Server{ca: opts.Authority, authn: opts.Authenticators, nodes: opts.NodeAuthorizer,
-		metrics: opts.Metrics, log: opts.Logger, rbacLog: newCauseLog(rbacLogInterval)}, nil
+		metrics: opts.Metrics, log: opts.Logger,
+		rbacLog: newCauseLog(rbacLogInterval), unavailableLog: newCauseLog(unavailableLogInterval)}, nil
 }
 
 // Register adds the service to g.
@@ -88,14 +97,13 @@ func (s *Server) CreateCertificate(ctx context.Context, req *pb.IstioCertificate
 		if errors.Is(err, ErrNoIdentity) {
 			s.metrics.IDExtractionErrors.Inc()
 		}
-		if errors.Is(err, ErrCAForbidden) {
+		switch {
+		case errors.Is(err, ErrCAForbidden):
 			return nil, s.refusedToCA(err)
+		case errors.Is(err, ErrUnavailable):
+			return nil, s.cannotCheck("credentials", err)
 		}
 		log.Warn("CA refused an unauthenticated caller", "reason", err.Error())
-		if errors.Is(err, ErrUnavailable) {
-			s.metrics.CheckErrors.WithLabelValues(checkErrUnavailable).Inc()
-			return nil, status.Error(codes.Unavailable, "the CA cannot check credentials now; retry")
-		}
 		return nil, status.Error(codes.Unauthenticated, "authentication failed: "+err.Error())
 	}
 	log = log.With("caller", caller.Identity.String(), "via", caller.Method)
@@ -104,17 +112,16 @@ func (s *Server) CreateCertificate(ctx context.Context, req *pb.IstioCertificate
 	if v, ok := req.GetMetadata().GetFields()[ImpersonatedIdentityKey]; ok {
 		target, err := s.impersonate(ctx, caller, v)
 		if err != nil {
-			if errors.Is(err, ErrCAForbidden) {
+			switch {
+			case errors.Is(err, ErrCAForbidden):
 				return nil, s.refusedToCA(err)
+			case errors.Is(err, ErrUnavailable):
+				// Neither a refusal nor the caller's fault, so not in
+				// AuthzFailures.
+				return nil, s.cannotCheck("impersonation", err)
 			}
 			log.Warn("CA refused impersonation", "reason", err.Error())
 			switch {
-			case errors.Is(err, ErrUnavailable):
-				// Neither a refusal nor the caller's fault, so not in
-				// AuthzFailures; but an outage that makes every node proxy
-				// retry must show in the metrics, not in the log alone.
-				s.metrics.CheckErrors.WithLabelValues(checkErrUnavailable).Inc()
-				return nil, status.Error(codes.Unavailable, "the CA cannot check the impersonation now; retry")
 			case errors.Is(err, ErrNoIdentity):
 				s.metrics.IDExtractionErrors.Inc()
 				return nil, status.Error(codes.InvalidArgument, err.Error())
@@ -184,6 +191,25 @@ func (s *Server) refusedToCA(err error) error {
 	}
 	return status.Error(codes.FailedPrecondition,
 		"the CA may not query the API server to check this call; its operator must fix the CA's RBAC")
+}
+
+// cannotCheck answers a call the CA could not decide because the API
+// server gave no answer to its check of the caller (err wraps
+// ErrUnavailable): Unavailable, so that the caller retries. check says
+// what was being checked ("credentials", "impersonation").
+//
+// An outage fails every call that needs the API server, and a connect
+// storm (every proxy of the mesh renewing after a restart) makes
+// thousands: each is counted, so the metrics show the outage's extent,
+// but the log says so once per unavailableLogInterval for each check,
+// with the calls since, rather than once per call.
+func (s *Server) cannotCheck(check string, err error) error {
+	s.metrics.CheckErrors.WithLabelValues(checkErrUnavailable).Inc()
+	if logNow, calls := s.unavailableLog.note(check); logNow {
+		s.log.Warn("the CA cannot check callers now: the API server does not answer; they are told to retry",
+			"check", check, "calls", calls, "error", err.Error())
+	}
+	return status.Errorf(codes.Unavailable, "the CA cannot check the %s now; retry", check)
 }
 
 // authenticate tries each authenticator in order. When all fail, the error
