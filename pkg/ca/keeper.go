@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 )
 
 // Keeper holds the CA's Authority and replaces it when the Secret it came
@@ -34,6 +35,9 @@ type Keeper struct {
 	opts    Options
 	metrics *Metrics
 	log     *slog.Logger
+	// clock is the time as of which the key material read from the
+	// Secrets is checked: the real one, but for tests.
+	clock clock.Clock
 
 	current   atomic.Pointer[Authority]
 	ready     chan struct{}
@@ -55,7 +59,7 @@ func NewKeeper(kube kubernetes.Interface, opts Options, metrics *Metrics) *Keepe
 	if metrics == nil {
 		metrics = NewMetrics(nil)
 	}
-	return &Keeper{kube: kube, opts: opts, metrics: metrics, log: opts.Logger, ready: make(chan struct{})}
+	return &Keeper{kube: kube, opts: opts, metrics: metrics, log: opts.Logger, clock: clock.RealClock{}, ready: make(chan struct{})}
 }
 
 // Current is the Authority in use; nil until Load succeeds.
@@ -181,7 +185,7 @@ func (k *Keeper) reload(plugged, selfSigned corelisters.SecretNamespaceLister) {
 func (k *Keeper) fromSecrets(plugged, selfSigned corelisters.SecretNamespaceLister) (*Authority, error) {
 	s, err := plugged.Get(PluggedSecretName)
 	if err == nil {
-		return authorityFromSecret(k.opts, s)
+		return authorityFromSecret(k.opts, s, k.clock.Now())
 	}
 	if !apierrors.IsNotFound(err) {
 		return nil, err
@@ -193,7 +197,7 @@ func (k *Keeper) fromSecrets(plugged, selfSigned corelisters.SecretNamespaceList
 	if err != nil {
 		return nil, err
 	}
-	return authorityFromSecret(k.opts, s)
+	return authorityFromSecret(k.opts, s, k.clock.Now())
 }
 
 // install puts a in use, updates the expiry gauges and, when it replaces

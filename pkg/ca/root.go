@@ -328,7 +328,7 @@ func LoadOrCreate(ctx context.Context, kube kubernetes.Interface, opts Options) 
 	plugged, err := secrets.Get(ctx, PluggedSecretName, metav1.GetOptions{})
 	switch {
 	case err == nil:
-		a, err := authorityFromSecret(opts, plugged)
+		a, err := authorityFromSecret(opts, plugged, time.Now())
 		if err != nil {
 			return nil, err
 		}
@@ -382,7 +382,7 @@ func loadSelfSigned(ctx context.Context, kube kubernetes.Interface, opts Options
 		}
 		return nil, fmt.Errorf("get Secret %s/%s: %w", opts.Namespace, SelfSignedSecretName, err)
 	}
-	a, err := authorityFromSecret(opts, s)
+	a, err := authorityFromSecret(opts, s, time.Now())
 	if err != nil {
 		return nil, err
 	}
@@ -392,13 +392,14 @@ func loadSelfSigned(ctx context.Context, kube kubernetes.Interface, opts Options
 }
 
 // authorityFromSecret builds the Authority that one of the two CA Secrets
-// holds, its source told by its name. Both keep Istio's four keys.
-func authorityFromSecret(opts Options, s *corev1.Secret) (*Authority, error) {
+// holds, its source told by its name, checked as of now (see
+// newAuthority). Both keep Istio's four keys.
+func authorityFromSecret(opts Options, s *corev1.Secret, now time.Time) (*Authority, error) {
 	source, what := SourceSelfSigned, "CA Secret"
 	if s.Name == PluggedSecretName {
 		source, what = SourcePlugged, "plugged-in CA Secret"
 	}
-	a, err := newAuthority(opts, source, s.Data[CACertKey], s.Data[CAKeyKey], s.Data[CertChainKey], s.Data[RootCertKey], time.Now())
+	a, err := newAuthority(opts, source, s.Data[CACertKey], s.Data[CAKeyKey], s.Data[CertChainKey], s.Data[RootCertKey], now)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s/%s: %w", what, s.Namespace, s.Name, err)
 	}
