@@ -23,10 +23,17 @@ type interRenewal struct {
 
 func newInterRenewal(t *testing.T) interRenewal {
 	t.Helper()
+	return newInterRenewalValid(t, aYear())
+}
+
+// newInterRenewalValid is newInterRenewal with root, intermediate and
+// signer valid for v.
+func newInterRenewalValid(t *testing.T, v validity) interRenewal {
+	t.Helper()
 	rootKey, interKey, signerKey := ecKey(t, elliptic.P256()), ecKey(t, elliptic.P256()), ecKey(t, elliptic.P256())
-	root, _ := caCert(t, "plugged root", rootKey, nil, nil)
-	inter, _ := caCert(t, "plugged intermediate", interKey, root, rootKey)
-	signer, _ := caCert(t, "plugged signer", signerKey, inter, interKey)
+	root, _ := caCertValid(t, "plugged root", rootKey, nil, nil, v)
+	inter, _ := caCertValid(t, "plugged intermediate", interKey, root, rootKey, v)
+	signer, _ := caCertValid(t, "plugged signer", signerKey, inter, interKey, v)
 	return interRenewal{
 		root: root, inter: inter, signer: signer, signerKey: keyPEM(t, signerKey),
 		issue: func(v validity) *x509.Certificate {

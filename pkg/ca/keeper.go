@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -30,13 +32,20 @@ import (
 // reach the root) never replaces a working Authority: the old one stays,
 // the refusal is logged and counted (meshpilot_ca_root_reloads_total
 // {result="error"}), and nothing falls back silently to the other Secret.
+//
+// Nor does key material that is not valid yet (a renewed intermediate
+// added beside the old one ahead of time, a new CA that starts later):
+// every peer would refuse a leaf whose chain holds it. The Keeper signs
+// with what it has until the new material's NotBefore, then reads the
+// Secrets again and takes it, without waiting for another change to them.
 type Keeper struct {
 	kube    kubernetes.Interface
 	opts    Options
 	metrics *Metrics
 	log     *slog.Logger
 	// clock is the time as of which the key material read from the
-	// Secrets is checked: the real one, but for tests.
+	// Secrets is checked, and wakes Watch when some of it becomes valid:
+	// the real one, but for tests.
 	clock clock.Clock
 
 	current   atomic.Pointer[Authority]
@@ -94,7 +103,8 @@ func (k *Keeper) Load(ctx context.Context) error {
 }
 
 // Watch follows the two CA Secrets until ctx ends, and reloads on every
-// change to either. Call it after Load.
+// change to either, and when a certificate they hold becomes valid. Call
+// it after Load.
 func (k *Keeper) Watch(ctx context.Context) error {
 	if k.Current() == nil {
 		return errors.New("ca: Keeper.Watch before a successful Load")
@@ -142,12 +152,35 @@ func (k *Keeper) Watch(ctx context.Context) error {
 	if !cache.WaitFor(ctx, "", pluggedInformer.HasSyncedChecker(), selfInformer.HasSyncedChecker()) {
 		return nil // ctx ended
 	}
+	// wake rings at wakeAt, when a certificate of the Secret last read
+	// becomes valid: no event of the informers would tell.
+	var (
+		wake   clock.Timer
+		wakeAt time.Time
+	)
+	stopWake := func() {
+		if wake != nil {
+			wake.Stop()
+			wake = nil
+		}
+	}
+	defer stopWake()
 	for {
+		var woken <-chan time.Time
+		if wake != nil {
+			woken = wake.C()
+		}
+		var becameValid time.Time
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-bell:
-			k.reload(plugged, selfSigned)
+		case <-woken:
+			becameValid = wakeAt
+		}
+		stopWake()
+		if wakeAt = k.reload(plugged, selfSigned, becameValid); !wakeAt.IsZero() {
+			wake = k.clock.NewTimer(wakeAt.Sub(k.clock.Now()))
 		}
 	}
 }
@@ -155,16 +188,30 @@ func (k *Keeper) Watch(ctx context.Context) error {
 // reload applies LoadOrCreate's choice to the cached Secrets: cacerts when
 // it exists, else istio-ca-secret. It never creates a root: a running CA
 // whose Secrets both vanished keeps the root it has.
-func (k *Keeper) reload(plugged, selfSigned corelisters.SecretNamespaceLister) {
-	next, err := k.fromSecrets(plugged, selfSigned)
+//
+// It returns the moment the same Secrets may give another result: the
+// first NotBefore still to come of the certificates of the one read (zero
+// when none), for Watch to call it again then. becameValid is that moment
+// when it is why reload runs, and zero after a change of the Secrets.
+func (k *Keeper) reload(plugged, selfSigned corelisters.SecretNamespaceLister, becameValid time.Time) (readAgainAt time.Time) {
+	now := k.clock.Now()
+	s, err := k.secretInUse(plugged, selfSigned)
+	var next *Authority
+	if err == nil {
+		readAgainAt = nextNotBefore(s, now)
+		next, err = authorityFromSecret(k.opts, s, now)
+	}
 	cur := k.Current()
 	// Each outcome is logged before it is counted: whoever sees the
 	// counter move (an alert, a test) finds the reason already logged.
 	if err != nil {
-		k.log.Error("the CA keeps its current root: the changed CA Secret is not usable",
-			"error", err, "inUse", string(cur.Source()), "signer", cur.cert.Subject.String())
+		attrs := []any{"error", err, "inUse", string(cur.Source()), "signer", cur.cert.Subject.String()}
+		if !readAgainAt.IsZero() {
+			attrs = append(attrs, "readAgainAt", readAgainAt)
+		}
+		k.log.Error("the CA keeps its current root: the changed CA Secret is not usable", attrs...)
 		k.metrics.RootReloads.WithLabelValues("error").Inc()
-		return
+		return readAgainAt
 	}
 	// Every event of either Secret (the informers' first list, an edit of
 	// the one not in use, of a label) reads them again: only files that
@@ -173,31 +220,51 @@ func (k *Keeper) reload(plugged, selfSigned corelisters.SecretNamespaceLister) {
 		next.warnOffPath(k.log)
 	}
 	if next.sameKeyMaterial(cur) {
-		return
+		return readAgainAt
 	}
-	k.log.Info("the CA reloaded its key material", "source", string(next.Source()),
+	msg, attrs := "the CA reloaded its key material", []any{"source", string(next.Source()),
 		"signer", next.cert.Subject.String(), "rootChanged", !next.rootPool.Equal(cur.rootPool),
-		"rootExpiry", next.RootExpiry(), "certChainExpiry", next.CertChainExpiry())
+		"rootExpiry", next.RootExpiry(), "certChainExpiry", next.CertChainExpiry()}
+	if !becameValid.IsZero() {
+		msg, attrs = "the CA switched to key material of its Secret that has become valid", append(attrs, "validSince", becameValid)
+	}
+	k.log.Info(msg, attrs...)
 	k.metrics.RootReloads.WithLabelValues("ok").Inc()
 	k.install(next)
+	return readAgainAt
 }
 
-func (k *Keeper) fromSecrets(plugged, selfSigned corelisters.SecretNamespaceLister) (*Authority, error) {
+// secretInUse is the Secret LoadOrCreate would take: cacerts when it
+// exists, else istio-ca-secret.
+func (k *Keeper) secretInUse(plugged, selfSigned corelisters.SecretNamespaceLister) (*corev1.Secret, error) {
 	s, err := plugged.Get(PluggedSecretName)
-	if err == nil {
-		return authorityFromSecret(k.opts, s, k.clock.Now())
-	}
 	if !apierrors.IsNotFound(err) {
-		return nil, err
+		return s, err
 	}
 	s, err = selfSigned.Get(SelfSignedSecretName)
 	if apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("neither Secret %s nor %s exists in namespace %s", PluggedSecretName, SelfSignedSecretName, k.opts.Namespace)
 	}
-	if err != nil {
-		return nil, err
+	return s, err
+}
+
+// nextNotBefore is the earliest NotBefore after now of the certificates
+// of s; zero when all are valid already. A file that does not parse is
+// skipped: it is refused whenever it is read.
+func nextNotBefore(s *corev1.Secret, now time.Time) time.Time {
+	var next time.Time
+	for _, key := range []string{CACertKey, CertChainKey, RootCertKey} {
+		certs, err := parseCertificates(s.Data[key])
+		if err != nil {
+			continue
+		}
+		for _, c := range certs {
+			if c.NotBefore.After(now) && (next.IsZero() || c.NotBefore.Before(next)) {
+				next = c.NotBefore
+			}
+		}
 	}
-	return authorityFromSecret(k.opts, s, k.clock.Now())
+	return next
 }
 
 // install puts a in use, updates the expiry gauges and, when it replaces

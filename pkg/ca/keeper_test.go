@@ -2,7 +2,10 @@ package ca
 
 import (
 	"context"
+	"crypto/elliptic"
 	"crypto/x509"
+	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -14,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/meshpilot/meshpilot/internal/testlog"
 )
@@ -86,7 +90,7 @@ func TestKeeperWarnsOncePerLoadedFiles(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		k.reload(secrets, secrets)
+		k.reload(secrets, secrets, time.Time{})
 		if chain := k.Current().chain; !slices.EqualFunc(chain, step.path, (*x509.Certificate).Equal) {
 			t.Errorf("%s: the chain handed out is %v, want the path to the root %v", step.name, serials(chain), serials(step.path))
 		}
@@ -107,4 +111,110 @@ func serials(certs []*x509.Certificate) []string {
 		out = append(out, c.SerialNumber.Text(16))
 	}
 	return out
+}
+
+// TestKeeperTakesHeldBackMaterialWhenValid: key material of the CA Secrets
+// that is not valid yet (a renewed intermediate put beside the old one
+// ahead of time, a new CA whose signing certificate starts later) is not
+// used while it is not: peers would refuse every leaf signed with it. The
+// CA keeps signing with what it has, and takes the new material as soon as
+// it becomes valid, without waiting for another change of the Secrets.
+// The Keeper's clock is a fake one, set back two hours: the new material
+// becomes valid for it an hour later, and is valid already for Sign.
+func TestKeeperTakesHeldBackMaterialWhenValid(t *testing.T) {
+	const ns = "istio-system"
+	now := time.Now()
+	long := validity{now.Add(-3 * time.Hour), now.Add(365 * 24 * time.Hour)}
+	validFrom := now.Add(-time.Hour) // of the new material
+	later := validity{validFrom, long.notAfter}
+
+	r := newInterRenewalValid(t, long)
+	oldInter, renewedInter := r.issue(validity{long.notBefore, now.Add(30 * 24 * time.Hour)}), r.issue(later)
+	renewal := func(chain ...*x509.Certificate) map[string][]byte {
+		return map[string][]byte{CACertKey: encodeCertificate(r.signer), CAKeyKey: r.signerKey,
+			CertChainKey: encodeCertificates(chain), RootCertKey: encodeCertificate(r.root)}
+	}
+	first, second := newCAChain(t, long, long), newCAChain(t, long, later)
+
+	for _, tc := range []struct {
+		name           string
+		loaded, update map[string][]byte // cacerts, at Load and then
+		heard          string            // what the log says once the Keeper has read the update
+		// What the CA signs with before and after the new material
+		// becomes valid: the signing certificate, then the chain it
+		// hands out.
+		before, after []*x509.Certificate
+	}{
+		{"an intermediate renewed ahead of time", renewal(r.signer, oldInter, r.root), renewal(r.signer, oldInter, renewedInter, r.root),
+			"serial=" + renewedInter.SerialNumber.Text(16),
+			[]*x509.Certificate{r.signer, r.signer, oldInter}, []*x509.Certificate{r.signer, r.signer, renewedInter}},
+		{"a new CA whose signing certificate starts later", pluggedData(first), pluggedData(second),
+			`plugged intermediate 1\" is not valid before`,
+			[]*x509.Certificate{first.inter, first.inter}, []*x509.Certificate{second.inter, second.inter}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			kube := fake.NewClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: PluggedSecretName}, Data: tc.loaded})
+			var logs testlog.Buffer
+			k := NewKeeper(kube, Options{Namespace: ns, Logger: slog.New(slog.NewTextHandler(&logs, nil))}, nil)
+			clock := clocktesting.NewFakeClock(now.Add(-2 * time.Hour))
+			k.clock = clock
+			changes := k.Subscribe()
+			if err := k.Load(ctx); err != nil {
+				t.Fatal(err)
+			}
+			watchCtx, stopWatch := context.WithCancel(ctx)
+			watched := make(chan error, 1)
+			go func() { watched <- k.Watch(watchCtx) }()
+			defer func() {
+				stopWatch()
+				if err := <-watched; err != nil {
+					t.Errorf("Watch: %v", err)
+				}
+				if t.Failed() {
+					t.Logf("keeper log:\n%s", logs.String())
+				}
+			}()
+			signsWith := func(want []*x509.Certificate) error {
+				cur := k.Current()
+				if got := append([]*x509.Certificate{cur.cert}, cur.chain...); !slices.EqualFunc(got, want, (*x509.Certificate).Equal) {
+					return fmt.Errorf("signs with %v, want %v", serials(got), serials(want))
+				}
+				return nil
+			}
+
+			updatePlugged(t, ctx, kube.CoreV1().Secrets(ns), tc.update)
+			eventually(t, "the Keeper to read the update", func() error {
+				if !strings.Contains(logs.String(), tc.heard) {
+					return errors.New("the log does not say " + tc.heard)
+				}
+				return nil
+			})
+			if err := signsWith(tc.before); err != nil {
+				t.Fatalf("before the new material is valid, the CA %v", err)
+			}
+			select {
+			case <-changes:
+				t.Fatal("subscribers were told of a change before the new material was valid")
+			default:
+			}
+
+			eventually(t, "the CA to take the new material once valid", func() error {
+				clock.SetTime(validFrom) // again at each try: it wakes a timer set since the last
+				return signsWith(tc.after)
+			})
+			select {
+			case <-changes:
+			case <-time.After(10 * time.Second):
+				t.Fatal("subscribers were not told of the switch")
+			}
+			if n := strings.Count(logs.String(), `msg="the CA switched to`); n != 1 {
+				t.Errorf("the switch logged %d times, want once", n)
+			}
+			if _, err := k.Current().Sign(csrFor(t, ecKey(t, elliptic.P256()), nil), testID, time.Hour); err != nil {
+				t.Errorf("Sign with the new material: %v", err)
+			}
+		})
+	}
 }
