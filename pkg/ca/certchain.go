@@ -69,9 +69,11 @@ func offPath(file string, offered, path, roots []*x509.Certificate) []offPathCer
 func (a *Authority) warnOffPath(log *slog.Logger) {
 	for _, o := range a.offPath {
 		c := o.cert
+		// notBefore tells a renewed intermediate added ahead of time,
+		// which the Keeper takes up at that moment, from a stray.
 		log.Warn("a certificate of "+o.file+" is not on the path from the signing certificate to the root: it is ignored",
 			"subject", c.Subject.String(), "issuer", c.Issuer.String(), "serial", c.SerialNumber.Text(16),
-			"notAfter", c.NotAfter.Format(time.RFC3339))
+			"notBefore", c.NotBefore.Format(time.RFC3339), "notAfter", c.NotAfter.Format(time.RFC3339))
 	}
 }
 

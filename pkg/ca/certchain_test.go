@@ -93,8 +93,8 @@ func TestCertChainKeepsThePathToTheRoot(t *testing.T) {
 				t.Errorf("CertChainExpiry %s, want the path's %s", got, pathExpiry)
 			}
 			for _, c := range tc.ignored {
-				if !strings.Contains(logs.String(), "serial="+c.SerialNumber.Text(16)) {
-					t.Errorf("the certificate left out (serial %x) is not logged:\n%s", c.SerialNumber, logs.String())
+				if !strings.Contains(logs.String(), "serial="+c.SerialNumber.Text(16)+" notBefore="+c.NotBefore.Format(time.RFC3339)) {
+					t.Errorf("the certificate left out (serial %x) is not logged with its NotBefore:\n%s", c.SerialNumber, logs.String())
 				}
 			}
 			if got := strings.Count(logs.String(), "level=WARN"); got != len(tc.ignored) {
