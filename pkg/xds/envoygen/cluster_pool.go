@@ -1,12 +1,17 @@
 package envoygen
 
 import (
+	"strconv"
 	"time"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/config/common/matcher/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	proxyprotocolv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/proxy_protocol/v3"
 	rawbufferv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/raw_buffer/v3"
+	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	xdstype "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -162,11 +167,34 @@ func (b *clusterBuilder) applyOutlierDetection(od *networking.OutlierDetection) 
 	if od.GetConsecutiveErrors() != 0 {
 		b.drop.field("outlierDetection.consecutiveErrors", "deprecated and ignored by Istio; use consecutive5xxErrors or consecutiveGatewayErrors")
 	}
-	if len(od.GetOutlierDetectionHttpErrorCodes()) > 0 {
-		b.drop.field("outlierDetection.outlierDetectionHttpErrorCodes", "Envoy outlier detection cannot count chosen status codes")
+	if codes := od.GetOutlierDetectionHttpErrorCodes(); len(codes) > 0 {
+		b.httpOptions().OutlierDetection = &httpv3.HttpProtocolOptions_OutlierDetection{ErrorMatcher: statusCodesMatcher(codes)}
 	}
 	b.c.OutlierDetection = out
 	b.commonLbConfig().HealthyPanicThreshold = &xdstype.Percent{Value: float64(max(od.GetMinHealthPercent(), 0))}
+}
+
+// statusCodesMatcher matches a response whose status is one of codes: what
+// outlierDetectionHttpErrorCodes makes Envoy count as an error toward the
+// consecutive-error thresholds instead of any 5xx (the upstream HTTP
+// options' outlier_detection.error_matcher, matched against the :status
+// pseudo-header). One code is its own predicate, as Istio writes it.
+func statusCodesMatcher(codes []uint32) *matcherv3.MatchPredicate {
+	rules := make([]*matcherv3.MatchPredicate, len(codes))
+	for i, code := range codes {
+		rules[i] = &matcherv3.MatchPredicate{Rule: &matcherv3.MatchPredicate_HttpResponseHeadersMatch{
+			HttpResponseHeadersMatch: &matcherv3.HttpHeadersMatch{Headers: []*route.HeaderMatcher{{
+				Name: ":status",
+				HeaderMatchSpecifier: &route.HeaderMatcher_StringMatch{StringMatch: &matcher.StringMatcher{
+					MatchPattern: &matcher.StringMatcher_Exact{Exact: strconv.FormatUint(uint64(code), 10)},
+				}},
+			}}},
+		}}
+	}
+	if len(rules) == 1 {
+		return rules[0]
+	}
+	return &matcherv3.MatchPredicate{Rule: &matcherv3.MatchPredicate_OrMatch{OrMatch: &matcherv3.MatchPredicate_MatchSet{Rules: rules}}}
 }
 
 // enforcing is Istio's rule: a positive threshold is always enforced, a zero
