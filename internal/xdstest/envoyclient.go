@@ -53,45 +53,48 @@ func (m Mode) String() string {
 //     keeps serving, until its dependencies arrive; the re-requests Envoy's
 //     gRPC mux sends on the way are sent exactly as Envoy sends them (see
 //     envoyclient_state.go), and logged by Requests.
+//   - It can lose its stream and open another one on the same connection
+//     (Disconnect, Reconnect), keeping what it serves meanwhile, and starts
+//     the new stream as Envoy does (see envoyState.connect).
 //
 // All methods are safe for concurrent use. Returned protos are shared with
 // the client and must not be modified.
 type EnvoyClient struct {
 	t      testing.TB
 	mode   Mode
-	cancel context.CancelFunc
-	done   chan struct{}
+	conn   grpc.ClientConnInterface
+	node   *corev3.Node
 	closer func()
+
+	// lifecycle serializes Disconnect, Reconnect and Close, which own
+	// stream and closed.
+	lifecycle sync.Mutex
+	stream    *adsStream // nil while disconnected
+	closed    bool
 
 	mu sync.Mutex
 	st *envoyState
 }
 
+// adsStream is one ADS stream of the client and its receive loop.
+type adsStream struct {
+	tr     transport
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the receive loop has ended
+}
+
 // NewEnvoyClient opens an ADS stream of the given mode on conn, identifies
-// itself with node (on the first request only, as Envoy does with
-// set_node_on_first_message_only) and starts following the configuration.
-// The client closes itself when the test ends.
+// itself with node (on the first request of each stream only, as Envoy does
+// with set_node_on_first_message_only) and starts following the
+// configuration. The client closes itself when the test ends.
 func NewEnvoyClient(t testing.TB, conn grpc.ClientConnInterface, node *corev3.Node, mode Mode) *EnvoyClient {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	c := &EnvoyClient{t: t, mode: mode, cancel: cancel, done: make(chan struct{})}
-	var tr transport
-	var err error
-	if mode == Delta {
-		tr, err = openDelta(ctx, conn, node)
-	} else {
-		tr, err = openSotW(ctx, conn, node)
-	}
-	if err != nil {
-		cancel()
+	c := &EnvoyClient{t: t, mode: mode, conn: conn, node: node}
+	c.st = newEnvoyState(mode == Delta, &c.mu)
+	t.Cleanup(c.Close)
+	if err := c.connect(); err != nil {
 		t.Fatalf("envoy client: open %s stream: %v", mode, err)
 	}
-	c.st = newEnvoyState(tr, &c.mu)
-	t.Cleanup(c.Close)
-	c.mu.Lock()
-	c.st.start()
-	c.mu.Unlock()
-	go c.receive(tr)
 	return c
 }
 
@@ -108,11 +111,56 @@ func DialEnvoyClient(t testing.TB, target string, node *corev3.Node, mode Mode) 
 	return c
 }
 
-func (c *EnvoyClient) receive(tr transport) {
-	defer close(c.done)
+// connect opens a stream, sends its first requests and starts receiving.
+// The caller holds lifecycle, or owns the client still being built.
+func (c *EnvoyClient) connect() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	var tr transport
+	var err error
+	if c.mode == Delta {
+		tr, err = openDelta(ctx, c.conn, c.node)
+	} else {
+		tr, err = openSotW(ctx, c.conn, c.node)
+	}
+	if err != nil {
+		cancel()
+		return err
+	}
+	s := &adsStream{tr: tr, cancel: cancel, done: make(chan struct{})}
+	c.stream = s
+	c.mu.Lock()
+	c.st.connect(tr)
+	c.mu.Unlock()
+	go c.receive(s)
+	return nil
+}
+
+// disconnect closes the current stream, if any, and waits for its receive
+// loop to end. The caller holds lifecycle.
+func (c *EnvoyClient) disconnect() {
+	s := c.stream
+	if s == nil {
+		return
+	}
+	c.stream = nil
+	c.mu.Lock()
+	c.st.disconnect()
+	c.mu.Unlock()
+	s.cancel()
+	<-s.done
+}
+
+func (c *EnvoyClient) receive(s *adsStream) {
+	defer close(s.done)
 	for {
-		resp, err := tr.recv()
+		resp, err := s.tr.recv()
 		c.mu.Lock()
+		if !c.st.current(s.tr) {
+			// Closed by disconnect: what the stream still delivers is
+			// lost, as it is to Envoy once its stream is reset.
+			c.mu.Unlock()
+			return
+		}
 		if err != nil {
 			c.st.fail(err)
 			c.mu.Unlock()
@@ -123,17 +171,53 @@ func (c *EnvoyClient) receive(tr transport) {
 	}
 }
 
+// Disconnect closes the client's stream, as a broken connection to the
+// management server does, and leaves it closed until Reconnect. The
+// client keeps serving what it holds: "the last known configuration
+// received by Envoy will persist until the connection is reestablished"
+// ("TTL", https://www.envoyproxy.io/docs/envoy/latest/api-docs/xds_protocol).
+// Warming goes on (an initial_fetch_timeout still expires), and requests
+// due meanwhile are dropped: the next stream starts with the whole
+// subscription anyway ("No stream available ... the reconnect will enqueue
+// a new one", GrpcMuxImpl::queueDiscoveryRequest, grpc_mux_impl.cc).
+func (c *EnvoyClient) Disconnect() {
+	c.lifecycle.Lock()
+	defer c.lifecycle.Unlock()
+	c.disconnect()
+}
+
+// Reconnect closes the client's stream, if it has one, and opens a new one
+// on the same connection, as Envoy does when its ADS stream breaks. Nothing
+// the client holds is dropped: the server's responses on the new stream
+// replace or remove it, and what they change warms as usual. It also
+// revives a stream that ended by itself (Err). A closed client stays closed.
+func (c *EnvoyClient) Reconnect() {
+	c.t.Helper()
+	c.lifecycle.Lock()
+	defer c.lifecycle.Unlock()
+	if c.closed {
+		return
+	}
+	c.disconnect()
+	if err := c.connect(); err != nil {
+		c.t.Fatalf("envoy client: reopen %s stream: %v", c.mode, err)
+	}
+}
+
 // Close ends the stream and stops all timers. It is idempotent.
 func (c *EnvoyClient) Close() {
-	c.cancel()
-	<-c.done
+	c.lifecycle.Lock()
+	defer c.lifecycle.Unlock()
+	if c.closed {
+		return
+	}
+	c.closed = true
+	c.disconnect()
 	c.mu.Lock()
 	c.st.stopTimers()
-	closer := c.closer
-	c.closer = nil
 	c.mu.Unlock()
-	if closer != nil {
-		closer()
+	if c.closer != nil {
+		c.closer()
 	}
 }
 
@@ -221,15 +305,17 @@ func (c *EnvoyClient) Nacks() []Nack {
 
 // SentRequest is one request the client sent. For SotW, ResourceNames is the
 // full set (nil for a wildcard); for delta, Subscribe and Unsubscribe are
-// the increments and VersionInfo is empty.
+// the increments, VersionInfo is empty, and the first request of a type on
+// a stream carries InitialResourceVersions, what the client holds.
 type SentRequest struct {
-	At                     time.Time
-	TypeURL                string
-	VersionInfo            string
-	ResponseNonce          string
-	ResourceNames          []string
-	Subscribe, Unsubscribe []string
-	ErrorDetail            string
+	At                      time.Time
+	TypeURL                 string
+	VersionInfo             string
+	ResponseNonce           string
+	ResourceNames           []string
+	Subscribe, Unsubscribe  []string
+	InitialResourceVersions map[string]string
+	ErrorDetail             string
 }
 
 func (r SentRequest) String() string {
@@ -239,6 +325,9 @@ func (r SentRequest) String() string {
 	}
 	if r.Subscribe != nil || r.Unsubscribe != nil {
 		s += fmt.Sprintf(" subscribe=%v unsubscribe=%v", r.Subscribe, r.Unsubscribe)
+	}
+	if len(r.InitialResourceVersions) > 0 {
+		s += fmt.Sprintf(" initial_resource_versions=%v", r.InitialResourceVersions)
 	}
 	if r.ErrorDetail != "" {
 		s += " error=" + r.ErrorDetail
@@ -253,7 +342,8 @@ func (c *EnvoyClient) Requests() []SentRequest {
 	return append([]SentRequest(nil), c.st.requests...)
 }
 
-// Err is the error that ended the stream, or nil while it runs.
+// Err is the error that ended the stream by itself, or nil while it runs
+// or after Disconnect.
 func (c *EnvoyClient) Err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -8,9 +8,7 @@ import (
 	"google.golang.org/grpc"
 )
 
-// deltaTransport is an incremental ADS stream. Reconnection (and with it
-// initial_resource_versions) is not modelled: a test client that lost its
-// stream reports it through Err instead.
+// deltaTransport is an incremental ADS stream.
 type deltaTransport struct {
 	stream   discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesClient
 	node     *corev3.Node
@@ -25,13 +23,12 @@ func openDelta(ctx context.Context, conn grpc.ClientConnInterface, node *corev3.
 	return &deltaTransport{stream: stream, node: node}, nil
 }
 
-func (d *deltaTransport) delta() bool { return true }
-
 func (d *deltaTransport) send(r SentRequest) error {
 	req := &discoveryv3.DeltaDiscoveryRequest{
 		TypeUrl:                  r.TypeURL,
 		ResourceNamesSubscribe:   r.Subscribe,
 		ResourceNamesUnsubscribe: r.Unsubscribe,
+		InitialResourceVersions:  r.InitialResourceVersions,
 		ResponseNonce:            r.ResponseNonce,
 		ErrorDetail:              errorDetail(r.ErrorDetail),
 	}
@@ -51,7 +48,7 @@ func (d *deltaTransport) recv() (*response, error) {
 		removed: resp.GetRemovedResources(),
 	}
 	for _, r := range resp.GetResources() {
-		out.resources = append(out.resources, wireResource{name: r.GetName(), any: r.GetResource()})
+		out.resources = append(out.resources, wireResource{name: r.GetName(), version: r.GetVersion(), any: r.GetResource()})
 	}
 	return out, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,27 +24,32 @@ const ecWaitLimit = 10 * time.Second
 
 // scriptedADS is an ADS server whose every response the test writes by
 // hand, so that a test can check the client's protocol logic request by
-// request. It serves one stream at a time, of either mode.
+// request. It serves one stream at a time, of either mode: responses go to
+// the stream opened last.
 type scriptedADS struct {
 	discoveryv3.UnimplementedAggregatedDiscoveryServiceServer
 	t     *testing.T
 	mode  Mode
 	reqs  chan got
-	out   chan any
 	nonce int
+
+	mu      sync.Mutex
+	out     chan any // the responses of the stream opened last
+	streams int
 }
 
 // got is a request as the server received it, of either mode.
 type got struct {
 	typeURL, version, nonce string
 	names, sub, unsub       []string
+	initial                 map[string]string // initial_resource_versions
 	errorDetail             string
 	node                    bool
 }
 
 func (g got) String() string {
-	return fmt.Sprintf("{%s version=%q nonce=%q names=%v sub=%v unsub=%v error=%q}",
-		shortType(g.typeURL), g.version, g.nonce, g.names, g.sub, g.unsub, g.errorDetail)
+	return fmt.Sprintf("{%s version=%q nonce=%q names=%v sub=%v unsub=%v initial=%v error=%q}",
+		shortType(g.typeURL), g.version, g.nonce, g.names, g.sub, g.unsub, g.initial, g.errorDetail)
 }
 
 // startScripted serves a scriptedADS and connects an EnvoyClient to it.
@@ -70,7 +76,20 @@ func testNode() *corev3.Node {
 	return &corev3.Node{Id: "sidecar~10.0.0.1~a-0.ns~ns.svc.cluster.local", Metadata: meta}
 }
 
+// attach makes a new stream the one responses go to, and returns its
+// channel. The first stream takes the responses sent before it opened;
+// those sent to a stream that has since closed are lost.
+func (s *scriptedADS) attach() chan any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.streams++; s.streams > 1 {
+		s.out = make(chan any, 100)
+	}
+	return s.out
+}
+
 func (s *scriptedADS) StreamAggregatedResources(stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
+	out := s.attach()
 	go func() {
 		for {
 			r, err := stream.Recv()
@@ -83,7 +102,7 @@ func (s *scriptedADS) StreamAggregatedResources(stream discoveryv3.AggregatedDis
 	}()
 	for {
 		select {
-		case m := <-s.out:
+		case m := <-out:
 			if err := stream.Send(m.(*discoveryv3.DiscoveryResponse)); err != nil {
 				return err
 			}
@@ -94,6 +113,7 @@ func (s *scriptedADS) StreamAggregatedResources(stream discoveryv3.AggregatedDis
 }
 
 func (s *scriptedADS) DeltaAggregatedResources(stream discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
+	out := s.attach()
 	go func() {
 		for {
 			r, err := stream.Recv()
@@ -101,12 +121,13 @@ func (s *scriptedADS) DeltaAggregatedResources(stream discoveryv3.AggregatedDisc
 				return
 			}
 			s.reqs <- got{typeURL: r.GetTypeUrl(), nonce: r.GetResponseNonce(), sub: r.GetResourceNamesSubscribe(),
-				unsub: r.GetResourceNamesUnsubscribe(), errorDetail: r.GetErrorDetail().GetMessage(), node: r.GetNode() != nil}
+				unsub: r.GetResourceNamesUnsubscribe(), initial: r.GetInitialResourceVersions(),
+				errorDetail: r.GetErrorDetail().GetMessage(), node: r.GetNode() != nil}
 		}
 	}()
 	for {
 		select {
-		case m := <-s.out:
+		case m := <-out:
 			if err := stream.Send(m.(*discoveryv3.DeltaDiscoveryResponse)); err != nil {
 				return err
 			}
@@ -163,15 +184,18 @@ func (s *scriptedADS) send(typeURL, version string, resources []proto.Message, r
 		}
 		anys[i] = a
 	}
+	s.mu.Lock()
+	out := s.out
+	s.mu.Unlock()
 	if s.mode == SotW {
-		s.out <- &discoveryv3.DiscoveryResponse{VersionInfo: version, Resources: anys, TypeUrl: typeURL, Nonce: nonce}
+		out <- &discoveryv3.DiscoveryResponse{VersionInfo: version, Resources: anys, TypeUrl: typeURL, Nonce: nonce}
 		return nonce
 	}
 	resp := &discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: version, TypeUrl: typeURL, Nonce: nonce, RemovedResources: removed}
 	for i, a := range anys {
 		resp.Resources = append(resp.Resources, &discoveryv3.Resource{Name: resourceName(resources[i]), Version: version, Resource: a})
 	}
-	s.out <- resp
+	out <- resp
 	return nonce
 }
 

@@ -13,7 +13,6 @@ import (
 
 // transport is one ADS stream, state of the world or delta.
 type transport interface {
-	delta() bool
 	send(SentRequest) error
 	recv() (*response, error)
 }
@@ -25,11 +24,12 @@ type response struct {
 	removed                 []string // delta only
 }
 
-// wireResource is one resource as received; name is the delta Resource's
-// name (empty in SotW, where only the packed resource names itself).
+// wireResource is one resource as received; name and version are the delta
+// Resource's (empty in SotW, where only the packed resource names itself
+// and versions are per type).
 type wireResource struct {
-	name string
-	any  *anypb.Any
+	name, version string
+	any           *anypb.Any
 }
 
 // errorDetail is what Envoy puts in a NACK: code INTERNAL and the reason
@@ -54,8 +54,6 @@ func openSotW(ctx context.Context, conn grpc.ClientConnInterface, node *corev3.N
 	}
 	return &sotwTransport{stream: stream, node: node}, nil
 }
-
-func (s *sotwTransport) delta() bool { return false }
 
 func (s *sotwTransport) send(r SentRequest) error {
 	req := &discoveryv3.DiscoveryRequest{

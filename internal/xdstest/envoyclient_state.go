@@ -1,6 +1,7 @@
 package xdstest
 
 import (
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -39,13 +40,18 @@ import (
 // or cluster that names it, as Envoy shares RdsRouteConfigSubscription and
 // SDS providers (Init::SharedTargetImpl): only a newly named one is
 // requested, and a consumer created after it arrived is ready at once.
+//
+// A stream that breaks loses nothing but its nonces; connect describes what
+// a new stream starts with.
 type envoyState struct {
-	tr      transport
+	tr      transport // nil while disconnected
+	delta   bool
 	mu      *sync.Mutex
 	begun   time.Time
 	stopped bool
 
 	types map[string]*typeState
+	order []string // subscribed types, in the order their subscriptions began
 	dirty []string // types with a request due, in the order they became due
 
 	clusters  map[string]*warmEntry
@@ -62,11 +68,16 @@ type envoyState struct {
 type typeState struct {
 	url       string
 	wildcard  bool
-	started   bool // a request was sent
+	started   bool // a request was sent, on any stream
+	onStream  bool // a request was sent on the current stream
 	responded bool // a response was processed
 	version   string
-	nonce     string
-	sent      []string // delta: the names subscribed so far
+	nonce     string   // of the last response on the current stream
+	sent      []string // delta: the names subscribed on the current stream
+	// held is, in delta, the version of every resource the client holds
+	// (see track): what a new stream's first request of the type reports
+	// in initial_resource_versions.
+	held map[string]string
 }
 
 // warmEntry is a named cluster or listener: the version serving traffic and
@@ -102,21 +113,64 @@ type sharedSub struct {
 	timer *time.Timer
 }
 
-func newEnvoyState(tr transport, mu *sync.Mutex) *envoyState {
-	return &envoyState{
-		tr: tr, mu: mu, begun: time.Now(),
+// newEnvoyState is a client that has subscribed to CDS, Envoy's first
+// request on an ADS stream, and is not connected yet.
+func newEnvoyState(delta bool, mu *sync.Mutex) *envoyState {
+	s := &envoyState{
+		delta: delta, mu: mu, begun: time.Now(),
 		types:    map[string]*typeState{},
 		clusters: map[string]*warmEntry{}, listeners: map[string]*warmEntry{},
 		subs:    map[subKey]*sharedSub{},
 		changed: make(chan struct{}),
 	}
+	s.markDirty(resourcev3.ClusterType).wildcard = true
+	return s
 }
 
-// start subscribes to CDS, Envoy's first request on an ADS stream.
-func (s *envoyState) start() {
-	s.markDirty(resourcev3.ClusterType).wildcard = true
+// connect makes tr the client's stream and sends its first requests: one
+// for every type subscribed so far, in the order the subscriptions began
+// (GrpcMuxImpl::onStreamEstablished, grpc_mux_impl.cc;
+// NewGrpcMuxImpl::whoWantsToSendDiscoveryRequest, new_grpc_mux_impl.cc).
+// On the first stream that is CDS alone.
+//
+//   - SotW: each carries the node (first request only), the full set of
+//     names and the version_info last accepted, and no response_nonce: "the
+//     nonce is valid only in the context of an individual xDS stream; it
+//     does not survive stream restarts", while "the client's initial
+//     request on the new stream should indicate the most recent version
+//     seen by the client on the previous stream" ("Basic Protocol Overview"
+//     and "ACK/NACK and resource type instance version",
+//     https://www.envoyproxy.io/docs/envoy/latest/api-docs/xds_protocol).
+//     Envoy clears the nonces and keeps the version (clearNonce,
+//     grpc_mux_impl.cc). A type whose watches are all gone is requested
+//     too, with no names.
+//   - Delta: "the reconnecting client must provide the server with all
+//     resource names it is interested in" and may list what it holds in
+//     initial_resource_versions ("Incremental xDS", same page). Envoy
+//     subscribes again to every name it watches, or sends a legacy wildcard
+//     request (no names) when the wildcard is all it watches, and lists
+//     every resource it holds at its version; a type it watches nothing of
+//     sends nothing (DeltaSubscriptionState::getNextRequestAckless and
+//     subscriptionUpdatePending, delta_subscription_state.cc).
+//
+// Nothing held is dropped: the responses replace it as on the old stream
+// (a SotW CDS or LDS response removes what it leaves out) and warming
+// applies to what they change.
+func (s *envoyState) connect(tr transport) {
+	s.tr, s.err = tr, nil
+	for _, ts := range s.types {
+		ts.nonce, ts.onStream = "", false
+	}
+	s.dirty = append(s.dirty[:0], s.order...)
 	s.flush("", "")
+	s.notify()
 }
+
+// disconnect leaves the client without a stream (see EnvoyClient.Disconnect).
+func (s *envoyState) disconnect() { s.tr = nil }
+
+// current reports whether tr is the client's stream.
+func (s *envoyState) current(tr transport) bool { return s.tr == tr }
 
 func (s *envoyState) handle(resp *response) {
 	defer s.notify()
@@ -126,7 +180,7 @@ func (s *envoyState) handle(resp *response) {
 		return
 	}
 	ts.nonce, ts.responded = resp.nonce, true
-	if !s.tr.delta() && !ts.wildcard && len(s.wanted(ts)) == 0 {
+	if !s.delta && !ts.wildcard && len(s.wanted(ts)) == 0 {
 		// A SotW response of a type no watch is left on is not processed
 		// (GrpcMuxImpl::onDiscoveryResponse, grpc_mux_impl.cc): with no
 		// resources Envoy takes its version and sends nothing; with
@@ -152,6 +206,9 @@ func (s *envoyState) handle(resp *response) {
 		return
 	}
 	ts.version = resp.version
+	if s.delta {
+		s.track(ts, resp)
+	}
 	switch resp.typeURL {
 	case resourcev3.ClusterType:
 		s.applyTop(s.clusters, "Cluster", decoded, resp.removed)
@@ -164,6 +221,29 @@ func (s *envoyState) handle(resp *response) {
 	}
 	s.settle()
 	s.flush(resp.typeURL, "")
+}
+
+// track records the version of every resource an accepted delta response
+// brings, as Envoy's DeltaSubscriptionState does for
+// initial_resource_versions (handleGoodResponse, delta_subscription_state.cc):
+// all of them for a wildcard subscription, else those of names watched
+// (the others are ignored). A removed resource is forgotten: a name still
+// watched then "waits for the server" and is left out of
+// initial_resource_versions too. Names no longer watched are forgotten by
+// request.
+func (s *envoyState) track(ts *typeState, resp *response) {
+	wanted := s.wanted(ts)
+	for _, r := range resp.resources {
+		if ts.wildcard || slices.Contains(wanted, r.name) {
+			if ts.held == nil {
+				ts.held = map[string]string{}
+			}
+			ts.held[r.name] = r.version
+		}
+	}
+	for _, name := range resp.removed {
+		delete(ts.held, name)
+	}
 }
 
 // applyTop applies a CDS or LDS update, blocking an unchanged one by its
@@ -206,7 +286,7 @@ func (s *envoyState) applyTop(entries map[string]*warmEntry, kind string, decode
 		s.destroy(e.warming)
 		e.warming = s.create(kind, name, m)
 	}
-	if !s.tr.delta() {
+	if !s.delta {
 		for name := range entries {
 			if _, ok := decoded[name]; !ok {
 				removed = append(removed, name)
@@ -426,6 +506,7 @@ func (s *envoyState) markDirty(typeURL string) *typeState {
 	if ts == nil {
 		ts = &typeState{url: typeURL}
 		s.types[typeURL] = ts
+		s.order = append(s.order, typeURL)
 	}
 	if !slices.Contains(s.dirty, typeURL) {
 		s.dirty = append(s.dirty, typeURL)
@@ -449,10 +530,29 @@ func (s *envoyState) flush(ackType, nack string) {
 
 func (s *envoyState) request(ts *typeState, ack bool, nack string) {
 	names := s.wanted(ts)
+	if !ts.wildcard {
+		// Envoy forgets the version of a name it stops watching
+		// (DeltaSubscriptionState::updateSubscriptionInterest).
+		for name := range ts.held {
+			if _, found := slices.BinarySearch(names, name); !found {
+				delete(ts.held, name)
+			}
+		}
+	}
+	if s.tr == nil {
+		// Dropped: the next stream's first requests say it all (connect).
+		return
+	}
 	r := SentRequest{At: time.Now(), TypeURL: ts.url, ErrorDetail: nack}
-	if s.tr.delta() {
+	if s.delta {
+		if !ts.onStream {
+			ts.sent = nil
+			r.InitialResourceVersions = maps.Clone(ts.held)
+		}
 		r.Subscribe, r.Unsubscribe = missingFrom(names, ts.sent), missingFrom(ts.sent, names)
-		if !ack && (ts.started || !ts.wildcard) && len(r.Subscribe)+len(r.Unsubscribe) == 0 {
+		// Only a wildcard type's first request on a stream goes out with
+		// nothing to subscribe: it is the legacy wildcard request.
+		if !ack && (ts.onStream || !ts.wildcard) && len(r.Subscribe)+len(r.Unsubscribe) == 0 {
 			return
 		}
 		if ack {
@@ -465,7 +565,7 @@ func (s *envoyState) request(ts *typeState, ack bool, nack string) {
 		}
 		r.VersionInfo, r.ResponseNonce, r.ResourceNames = ts.version, ts.nonce, names
 	}
-	ts.started = true
+	ts.started, ts.onStream = true, true
 	s.requests = append(s.requests, r)
 	if err := s.tr.send(r); err != nil {
 		s.fail(err)
