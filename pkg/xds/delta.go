@@ -135,7 +135,13 @@ func (c *deltaStream) applySubscriptions(w *watch, req *discoveryv3.DeltaDiscove
 	// Resources" under Incremental xDS). What the server believes the
 	// client holds does not spare it; only the client's own word does, its
 	// initial_resource_versions, which come with the first request, before
-	// anything is held.
+	// anything is held. Load assignments are sent all the same: any EDS
+	// cluster the client holds may be warming, for an update that the old
+	// stream brought just before it broke or that this stream's CDS answer
+	// brings before this request is read, and Envoy's EDS cluster warms
+	// until a response carries its assignment, changed or not (see
+	// warming.go), which the client, holding its latest version, cannot
+	// ask for.
 	var again []string
 	if star && wasWildcard {
 		for held := range w.sent.all() {
@@ -165,7 +171,7 @@ func (c *deltaStream) applySubscriptions(w *watch, req *discoveryv3.DeltaDiscove
 			}
 		}
 	}
-	if first {
+	if first && w.typeURL != EndpointType {
 		for name, version := range req.GetInitialResourceVersions() {
 			w.sent.set(name, sentResource{version: version})
 		}

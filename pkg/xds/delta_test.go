@@ -109,6 +109,16 @@ func (c *deltaClient) expectQuiet(what string) {
 	}
 }
 
+// deltaVersions maps the name of each resource of r to its version, as a
+// client that holds them reports them in initial_resource_versions.
+func deltaVersions(r *discoveryv3.DeltaDiscoveryResponse) map[string]string {
+	out := map[string]string{}
+	for _, res := range r.GetResources() {
+		out[res.GetName()] = res.GetVersion()
+	}
+	return out
+}
+
 func deltaNames(r *discoveryv3.DeltaDiscoveryResponse) []string {
 	var out []string
 	for _, res := range r.GetResources() {
@@ -271,11 +281,7 @@ func TestDeltaInitialResourceVersions(t *testing.T) {
 	h := newHarness(t, harnessConfig{seed: seedAB})
 	first := h.delta("first")
 	first.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: ClusterType})
-	cds := first.expect(ClusterType)
-	versions := map[string]string{}
-	for _, r := range cds.GetResources() {
-		versions[r.GetName()] = r.GetVersion()
-	}
+	versions := deltaVersions(first.expect(ClusterType))
 	versions[hostname("gone")] = "0123456789abcdef"
 	versions[hostname("b")] = "stale"
 

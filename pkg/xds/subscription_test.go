@@ -155,12 +155,9 @@ type deltaStep struct {
 func runDeltaSteps(t *testing.T, typeURL string, steps []deltaStep) {
 	t.Helper()
 	h := newHarness(t, harnessConfig{seed: seedAB})
-	versions := map[string]string{}
 	ref := h.delta("reference")
 	ref.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: typeURL, ResourceNamesSubscribe: []string{wildcardName}})
-	for _, r := range ref.expect(typeURL).GetResources() {
-		versions[r.GetName()] = r.GetVersion()
-	}
+	versions := deltaVersions(ref.expect(typeURL))
 	c := h.delta("client")
 	var last *discoveryv3.DeltaDiscoveryResponse
 	for i, s := range steps {
@@ -226,9 +223,13 @@ func TestDeltaSubscribeAgain(t *testing.T) {
 			{subscribe: []string{"a"}, want: []string{"a"}},
 		}},
 		// A reconnecting client that says which versions it holds is not
-		// sent them again.
-		{"held by the client's own word", EndpointType, []deltaStep{
+		// sent them again, but for load assignments, which a warming
+		// cluster may wait for (TestDeltaReconnectedClusterGetsItsEndpointsAgain).
+		{"held by the client's own word", ClusterType, []deltaStep{
 			{subscribe: []string{"a", "b"}, holds: []string{"a"}, want: []string{"b"}},
+		}},
+		{"a load assignment held by the client's own word", EndpointType, []deltaStep{
+			{subscribe: []string{"a", "b"}, holds: []string{"a"}, want: []string{"a", "b"}},
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) { runDeltaSteps(t, tc.typeURL, tc.steps) })

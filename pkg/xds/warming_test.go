@@ -2,10 +2,12 @@ package xds
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 	"time"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
@@ -13,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	networking "istio.io/api/networking/v1"
 
+	"github.com/meshpilot/meshpilot/internal/xdstest"
 	"github.com/meshpilot/meshpilot/pkg/model"
 	"github.com/meshpilot/meshpilot/pkg/pushcontext"
 	"github.com/meshpilot/meshpilot/pkg/xds/envoygen"
@@ -106,6 +109,81 @@ func TestDeltaChangedClusterGetsItsEndpointsAgain(t *testing.T) {
 			checkDelta(t, "EDS after the CDS update", eds, []string{outboundA}, nil)
 			c.ack(eds)
 			c.expectQuiet("after the ACK")
+		})
+	}
+}
+
+// TestDeltaReconnectedClusterGetsItsEndpointsAgain: a delta client that
+// opens a new stream reports the versions it holds, yet an EDS cluster it
+// holds may be warming, and Envoy's EDS cluster warms until a response
+// carries its load assignment, which the new stream's EDS request cannot
+// ask for: it holds the assignment's current version. A cluster warms
+// after a CDS update the old stream brought just before it broke, before
+// the load assignment that followed; or after the new stream's CDS answer,
+// sent before the server has read the EDS request that comes next. The
+// first EDS answer of a stream carries every assignment subscribed to.
+func TestDeltaReconnectedClusterGetsItsEndpointsAgain(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// updated: the client holds the changed cluster (a CDS response
+		// reached it on the old stream, the EDS response after it not).
+		updated bool
+		// cds is what the new stream's CDS answer carries.
+		cds []string
+	}{
+		{"cluster changed while away", false, []string{outboundA}},
+		{"cluster warming when the stream broke", true, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, harnessConfig{seed: seedWarming, generators: warmingGenerators()})
+			assignments := []string{outboundA, "outbound|80||" + hostname("b")}
+			old := h.delta("client")
+			old.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: ClusterType})
+			cds := old.expect(ClusterType)
+			old.ack(cds)
+			old.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResourceNamesSubscribe: assignments})
+			eds := old.expect(EndpointType)
+			old.ack(eds)
+			clusters := deltaVersions(cds)
+
+			upsertRule(h.store, "a", hostname("a"), &networking.DestinationRule{
+				TrafficPolicy: simpleLB(networking.LoadBalancerSettings_RANDOM)})
+			if changed := old.expect(ClusterType); tc.updated {
+				maps.Copy(clusters, deltaVersions(changed))
+			}
+
+			again := h.delta("client")
+			again.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: ClusterType, InitialResourceVersions: clusters})
+			checkDelta(t, "CDS on the new stream", again.expect(ClusterType), tc.cds, nil)
+			again.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResourceNamesSubscribe: assignments,
+				InitialResourceVersions: deltaVersions(eds)})
+			checkDelta(t, "EDS on the new stream", again.expect(EndpointType), assignments, nil)
+		})
+	}
+}
+
+// TestEnvoyWarmsAfterReconnecting: an Envoy that loses its stream while a
+// cluster changes holds the old cluster until its new stream brings the
+// new one, which then warms, and gets its endpoints.
+func TestEnvoyWarmsAfterReconnecting(t *testing.T) {
+	for _, mode := range []xdstest.Mode{xdstest.SotW, xdstest.Delta} {
+		t.Run(mode.String(), func(t *testing.T) {
+			h := newHarness(t, harnessConfig{seed: seedWarming, generators: warmingGenerators()})
+			c := xdstest.NewEnvoyClient(t, h.dial(), envoyNode(t, "client"), mode)
+			c.RequireWarm(waitLimit, hasEndpoints("a", 1))
+
+			c.Disconnect()
+			served := h.server.PushContext()
+			upsertRule(h.store, "a", hostname("a"), &networking.DestinationRule{
+				TrafficPolicy: simpleLB(networking.LoadBalancerSettings_RANDOM)})
+			h.eventually("the rule to be served", func() bool { return h.server.PushContext() != served })
+			c.Reconnect()
+			c.RequireWarm(waitLimit, all(hasEndpoints("a", 1), func(s xdstest.Snapshot) error {
+				if lb := s.Clusters[outboundA].GetLbPolicy(); lb != clusterv3.Cluster_RANDOM {
+					return fmt.Errorf("cluster %s balances %v, want the rule's RANDOM", outboundA, lb)
+				}
+				return nil
+			}))
 		})
 	}
 }
