@@ -16,8 +16,9 @@ import (
 	"github.com/meshpilot/meshpilot/pkg/model"
 )
 
-// convergenceSeeds are the seeds TestConvergence runs by default: some 600
-// steps and 100 checkpoints, in about ten seconds under -race on two cores.
+// convergenceSeeds are the seeds TestConvergence runs by default: some 680
+// store changes, 90 steps that close or reopen a client's stream, and 100
+// checkpoints, in about ten seconds under -race on two cores.
 var convergenceSeeds = []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
 
 // convergenceSeedsEnv runs other seeds instead, an inclusive range
@@ -42,6 +43,12 @@ const (
 	// clusters), so what a check finds is mostly in the steps just before
 	// it: many checks find more than one at the end.
 	convCheckpointOdds = 8
+	// convStreamOdds: before one step in this many, a long-lived client
+	// loses its stream (see convStreamBreaks).
+	convStreamOdds = 10
+	// convMaxMissed bounds the store steps a client that lost its stream
+	// misses before it opens a new one.
+	convMaxMissed = 2
 )
 
 // TestConvergence checks the invariant every push must keep: once the
@@ -50,16 +57,19 @@ const (
 // starts a server on a random world, connects Envoy-semantics clients
 // (SotW and delta; sidecars in two namespaces and the ingress gateway),
 // and applies random store changes with random pauses around the debounce.
-// At random checkpoints, and after the last step, it waits until every
-// step is pushed and every client warm and ACKed, connects a fresh client
-// of each kind, and compares every type, resource by resource.
+// Now and then a long-lived client loses its stream and opens a new one, at
+// once or after missing a few changes, keeping what it holds as Envoy
+// does. At random checkpoints, and after the last step, it waits until
+// every step is pushed and every client warm and ACKed, connects a fresh
+// client of each kind, and compares every type, resource by resource.
 //
 // A push that leaves out a change (a scope too narrow, a warming
-// dependency not re-sent, a subscription change answered wrongly) leaves a
-// long-lived client with stale or missing resources, which the fresh one
-// does not have. The steps of a seed are fixed; only timing varies from
-// run to run, and the invariant must hold whatever it is. A failure names
-// the seed and lists the steps.
+// dependency not re-sent, a subscription change answered wrongly), or an
+// answer to a new stream that trusts the wrong part of what the client
+// says it holds, leaves a long-lived client with stale or missing
+// resources, which the fresh one does not have. The steps of a seed are
+// fixed; only timing varies from run to run, and the invariant must hold
+// whatever it is. A failure names the seed and lists the steps.
 //
 // To run other seeds: MESHPILOT_CONVERGENCE_SEEDS=100-399 go test -race
 // -run TestConvergence ./pkg/xds/ (one seed, "17", replays a failure).
@@ -135,6 +145,19 @@ type convPair struct {
 	long, fresh *xdstest.EnvoyClient
 }
 
+// convPairs are the pairs the test connects, one per kind of proxy and ADS
+// variant, without their clients; steps name a long-lived client by its
+// index here.
+var convPairs = func() []convPair {
+	var out []convPair
+	for _, p := range convProxies {
+		for _, mode := range []xdstest.Mode{xdstest.SotW, xdstest.Delta} {
+			out = append(out, convPair{name: p.name + " (" + mode.String() + ")", proxy: p, mode: mode})
+		}
+	}
+	return out
+}()
+
 func runConvergence(t *testing.T, seed uint64) {
 	r := rand.New(rand.NewPCG(seed, 0x636f6e76)) // "conv"
 	initial := convSteps(r, convInitialSteps, convDebounce, false)
@@ -142,11 +165,51 @@ func runConvergence(t *testing.T, seed uint64) {
 	for i := range steps {
 		steps[i].checkpoint = i == len(steps)-1 || chance(r, convCheckpointOdds)
 	}
+	steps = convStreamBreaks(rand.New(rand.NewPCG(seed, 0x7374726d)), steps, convDebounce) // "strm"
 	convergeThrough(t, initial, steps, func(step int, problems string) {
 		t.Helper()
 		t.Errorf("seed %d, at the checkpoint after step %d: %s\n\nreplay: %s=%d go test -race -run TestConvergence ./pkg/xds/\n\n%s",
 			seed, step, problems, convergenceSeedsEnv, seed, describeSteps(initial, steps))
 	})
+}
+
+// convStreamBreaks places breaks of the long-lived clients' streams among
+// steps. Its draws are its own, so that a seed keeps the store steps and
+// checkpoints it had before streams broke. Before a step, once in
+// convStreamOdds, a client chosen at random loses its stream, after a
+// pause drawn like any step's, so that it may be in the middle of a push;
+// it opens a new one at once, or after missing up to convMaxMissed store
+// steps, and at the latest right before a checkpoint (which then follows
+// the reconnection). One client at a time is without a stream.
+func convStreamBreaks(r *rand.Rand, steps []convStep, debounce time.Duration) []convStep {
+	streamStep := func(client int, what string, act func(*xdstest.EnvoyClient)) convStep {
+		return convStep{pause: convPause(r, debounce), desc: fmt.Sprintf("the long-lived %s client %s", convPairs[client].name, what),
+			stream: func(long []*convPair) { act(long[client].long) }}
+	}
+	var out []convStep
+	away, missed := -1, 0 // the client without a stream, and the store steps it still misses
+	for _, s := range steps {
+		if away < 0 && chance(r, convStreamOdds) {
+			client := r.IntN(len(convPairs))
+			if missed = r.IntN(convMaxMissed + 1); missed == 0 {
+				out = append(out, streamStep(client, "reconnects", (*xdstest.EnvoyClient).Reconnect))
+			} else {
+				away = client
+				out = append(out, streamStep(client, "loses its stream", (*xdstest.EnvoyClient).Disconnect))
+			}
+		}
+		out = append(out, s)
+		if away < 0 {
+			continue
+		}
+		if missed--; missed == 0 || s.checkpoint {
+			back := streamStep(away, "opens a new stream", (*xdstest.EnvoyClient).Reconnect)
+			back.checkpoint, out[len(out)-1].checkpoint = s.checkpoint, false
+			out = append(out, back)
+			away = -1
+		}
+	}
+	return out
 }
 
 // convergeThrough starts a server on the world that initial makes, connects
@@ -167,10 +230,9 @@ func convergeThrough(t *testing.T, initial, steps []convStep, report func(step i
 		return xdstest.NewEnvoyClient(t, h.conn, p.node(ids), mode)
 	}
 	var pairs []*convPair
-	for _, p := range convProxies {
-		for _, mode := range []xdstest.Mode{xdstest.SotW, xdstest.Delta} {
-			pairs = append(pairs, &convPair{name: p.name + " (" + mode.String() + ")", proxy: p, mode: mode, long: connect(p, mode)})
-		}
+	for _, p := range convPairs {
+		p.long = connect(p.proxy, p.mode)
+		pairs = append(pairs, &p)
 	}
 	// The long-lived clients hold the initial world before the first
 	// step, so that every step is a change they must follow.
@@ -183,10 +245,15 @@ func convergeThrough(t *testing.T, initial, steps []convStep, report func(step i
 		return len(serverBusy(h)) == 0
 	})
 
-	checkpoints := 0
+	checkpoints, streamSteps := 0, 0
 	for i, s := range steps {
 		time.Sleep(s.pause)
-		s.apply(h.store)
+		if s.stream != nil {
+			s.stream(pairs)
+			streamSteps++
+		} else {
+			s.apply(h.store)
+		}
 		if !s.checkpoint {
 			continue
 		}
@@ -211,5 +278,6 @@ func convergeThrough(t *testing.T, initial, steps []convStep, report func(step i
 		sizes = append(sizes, fmt.Sprintf("%s: %d clusters, %d load assignments, %d listeners, %d routes", p.name,
 			len(s.Clusters), len(s.Endpoints), len(s.Listeners), len(s.Routes)))
 	}
-	t.Logf("%d steps, %d checkpoints; converged to\n%s", len(steps), checkpoints, strings.Join(sizes, "\n"))
+	t.Logf("%d steps (%d of them streams closing or opening), %d checkpoints; converged to\n%s",
+		len(steps), streamSteps, checkpoints, strings.Join(sizes, "\n"))
 }

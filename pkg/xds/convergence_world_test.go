@@ -69,11 +69,16 @@ var convEndpointPorts = []struct {
 // the same workload as the long-lived ones.
 var convClientIPs = map[string]string{convApps: "10.0.0.9", convWeb: "10.0.1.9"}
 
-// convStep is one change of the store, and the pause before it.
+// convStep is one change of the store, or a break of a long-lived client's
+// stream, and the pause before it.
 type convStep struct {
 	pause time.Duration
 	desc  string
 	apply func(model.Store)
+	// stream, in a step that changes no object (apply is nil), closes or
+	// reopens the stream of one of the long-lived clients (see
+	// convStreamBreaks).
+	stream func(long []*convPair)
 	// checkpoint: once the step is pushed, the long-lived clients are
 	// compared with fresh ones.
 	checkpoint bool
@@ -128,12 +133,21 @@ func convSteps(r *rand.Rand, n int, debounce time.Duration, pauses bool) []convS
 			}
 			pick -= g.weight
 		}
-		if pauses && r.IntN(2) == 0 {
-			step.pause = time.Duration(r.Int64N(int64(debounce*3/2) + 1))
+		if pauses {
+			step.pause = convPause(r, debounce)
 		}
 		steps = append(steps, step)
 	}
 	return steps
+}
+
+// convPause is half the time no pause, else one of up to a little over the
+// debounce.
+func convPause(r *rand.Rand, debounce time.Duration) time.Duration {
+	if r.IntN(2) == 0 {
+		return time.Duration(r.Int64N(int64(debounce*3/2) + 1))
+	}
+	return 0
 }
 
 func oneOf[T any](r *rand.Rand, from ...T) T { return from[r.IntN(len(from))] }
