@@ -130,6 +130,18 @@ func TestIngressIncrementalBuild(t *testing.T) {
 			wantRetranslated: []string{"web/i3"},
 		},
 		{
+			// The store changes before it announces the change, and a build
+			// for another change reads the store as it is: the index must
+			// follow the services that build reads, announced or not.
+			name: "a backend Service deleted before its change is announced re-translates who named it",
+			change: func() *model.PushRequest {
+				store.DeleteService(model.NamespacedName{Namespace: "web", Name: "later"})
+				store.UpsertService(newService("elsewhere", "y", nil))
+				return pushRequest(key(model.KindService, "elsewhere", "y"))
+			},
+			wantRetranslated: []string{"web/i3"},
+		},
+		{
 			name: "a gateway Service change rebuilds the index without translating",
 			change: func() *model.PushRequest {
 				gw := gatewayService()

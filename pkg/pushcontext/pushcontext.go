@@ -1,6 +1,7 @@
 package pushcontext
 
 import (
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -243,7 +244,7 @@ func Build(store model.Store, opts Options, prev *PushContext, req *model.PushRe
 		pc.build.rebuilt(indexEndpoints)
 	}
 
-	if plan.full || plan.ingress || (plan.services && prev.ingress.readsAnyService(plan.serviceKeys, prev.services, pc.services)) {
+	if plan.full || plan.ingress || (plan.services && prev.ingress.readsAnyService(changedServices(plan, prev, pc, req), prev.services, pc.services)) {
 		var cached *ingressIndex
 		if prev != nil && prev.opts.equal(opts) {
 			cached = prev.ingress
@@ -282,6 +283,20 @@ func Build(store model.Store, opts Options, prev *PushContext, req *model.PushRe
 	pc.sourceProblems = store.SourceProblems()
 	pc.buildDuration = time.Since(pc.buildTime)
 	return pc
+}
+
+// changedServices lists the services a build that re-read the Services
+// finds changed: those req names, and those it does not name yet
+// (UnannouncedServices). An index derived from the services must follow
+// both, or it disagrees with the snapshot's own services until a later
+// build, and the push of that later build, comparing two snapshots
+// without the change, tells nobody.
+func changedServices(plan buildPlan, prev, pc *PushContext, req *model.PushRequest) []model.NamespacedName {
+	names := slices.Clip(plan.serviceKeys)
+	for _, svc := range pc.UnannouncedServices(prev, req) {
+		names = append(names, model.NamespacedName{Namespace: svc.Namespace, Name: svc.Name})
+	}
+	return names
 }
 
 // buildPlan says which indexes a Build must recompute.

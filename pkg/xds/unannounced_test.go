@@ -1,10 +1,12 @@
 package xds
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/meshpilot/meshpilot/internal/xdstest"
 	"github.com/meshpilot/meshpilot/pkg/model"
 )
 
@@ -65,4 +67,52 @@ func TestServiceChangesReadBeforeTheirAnnouncement(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestIngressFollowsServicesReadBeforeTheirAnnouncement: the same for the
+// ingress gateway, whose routes come from an index of its own. The build
+// for the change of private reads the deletion of a, which an Ingress
+// routes to: that build's routes must lose a, since the push of a's own
+// announcement compares two snapshots without a and tells the gateway
+// nothing.
+func TestIngressFollowsServicesReadBeforeTheirAnnouncement(t *testing.T) {
+	h := newHarness(t, harnessConfig{noStoreHandler: true, generators: warmingGenerators(), seed: func(s model.Store) {
+		upsertService(s, "a", nil, nil)
+		setHTTPEndpoints(s, "a", "10.8.0.1")
+		upsertService(s, "private", model.ExportTo{"default"}, nil)
+		upsertGatewayService(s, 8443)
+		s.UpsertIngressClass(&model.IngressClass{Name: "istio", Controller: model.IngressController})
+		upsertIngress(s, "/a")
+	}})
+	clusterA := "outbound|80||" + hostname("a")
+	routesToA := func(s xdstest.Snapshot) bool {
+		for _, rc := range s.Routes {
+			for _, vh := range rc.GetVirtualHosts() {
+				for _, r := range vh.GetRoutes() {
+					if r.GetRoute().GetCluster() == clusterA {
+						return true
+					}
+				}
+			}
+		}
+		return false
+	}
+	gateway := xdstest.NewEnvoyClient(t, h.dial(), gatewayNode(), xdstest.SotW)
+	gateway.RequireWarm(waitLimit, func(s xdstest.Snapshot) error {
+		if !routesToA(s) {
+			return fmt.Errorf("no route to %s yet", clusterA)
+		}
+		return nil
+	})
+
+	h.store.DeleteService(serviceKey("a"))
+	upsertService(h.store, "private", model.ExportTo{"default"}, map[string]string{"tier": "gold"})
+	h.pushNow(model.NewPushRequest(model.ConfigKey{Kind: model.KindService, Namespace: "default", Name: "private"}, time.Now()))
+	h.pushNow(model.NewPushRequest(model.ConfigKey{Kind: model.KindService, Namespace: "default", Name: "a"}, time.Now()))
+	gateway.RequireWarm(waitLimit, func(s xdstest.Snapshot) error {
+		if routesToA(s) {
+			return fmt.Errorf("the gateway still routes to %s", clusterA)
+		}
+		return nil
+	})
 }
