@@ -176,10 +176,12 @@ func (c *EnvoyClient) receive(s *adsStream) {
 // client keeps serving what it holds: "the last known configuration
 // received by Envoy will persist until the connection is reestablished"
 // ("TTL", https://www.envoyproxy.io/docs/envoy/latest/api-docs/xds_protocol).
-// Warming goes on (an initial_fetch_timeout still expires), and requests
-// due meanwhile are dropped: the next stream starts with the whole
-// subscription anyway ("No stream available ... the reconnect will enqueue
-// a new one", GrpcMuxImpl::queueDiscoveryRequest, grpc_mux_impl.cc).
+// Warming goes on, and an initial_fetch_timeout still expires: a broken
+// stream is no failed update to Envoy's subscriptions, which only count it
+// (GrpcSubscriptionImpl::onConfigUpdateFailed, ConnectionFailure,
+// grpc_subscription_impl.cc). Requests due meanwhile are dropped, as the
+// next stream starts with the whole subscription anyway
+// (GrpcMuxImpl::queueDiscoveryRequest, grpc_mux_impl.cc).
 func (c *EnvoyClient) Disconnect() {
 	c.lifecycle.Lock()
 	defer c.lifecycle.Unlock()
