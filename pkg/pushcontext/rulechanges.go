@@ -39,10 +39,11 @@ type ruleChangesMemo struct {
 // changes touch, comparing prev (the snapshot the request's changes were
 // applied to) with this one. Every host that a changed rule was for, in
 // either snapshot, is listed (a wildcard rule lists every service host it
-// matches), and so is every host of a rule the snapshots differ in that
-// req does not name (unannouncedRules), with whether its subsets, tunnel
-// or locality settings changed for some proxy; a changed service's
-// hostname counts as all-changed.
+// matches, and every host it matches that a VirtualService routes to), and
+// so is every host of a rule the snapshots differ in that req does not
+// name (unannouncedRules), with whether its subsets, tunnel or locality
+// settings changed for some proxy; a changed service's hostname counts as
+// all-changed.
 // Without prev or without listed changes (a forced push), every host is
 // all-changed. The result is shared: never mutate it.
 func (pc *PushContext) RuleChanges(prev *PushContext, req *model.PushRequest) map[string]RuleChange {
@@ -112,6 +113,15 @@ func (pc *PushContext) computeRuleChanges(prev *PushContext, req *model.PushRequ
 			for _, svc := range s.services.all {
 				if strings.HasSuffix(svc.Hostname, suffix) {
 					hosts[svc.Hostname] = struct{}{}
+				}
+			}
+			// Routes read the rule of every host they lead to (its
+			// consistent hash), a Service's or not.
+			for _, vs := range s.virtualServices.all {
+				for host := range vs.DestinationHosts() {
+					if strings.HasSuffix(host, suffix) {
+						hosts[host] = struct{}{}
+					}
 				}
 			}
 		}

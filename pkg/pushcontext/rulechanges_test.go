@@ -183,6 +183,22 @@ func TestRuleChanges(t *testing.T) {
 			want: map[string]RuleChange{reviews: none, ratings: none, details: {SubsetsChanged: true}},
 		},
 		{
+			// Routes read a destination's rule (its consistent hash) whether
+			// or not a Service has the host.
+			name: "a wildcard rule touches the hosts routes lead to that no service has",
+			seed: func(s model.Store) {
+				s.UpsertConfig(vsConfig("bookinfo", "to-gone", 0, &networking.VirtualService{Hosts: []string{"details"},
+					Http: []*networking.HTTPRoute{{Route: []*networking.HTTPRouteDestination{{Destination: &networking.Destination{Host: "gone"}}}}}}))
+			},
+			change: func(s model.Store) *model.PushRequest {
+				s.UpsertConfig(ruleConfig("istio-system", "mesh", 9, &networking.DestinationRule{Host: "*.bookinfo.svc.cluster.local",
+					Subsets: []*networking.Subset{subset("canary", map[string]string{"track": "canary"})}}))
+				return pushRequest(drKey("istio-system", "mesh"))
+			},
+			want: map[string]RuleChange{reviews: none, ratings: none, details: {SubsetsChanged: true},
+				hostname("bookinfo", "gone"): {SubsetsChanged: true}},
+		},
+		{
 			name: "narrowing exportTo changes what other namespaces see",
 			change: func(s model.Store) *model.PushRequest {
 				s.UpsertConfig(ruleConfig("bookinfo", "reviews", 0, &networking.DestinationRule{Host: "reviews", Subsets: twoSubsets(), ExportTo: []string{"."}}))

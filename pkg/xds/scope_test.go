@@ -526,6 +526,29 @@ func TestPushScopes(t *testing.T) {
 			mine: []string{"cds", "rds"},
 		},
 		{
+			// A route may lead to a host that no Service has, and its
+			// hash policy comes from the rules for that host all the same;
+			// here only a wildcard rule matches it, which proxies outside
+			// its namespace do not use for a host without a Service.
+			name: "a wildcard rule's consistent hash, for a host routed to that no service has",
+			seed: func(s model.Store) {
+				s.UpsertConfig(&model.Config{
+					Kind: model.KindVirtualService, Namespace: "default", Name: "to-gone",
+					Spec: &networking.VirtualService{Hosts: []string{"a"}, Http: []*networking.HTTPRoute{{
+						Route: []*networking.HTTPRouteDestination{{Destination: &networking.Destination{Host: "gone.elsewhere.svc." + domain}}},
+					}}},
+				})
+			},
+			change: func(s model.Store) []model.ConfigKey {
+				upsertRule(s, "elsewhere", "*.elsewhere.svc."+domain, &networking.DestinationRule{TrafficPolicy: &networking.TrafficPolicy{
+					LoadBalancer: &networking.LoadBalancerSettings{LbPolicy: &networking.LoadBalancerSettings_ConsistentHash{
+						ConsistentHash: &networking.LoadBalancerSettings_ConsistentHashLB{
+							HashKey: &networking.LoadBalancerSettings_ConsistentHashLB_HttpHeaderName{HttpHeaderName: "x-user"}}}}}})
+				return []model.ConfigKey{ruleKey("elsewhere")}
+			},
+			mine: []string{"rds"},
+		},
+		{
 			name: "rule deleted",
 			seed: withPrivateRule,
 			change: func(s model.Store) []model.ConfigKey {
