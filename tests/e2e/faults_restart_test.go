@@ -189,8 +189,10 @@ func hasClusters(s xdstest.Snapshot) error {
 // their cached config. A new process on the same address must give every
 // one of them the full config again, identical to what the dead one served:
 // the grpc-go client (reconnecting by itself) and the Envoy-semantics client
-// in both ADS variants (a new stream on the same channel, as Envoy opens
-// one).
+// in both ADS variants, which reconnect as Envoy does: a new stream on the
+// same channel, from a client that keeps what it holds and says so (its
+// versions, and in delta initial_resource_versions) to a server that knows
+// nothing of it.
 func TestControlPlaneSurvivesSIGKILL(t *testing.T) {
 	dir := faultMesh(t)
 	bin := pilotbin.Path(t)
@@ -239,7 +241,13 @@ func TestControlPlaneSurvivesSIGKILL(t *testing.T) {
 
 	second := startPilotBinary(t, bin, xdsAddr, httpAddr, dir)
 	for mode, node := range nodes {
-		c := xdstest.NewEnvoyClient(t, conn, node, mode)
+		c := envoys[mode]
+		c.Reconnect()
+		// What it holds already satisfies RequireWarm: wait for the new
+		// process to have answered every type.
+		waitFor(t, 60*time.Second, mode.String()+" client to reconnect and ACK every type", func() error {
+			return allAcked(t, second.cp, node.GetId(), 1, len(servedBefore[node.GetId()]))
+		})
 		c.RequireWarm(warmBound, hasClusters)
 		if diff := cmp.Diff(before[mode], c.Active(), protocmp.Transform()); diff != "" {
 			t.Errorf("%s: config after the restart differs from before (-before +after):\n%s", mode, diff)
