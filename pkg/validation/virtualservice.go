@@ -135,6 +135,12 @@ func (p *problems) gatewayNames(path string, gateways []string) {
 			for _, msg := range ValidateHost(g) {
 				p.add(gPath, "%s", msg)
 			}
+			// ValidateHost lets an address through, as hosts may be
+			// one; a gateway is a name, and istiod refuses one whose last
+			// label is all digits, an IPv4 address among them.
+			if isIP(g) {
+				p.add(gPath, "%q: a gateway is named, not an IP address", g)
+			}
 			continue
 		}
 		if ns == "" || name == "" {

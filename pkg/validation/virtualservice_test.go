@@ -159,13 +159,15 @@ http: [{route: [{destination: {host: a}}]}]`,
 			name: "gateway names",
 			spec: `
 hosts: [a]
-gateways: [mesh, ns/gw, gw.ns.svc.cluster.local, /gw, "ns/Bad_Gw", "a b", "*.ns"]
+gateways: [mesh, ns/gw, gw.ns.svc.cluster.local, /gw, "ns/Bad_Gw", "a b", "*.ns", 10.0.0.1, gw.10]
 http: [{route: [{destination: {host: a}}]}]`,
 			want: []string{
 				`spec.gateways[3]: namespace and name of "/gw" must both be set`,
 				`spec.gateways[4]: name "Bad_Gw"`,
 				`spec.gateways[5]: label "a b"`,
 				`spec.gateways[6]: "*.ns": a gateway is named, not matched by a wildcard`,
+				`spec.gateways[7]: "10.0.0.1": a gateway is named, not an IP address`,
+				`spec.gateways[8]: the last label "10" is all digits`,
 			},
 		},
 		{
