@@ -10,6 +10,7 @@ import (
 	typev1beta1 "istio.io/api/type/v1beta1"
 
 	"github.com/meshpilot/meshpilot/pkg/model"
+	"github.com/meshpilot/meshpilot/pkg/pushcontext"
 )
 
 // The convergence test's Istio configuration steps: DestinationRules,
@@ -52,6 +53,14 @@ func convRuleStep(r *rand.Rand) convStep {
 		TrafficPolicy: convTrafficPolicy(r),
 		ExportTo:      oneOf(r, nil, []string{"."}, []string{convApps}, []string{"*"}),
 	}
+	if chance(r, 4) {
+		// Only for the proxies of the rule's namespace it selects, which
+		// alone among sidecars take its credentialName; so it may not be
+		// exported beyond the namespace.
+		dr.WorkloadSelector = &typev1beta1.WorkloadSelector{MatchLabels: oneOf(r,
+			map[string]string{"app": "client"}, map[string]string{"istio": "ingressgateway"})}
+		dr.ExportTo = oneOf(r, nil, []string{"."})
+	}
 	for _, name := range oneOf(r, nil, []string{"v1"}, []string{"v1", "v2"}) {
 		subset := &networking.Subset{Name: name, Labels: map[string]string{"version": name}}
 		if chance(r, 3) {
@@ -83,7 +92,16 @@ func convTrafficPolicy(r *rand.Rand) *networking.TrafficPolicy {
 	}
 	if chance(r, 3) {
 		tp.Tls = &networking.ClientTLSSettings{Mode: oneOf(r, networking.ClientTLSSettings_ISTIO_MUTUAL,
-			networking.ClientTLSSettings_DISABLE, networking.ClientTLSSettings_SIMPLE)}
+			networking.ClientTLSSettings_DISABLE, networking.ClientTLSSettings_SIMPLE, networking.ClientTLSSettings_MUTUAL,
+			networking.ClientTLSSettings_MUTUAL)}
+		// MUTUAL needs a certificate: from the credential, as no file
+		// paths are given. SIMPLE may take its CA from it.
+		switch tp.Tls.Mode {
+		case networking.ClientTLSSettings_MUTUAL:
+			tp.Tls.CredentialName = oneOf(r, convCredential, pushcontext.CredentialPrefix+convCredential)
+		case networking.ClientTLSSettings_SIMPLE:
+			tp.Tls.CredentialName = oneOf(r, "", convCredential, convCredential)
+		}
 	}
 	if chance(r, 4) {
 		tp.OutlierDetection = &networking.OutlierDetection{Consecutive_5XxErrors: wrapperspb.UInt32(oneOf(r, uint32(3), 5))}

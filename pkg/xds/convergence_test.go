@@ -108,16 +108,18 @@ func parseSeedRange(spec string) ([]uint64, error) {
 	return seeds, nil
 }
 
-// convProxy is a kind of proxy the test connects, long-lived and fresh.
+// convProxy is a kind of proxy the test connects, long-lived and fresh,
+// and the identity ("namespace/service-account") its clients prove.
 type convProxy struct {
-	name string
-	node func(id int) *corev3.Node
+	name     string
+	identity string
+	node     func(id int) *corev3.Node
 }
 
 var convProxies = []convProxy{
-	{"sidecar in apps", func(id int) *corev3.Node { return convSidecarNode(convApps, id) }},
-	{"sidecar in web", func(id int) *corev3.Node { return convSidecarNode(convWeb, id) }},
-	{"ingress gateway", func(id int) *corev3.Node {
+	{"sidecar in apps", convApps + "/client", func(id int) *corev3.Node { return convSidecarNode(convApps, id) }},
+	{"sidecar in web", convWeb + "/client", func(id int) *corev3.Node { return convSidecarNode(convWeb, id) }},
+	{"ingress gateway", convRoot + "/istio-ingressgateway", func(id int) *corev3.Node {
 		node := gatewayNode()
 		node.Id = fmt.Sprintf("router~10.0.2.%d~gateway-%d.istio-system~istio-system.svc.cluster.local", id, id)
 		return node
@@ -218,16 +220,17 @@ func convStreamBreaks(r *rand.Rand, steps []convStep, debounce time.Duration) []
 // of the step after which it was found.
 func convergeThrough(t *testing.T, initial, steps []convStep, report func(step int, problems string)) {
 	t.Helper()
-	h := newHarness(t, harnessConfig{debounceAfter: convDebounce, generators: warmingGenerators(), seed: func(st model.Store) {
-		convBaseWorld(st)
-		for _, s := range initial {
-			s.apply(st)
-		}
-	}})
+	h := newHarness(t, harnessConfig{debounceAfter: convDebounce, generators: warmingGenerators(), authenticate: convAuthenticate,
+		seed: func(st model.Store) {
+			convBaseWorld(st)
+			for _, s := range initial {
+				s.apply(st)
+			}
+		}})
 	ids := 0
 	connect := func(p convProxy, mode xdstest.Mode) *xdstest.EnvoyClient {
 		ids++
-		return xdstest.NewEnvoyClient(t, h.conn, p.node(ids), mode)
+		return xdstest.NewEnvoyClient(t, provingConn{h.conn, p.identity}, p.node(ids), mode)
 	}
 	var pairs []*convPair
 	for _, p := range convPairs {
@@ -275,8 +278,8 @@ func convergeThrough(t *testing.T, initial, steps []convStep, report func(step i
 	var sizes []string
 	for _, p := range pairs {
 		s := p.long.Active()
-		sizes = append(sizes, fmt.Sprintf("%s: %d clusters, %d load assignments, %d listeners, %d routes", p.name,
-			len(s.Clusters), len(s.Endpoints), len(s.Listeners), len(s.Routes)))
+		sizes = append(sizes, fmt.Sprintf("%s: %d clusters, %d load assignments, %d listeners, %d routes, %d secrets", p.name,
+			len(s.Clusters), len(s.Endpoints), len(s.Listeners), len(s.Routes), len(s.Secrets)))
 	}
 	t.Logf("%d steps (%d of them streams closing or opening), %d checkpoints; converged to\n%s",
 		len(steps), streamSteps, checkpoints, strings.Join(sizes, "\n"))

@@ -110,6 +110,7 @@ var convGenerators = []struct {
 	{4, convNamespaceStep},
 	{3, convWorkloadStep},
 	{5, convIngressStep},
+	{4, convSecretStep},
 	{1, convGatewayServiceStep},
 }
 
@@ -262,11 +263,20 @@ func convIngressStep(r *rand.Rand) convStep {
 		}
 		rules = append(rules, rule)
 	}
-	desc := fmt.Sprintf("Ingress %s rules=%+v", key, rules)
+	var tls []model.IngressTLS
+	if chance(r, 2) {
+		// Secret "missing" never exists: the entry is dropped.
+		entry := model.IngressTLS{SecretName: oneOf(r, convIngressSecret, convIngressSecret, "missing")}
+		if chance(r, 2) {
+			entry.Hosts = []string{oneOf(r, "a.example.com", "b.example.com")}
+		}
+		tls = append(tls, entry)
+	}
+	desc := fmt.Sprintf("Ingress %s rules=%+v tls=%+v", key, rules, tls)
 	ing := &model.Ingress{Name: key.Name, Namespace: key.Namespace, ClassName: "istio", CreationTime: ruleCreated,
 		// The translation is cached by revision, which the API server
 		// changes with every write.
-		Revision: desc, Rules: rules}
+		Revision: desc, Rules: rules, TLS: tls}
 	return convStep{desc: desc, apply: func(st model.Store) { st.UpsertIngress(ing) }}
 }
 
@@ -285,9 +295,13 @@ func convGatewayServiceStep(r *rand.Rand) convStep {
 var convSentinel = convService{"convergence-sentinel", "sentinel", 9}
 
 // convBaseWorld is what every seed starts from before its random steps:
-// the gateway's Service and IngressClass, and the sentinel.
+// the gateway's Service and IngressClass, the credential Secrets, and the
+// sentinel.
 func convBaseWorld(st model.Store) {
 	upsertGatewayService(st, 8443)
+	for _, ns := range convCredentialNamespaces {
+		st.UpsertSecret(convCredentialSecret(ns, 0))
+	}
 	st.UpsertIngressClass(&model.IngressClass{Name: "istio", Controller: model.IngressController})
 	st.UpsertService(&model.Service{Name: convSentinel.name, Namespace: convSentinel.ns, Hostname: convSentinel.host(),
 		ClusterIPs: []string{"10.96.0.9"}, Ports: convPortSets[0], ExportTo: model.ExportTo{convSentinel.ns},

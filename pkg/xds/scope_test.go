@@ -812,24 +812,32 @@ type scopePEM struct{ cert, key []byte }
 
 func scopeTestPEM(t *testing.T, host string) scopePEM {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	p, err := newScopePEM(host)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return p
+}
+
+func newScopePEM(host string) (scopePEM, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return scopePEM{}, err
 	}
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), DNSNames: []string{host},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
-		t.Fatal(err)
+		return scopePEM{}, err
 	}
 	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
-		t.Fatal(err)
+		return scopePEM{}, err
 	}
 	return scopePEM{
 		cert: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
 		key:  pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}),
-	}
+	}, nil
 }
 
 func upsertTLSSecret(s model.Store, name string, p scopePEM) {
