@@ -13,9 +13,9 @@
 //   - Reloading the root (keeper.go). A Keeper holds the Authority in use
 //     and watches both Secrets (namespace-scoped informers, by name): new
 //     valid key material replaces it without a restart and its subscribers
-//     are told; material not valid yet replaces it at its NotBefore;
-//     invalid material is refused, logged and counted, and the working
-//     Authority stays.
+//     are told; material not valid yet replaces it a minute after its
+//     NotBefore; invalid material is refused, logged and counted, and the
+//     working Authority stays.
 //   - Signing (sign.go). Authority.Sign turns a CSR into a leaf for exactly
 //     one SPIFFE identity, refusing malformed, oversized, unsigned or
 //     weak-keyed CSRs, CSRs that name another identity, and lifetimes above

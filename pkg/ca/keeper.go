@@ -35,9 +35,11 @@ import (
 //
 // Nor does key material that is not valid yet (a renewed intermediate
 // added beside the old one ahead of time, a new CA that starts later):
-// every peer would refuse a leaf whose chain holds it. The Keeper signs
-// with what it has until the new material's NotBefore, then reads the
-// Secrets again and takes it, without waiting for another change to them.
+// every peer would refuse a leaf whose chain holds it. That is no error:
+// the Keeper signs with what it has until the new material has been valid
+// for settleTime (a minute, so that peers whose clocks lag a little accept
+// it too), then reads the Secrets again and takes it, without waiting for
+// another change to them.
 type Keeper struct {
 	kube    kubernetes.Interface
 	opts    Options
@@ -189,21 +191,23 @@ func (k *Keeper) Watch(ctx context.Context) error {
 // it exists, else istio-ca-secret. It never creates a root: a running CA
 // whose Secrets both vanished keeps the root it has.
 //
-// It returns the moment the same Secrets may give another result: the
-// first NotBefore still to come of the certificates of the one read (zero
-// when none), for Watch to call it again then. becameValid is that moment
-// when it is why reload runs, and zero after a change of the Secrets.
+// It returns the moment the same Secrets may give another result: when
+// the next certificate of the one read settles (settledAuthority; zero
+// when all have), for Watch to call it again then. becameValid is that
+// moment when it is why reload runs, and zero after a change of the
+// Secrets.
 func (k *Keeper) reload(plugged, selfSigned corelisters.SecretNamespaceLister, becameValid time.Time) (readAgainAt time.Time) {
-	now := k.clock.Now()
 	s, err := k.secretInUse(plugged, selfSigned)
 	var next *Authority
 	if err == nil {
-		readAgainAt = nextNotBefore(s, now)
-		next, err = authorityFromSecret(k.opts, s, now)
+		next, readAgainAt, err = settledAuthority(k.opts, s, k.clock.Now())
 	}
 	cur := k.Current()
 	// Each outcome is logged before it is counted: whoever sees the
 	// counter move (an alert, a test) finds the reason already logged.
+	if err != nil && k.heldBack(s, readAgainAt, cur) {
+		return readAgainAt
+	}
 	if err != nil {
 		attrs := []any{"error", err, "inUse", string(cur.Source()), "signer", cur.cert.Subject.String()}
 		if !readAgainAt.IsZero() {
@@ -226,12 +230,37 @@ func (k *Keeper) reload(plugged, selfSigned corelisters.SecretNamespaceLister, b
 		"signer", next.cert.Subject.String(), "rootChanged", !next.rootPool.Equal(cur.rootPool),
 		"rootExpiry", next.RootExpiry(), "certChainExpiry", next.CertChainExpiry()}
 	if !becameValid.IsZero() {
-		msg, attrs = "the CA switched to key material of its Secret that has become valid", append(attrs, "validSince", becameValid)
+		msg, attrs = "the CA switched to key material of its Secret that has settled", append(attrs, "settledAt", becameValid)
 	}
 	k.log.Info(msg, attrs...)
 	k.metrics.RootReloads.WithLabelValues("ok").Inc()
 	k.install(next)
 	return readAgainAt
+}
+
+// heldBack reports whether s, not usable now, is only early: usable once
+// every certificate of it has settled (settledAuthority). Such material is
+// no error, and is said once in the log, with when the CA switches to it;
+// not at all when it is what the CA signs with already (a start with
+// nothing else to sign with took it early).
+func (k *Keeper) heldBack(s *corev1.Secret, settleAt time.Time, cur *Authority) bool {
+	if settleAt.IsZero() {
+		return false
+	}
+	last := settleAt
+	for next := settleAt; !next.IsZero(); next = nextSettling(s, last) {
+		last = next
+	}
+	later, _, err := settledAuthority(k.opts, s, last)
+	if err != nil {
+		return false
+	}
+	if !later.sameKeyMaterial(cur) {
+		k.log.Info("the CA holds back new key material of its Secret until it has been valid for a while",
+			"source", string(later.Source()), "signer", later.cert.Subject.String(), "switchAt", settleAt, "settleTime", settleTime)
+		k.metrics.RootReloads.WithLabelValues("held_back").Inc()
+	}
+	return true
 }
 
 // secretInUse is the Secret LoadOrCreate would take: cacerts when it

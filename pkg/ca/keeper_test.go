@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
@@ -118,9 +119,12 @@ func serials(certs []*x509.Certificate) []string {
 // ahead of time, a new CA whose signing certificate starts later) is not
 // used while it is not: peers would refuse every leaf signed with it. The
 // CA keeps signing with what it has, and takes the new material as soon as
-// it becomes valid, without waiting for another change of the Secrets.
-// The Keeper's clock is a fake one, set back two hours: the new material
-// becomes valid for it an hour later, and is valid already for Sign.
+// has been valid for settleTime (peers whose clocks lag would refuse it
+// before), without waiting for another change of the Secrets. Held-back
+// material is no error: it is logged as held back, with the time of the
+// switch, and counted apart. The Keeper's clock is a fake one, set back
+// two hours: the new material becomes valid for it an hour later, and is
+// valid already for Sign.
 func TestKeeperTakesHeldBackMaterialWhenValid(t *testing.T) {
 	const ns = "istio-system"
 	now := time.Now()
@@ -149,7 +153,8 @@ func TestKeeperTakesHeldBackMaterialWhenValid(t *testing.T) {
 			"serial=" + renewedInter.SerialNumber.Text(16),
 			[]*x509.Certificate{r.signer, r.signer, oldInter}, []*x509.Certificate{r.signer, r.signer, renewedInter}},
 		{"a new CA whose signing certificate starts later", pluggedData(first), pluggedData(second),
-			`plugged intermediate 1\" is not valid before`,
+			`msg="the CA holds back new key material of its Secret until it has been valid for a while" source=cacerts signer="CN=plugged intermediate 1" switchAt=` +
+				second.inter.NotBefore.Add(settleTime).Format("2006-01-02T15:04:05.000Z07:00"),
 			[]*x509.Certificate{first.inter, first.inter}, []*x509.Certificate{second.inter, second.inter}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -201,7 +206,7 @@ func TestKeeperTakesHeldBackMaterialWhenValid(t *testing.T) {
 			}
 
 			eventually(t, "the CA to take the new material once valid", func() error {
-				clock.SetTime(validFrom) // again at each try: it wakes a timer set since the last
+				clock.SetTime(validFrom.Add(settleTime)) // again at each try: it wakes a timer set since the last
 				return signsWith(tc.after)
 			})
 			select {
@@ -211,6 +216,9 @@ func TestKeeperTakesHeldBackMaterialWhenValid(t *testing.T) {
 			}
 			if n := strings.Count(logs.String(), `msg="the CA switched to`); n != 1 {
 				t.Errorf("the switch logged %d times, want once", n)
+			}
+			if n := testutil.ToFloat64(k.metrics.RootReloads.WithLabelValues("error")); n != 0 {
+				t.Errorf("%v reloads counted as errors, want none: the material was only early", n)
 			}
 			if _, err := k.Current().Sign(csrFor(t, ecKey(t, elliptic.P256()), nil), testID, time.Hour); err != nil {
 				t.Errorf("Sign with the new material: %v", err)

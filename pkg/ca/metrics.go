@@ -34,7 +34,8 @@ type Metrics struct {
 	CertChainExpiry prometheus.Gauge
 	// RootReloads counts attempts to take new key material from the CA
 	// Secrets, by result: ok (replaced), error (refused; the old root
-	// stays). istiod has no such counter, so it has our prefix.
+	// stays), held_back (valid later; taken then). istiod has no such
+	// counter, so it has our prefix.
 	RootReloads *prometheus.CounterVec
 	// ServingCertExpiry is the NotAfter of each listener's serving
 	// certificate (listener: xds-tls, webhook), in Unix seconds.
@@ -90,7 +91,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		RootReloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meshpilot_ca_root_reloads_total",
-			Help: "Attempts to load new key material from the CA Secrets, by result (ok, error).",
+			Help: "Attempts to load new key material from the CA Secrets, by result (ok, error, held_back).",
 		}, []string{"result"}),
 		ServingCertExpiry: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "meshpilot_serving_cert_expiry_timestamp_seconds",

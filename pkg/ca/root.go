@@ -328,7 +328,7 @@ func LoadOrCreate(ctx context.Context, kube kubernetes.Interface, opts Options) 
 	plugged, err := secrets.Get(ctx, PluggedSecretName, metav1.GetOptions{})
 	switch {
 	case err == nil:
-		a, err := authorityFromSecret(opts, plugged, time.Now())
+		a, err := startingAuthority(opts, plugged, time.Now())
 		if err != nil {
 			return nil, err
 		}
@@ -382,7 +382,7 @@ func loadSelfSigned(ctx context.Context, kube kubernetes.Interface, opts Options
 		}
 		return nil, fmt.Errorf("get Secret %s/%s: %w", opts.Namespace, SelfSignedSecretName, err)
 	}
-	a, err := authorityFromSecret(opts, s, time.Now())
+	a, err := startingAuthority(opts, s, time.Now())
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // ErrCANotValid is why Sign (an ErrCertGen) and ServingCertificate refuse
@@ -67,4 +69,49 @@ func firstExpiry(certs []*x509.Certificate) time.Time {
 		}
 	}
 	return t
+}
+
+// settleTime is how long a certificate of the CA Secrets must have been
+// valid before the CA signs with it. A leaf begins no earlier than its
+// chain, so a chain that began a moment ago is refused by every peer whose
+// clock lags behind the CA's: the margin is the one the CA backdates what
+// it issues by.
+const settleTime = clockSkew
+
+// settledAuthority is what s holds once its certificates have been valid
+// for settleTime: s is read as of settleTime before now, so that a
+// certificate that began since is held back as if it were not valid yet,
+// and what is kept must not have expired by now. settleAt is when the
+// next certificate of s settles (zero when all have).
+func settledAuthority(opts Options, s *corev1.Secret, now time.Time) (a *Authority, settleAt time.Time, err error) {
+	settleAt = nextSettling(s, now)
+	if a, err = authorityFromSecret(opts, s, now.Add(-settleTime)); err != nil {
+		return nil, settleAt, err
+	}
+	for _, c := range a.signingPath() {
+		if now.After(c.NotAfter) {
+			return nil, settleAt, fmt.Errorf("CA Secret %s/%s: %q expired at %s", s.Namespace, s.Name, c.Subject.String(), c.NotAfter.Format(time.RFC3339))
+		}
+	}
+	return a, settleAt, nil
+}
+
+// nextSettling is when the first certificate of s that has not settled by
+// now settles; zero when all have.
+func nextSettling(s *corev1.Secret, now time.Time) time.Time {
+	next := nextNotBefore(s, now.Add(-settleTime))
+	if next.IsZero() {
+		return next
+	}
+	return next.Add(settleTime)
+}
+
+// startingAuthority is what a starting CA signs with from s: its settled
+// material, or, when that is not usable (a CA plugged in a moment ago),
+// what is valid now, since a CA with nothing to sign with serves no one.
+func startingAuthority(opts Options, s *corev1.Secret, now time.Time) (*Authority, error) {
+	if a, _, err := settledAuthority(opts, s, now); err == nil {
+		return a, nil
+	}
+	return authorityFromSecret(opts, s, now)
 }

@@ -3,7 +3,9 @@ package ca
 import (
 	"context"
 	"crypto/elliptic"
+	"crypto/x509"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +14,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	pb "istio.io/api/security/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // A CA loaded while valid, whose signer, intermediate or root has expired
@@ -146,4 +150,75 @@ func (p proven) Authenticate(context.Context) (*Caller, error) {
 	c := Caller(p)
 	c.Method = "test"
 	return &c, nil
+}
+
+// TestSettledAuthority: a running CA signs with a certificate of its
+// Secret only once it has been valid for settleTime, so that peers whose
+// clocks lag behind accept the chain too. Until then the certificate is
+// held back as if it were not valid yet, and settleAt says when that ends;
+// what is kept must not have expired by now. A starting CA with nothing
+// settled to sign with takes what is valid now.
+func TestSettledAuthority(t *testing.T) {
+	now := time.Now().Truncate(time.Second)
+	long := validity{now.Add(-3 * time.Hour), now.Add(365 * 24 * time.Hour)}
+	began := now.Add(-settleTime / 2) // of the newest certificate: not settled yet
+	recent := validity{began, long.notAfter}
+
+	r := newInterRenewalValid(t, long)
+	oldInter, renewedInter := r.issue(validity{long.notBefore, now.Add(30 * 24 * time.Hour)}), r.issue(recent)
+	renewal := map[string][]byte{CACertKey: encodeCertificate(r.signer), CAKeyKey: r.signerKey,
+		CertChainKey: encodeCertificates([]*x509.Certificate{r.signer, oldInter, renewedInter, r.root}), RootCertKey: encodeCertificate(r.root)}
+	settled, expiredInter := newCAChain(t, long, long), newCAChain(t, long, validity{long.notBefore, now.Add(-settleTime / 2)})
+	secret := func(data map[string][]byte) *corev1.Secret {
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "istio-system", Name: PluggedSecretName}, Data: data}
+	}
+
+	for _, tc := range []struct {
+		name string
+		data map[string][]byte
+		// The signing certificate and chain the CA settles on, or the
+		// error that refuses the material; and when more of it settles.
+		want     []*x509.Certificate
+		wantErr  string
+		settleAt time.Time
+	}{
+		{name: "valid for long", data: pluggedData(settled), want: []*x509.Certificate{settled.inter, settled.inter}},
+		{name: "an intermediate renewed a moment ago, beside the old one", data: renewal,
+			want: []*x509.Certificate{r.signer, r.signer, oldInter}, settleAt: began.Add(settleTime)},
+		{name: "a signing certificate that began a moment ago", data: pluggedData(newCAChain(t, long, recent)),
+			wantErr: "is not valid before", settleAt: began.Add(settleTime)},
+		{name: "an intermediate that expired a moment ago", data: pluggedData(expiredInter),
+			wantErr: `"CN=plugged intermediate 1" expired at`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := secret(tc.data)
+			a, settleAt, err := settledAuthority(Options{}.withDefaults(), s, now)
+			if !settleAt.Equal(tc.settleAt) {
+				t.Errorf("settles at %v, want %v", settleAt, tc.settleAt)
+			}
+			switch {
+			case tc.wantErr != "":
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want one saying %q", err, tc.wantErr)
+				}
+			case err != nil:
+				t.Fatal(err)
+			default:
+				if got := append([]*x509.Certificate{a.cert}, a.chain...); !slices.EqualFunc(got, tc.want, (*x509.Certificate).Equal) {
+					t.Errorf("signs with %v, want %v", serials(got), serials(tc.want))
+				}
+			}
+		})
+	}
+
+	t.Run("a starting CA takes what began a moment ago", func(t *testing.T) {
+		ca := newCAChain(t, long, recent)
+		a, err := startingAuthority(Options{}.withDefaults(), secret(pluggedData(ca)), now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !a.cert.Equal(ca.inter) {
+			t.Errorf("signs with %s, want the new signing certificate", a.cert.Subject)
+		}
+	})
 }
