@@ -58,6 +58,9 @@ type Keeper struct {
 	// not: its ignored certificates have been named, and are not named
 	// again while the Secrets hold the same files.
 	lastRead atomic.Pointer[Authority]
+	// lastHeldBack is the material last held back as early: it is logged
+	// and counted once, not at every event of the Secrets.
+	lastHeldBack atomic.Pointer[Authority]
 
 	mu          sync.Mutex
 	subscribers []chan struct{}
@@ -255,7 +258,7 @@ func (k *Keeper) heldBack(s *corev1.Secret, settleAt time.Time, cur *Authority) 
 	if err != nil {
 		return false
 	}
-	if !later.sameKeyMaterial(cur) {
+	if !later.sameKeyMaterial(cur) && !later.sameFiles(k.lastHeldBack.Swap(later)) {
 		k.log.Info("the CA holds back new key material of its Secret until it has been valid for a while",
 			"source", string(later.Source()), "signer", later.cert.Subject.String(), "switchAt", settleAt, "settleTime", settleTime)
 		k.metrics.RootReloads.WithLabelValues("held_back").Inc()

@@ -220,6 +220,10 @@ func TestKeeperTakesHeldBackMaterialWhenValid(t *testing.T) {
 			if n := testutil.ToFloat64(k.metrics.RootReloads.WithLabelValues("error")); n != 0 {
 				t.Errorf("%v reloads counted as errors, want none: the material was only early", n)
 			}
+			held := strings.Count(logs.String(), `msg="the CA holds back`)
+			if n := testutil.ToFloat64(k.metrics.RootReloads.WithLabelValues("held_back")); held > 1 || float64(held) != n {
+				t.Errorf("held back material logged %d times and counted %v times, want at most once, and as often as logged", held, n)
+			}
 			if _, err := k.Current().Sign(csrFor(t, ecKey(t, elliptic.P256()), nil), testID, time.Hour); err != nil {
 				t.Errorf("Sign with the new material: %v", err)
 			}
