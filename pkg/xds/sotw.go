@@ -64,6 +64,18 @@ func (c *sotwStream) handle(req *discoveryv3.DiscoveryRequest) error {
 		return c.respondAndWarm(w)
 	}
 	if nonce != w.sentNonce {
+		// The request crossed a response, which the client answers next
+		// with its whole subscription: it is not answered, and names it
+		// adds wait for that. Names it only drops are dropped now: Envoy,
+		// once it watches nothing of a type, takes an empty response of it
+		// in silence (GrpcMuxImpl::onDiscoveryResponse, grpc_mux_impl.cc),
+		// so no later request would say so, and the server would go on
+		// pushing, and awaiting the ACK of, what no one watches.
+		if !star && !w.resource.Wildcard && len(names) < len(w.resource.ResourceNames) &&
+			len(sortedDifference(names, w.resource.ResourceNames)) == 0 {
+			c.setNames(w, names, false, sent)
+			w.subscribedBy(sent)
+		}
 		c.log.Debug("ignoring stale request", "type", shortType(typeURL), "nonce", nonce, "current", w.sentNonce)
 		return nil
 	}

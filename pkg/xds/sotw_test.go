@@ -79,16 +79,24 @@ func TestSotWSubscribeAckAndSubscriptionChanges(t *testing.T) {
 		t.Fatal("a new response reused the previous nonce")
 	}
 
-	// A request carrying an old nonce is stale: its names are not applied.
-	c.ack(eds, hostname("b"))
-	c.expectQuiet("after a stale request")
+	// A request carrying an old nonce crossed a response and is not
+	// answered. Names it adds wait for the client's answer to that
+	// response; names it only drops are dropped at once (Envoy, watching
+	// nothing more of a type, takes an empty response of it in silence).
+	c.ack(eds, hostname("a"), hostname("b"), hostname("c"))
+	c.expectQuiet("after a stale request that adds a name")
 	if st := h.syncStatus("client", EndpointType); st.Subscribed != 2 || st.SentNonce != eds2.GetNonce() {
-		t.Fatalf("stale request changed the EDS state: %+v", st)
+		t.Fatalf("a stale request that adds a name changed the EDS state: %+v", st)
+	}
+	c.ack(eds, hostname("b"))
+	c.expectQuiet("after a stale request that drops a name")
+	if st := h.syncStatus("client", EndpointType); st.Subscribed != 1 || st.SentNonce != eds2.GetNonce() {
+		t.Fatalf("a stale request that drops a name: EDS state %+v, want 1 name subscribed and no response", st)
 	}
 
 	// Only the first request carried the node; the stream still works and
 	// is known by its proxy ID.
-	c.ack(eds2, hostname("a"), hostname("b"))
+	c.ack(eds2, hostname("b"))
 	c.expectQuiet("after the EDS ACK")
 	if st := h.syncStatus("client", EndpointType); st.AckedNonce != eds2.GetNonce() {
 		t.Fatalf("EDS ACK not recorded: %+v", st)
@@ -100,6 +108,28 @@ func TestSotWSubscribeAckAndSubscriptionChanges(t *testing.T) {
 	if got, want := names(cds2.GetResources(), resourceName), []string{hostname("a"), hostname("b"), hostname("c")}; !slices.Equal(got, want) {
 		t.Fatalf("CDS after adding c = %v, want %v", got, want)
 	}
+}
+
+// TestSotWStaleUnsubscribeStopsPushes: Envoy drops its last EDS name in a
+// request that crosses a push, then takes that push in silence (it watches
+// nothing of the type any more) and never asks again. The server must not
+// go on pushing the type, nor await an answer that never comes.
+func TestSotWStaleUnsubscribeStopsPushes(t *testing.T) {
+	h := newHarness(t, harnessConfig{seed: seedAB})
+	c := h.sotw("client")
+	eds := c.subscribe(EndpointType, hostname("a"))
+	c.ack(eds, hostname("a"))
+	c.expectQuiet("after the EDS ACK")
+
+	setEndpoints(h.store, "a", "10.1.0.9")
+	eds2 := c.expect(EndpointType)
+	c.ack(eds) // crossed eds2: stale, and watches nothing
+	c.expectQuiet("after the stale unsubscription")
+	if st := h.syncStatus("client", EndpointType); st.Subscribed != 0 || st.SentNonce != eds2.GetNonce() {
+		t.Fatalf("EDS state after a stale request that drops every name: %+v, want nothing subscribed", st)
+	}
+	setEndpoints(h.store, "a", "10.1.0.10")
+	c.expectQuiet("after an endpoint change of a type the client no longer watches")
 }
 
 func nack(c *sotwClient, r *discoveryv3.DiscoveryResponse, acceptedVersion, msg string, resourceNames ...string) {
