@@ -55,6 +55,13 @@ func (g got) String() string {
 // startScripted serves a scriptedADS and connects an EnvoyClient to it.
 func startScripted(t *testing.T, mode Mode) (*scriptedADS, *EnvoyClient) {
 	t.Helper()
+	s, conn := serveScripted(t, mode)
+	return s, NewEnvoyClient(t, conn, testNode(), mode)
+}
+
+// serveScripted serves a scriptedADS and returns a connection to it.
+func serveScripted(t *testing.T, mode Mode) (*scriptedADS, *grpc.ClientConn) {
+	t.Helper()
 	s := &scriptedADS{t: t, mode: mode, reqs: make(chan got, 100), out: make(chan any, 100)}
 	lis := bufconn.Listen(1 << 20)
 	g := grpc.NewServer()
@@ -67,7 +74,7 @@ func startScripted(t *testing.T, mode Mode) (*scriptedADS, *EnvoyClient) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close(); g.Stop() })
-	return s, NewEnvoyClient(t, conn, testNode(), mode)
+	return s, conn
 }
 
 // testNode is a sidecar's node as Istio's agent sends it.
