@@ -53,8 +53,8 @@ func awaitConvergence(h *harness, pairs []*convPair) string {
 // in the same places, which the comparison tells.
 func converged(h *harness, pairs []*convPair) bool {
 	for _, p := range pairs {
-		for _, c := range []*xdstest.EnvoyClient{p.long, p.fresh} {
-			if c.Err() != nil || len(c.Nacks()) > 0 || len(c.Warming()) > 0 {
+		for _, c := range []convClient{p.long, p.fresh} {
+			if c.Err() != nil || len(c.Nacks()) > 0 || len(unsettled(c)) > 0 {
 				return false
 			}
 		}
@@ -76,7 +76,7 @@ func convergenceProblems(h *harness, pairs []*convPair) string {
 	for _, p := range pairs {
 		for _, c := range []struct {
 			role   string
-			client *xdstest.EnvoyClient
+			client convClient
 		}{{"long-lived", p.long}, {"fresh", p.fresh}} {
 			if err := c.client.Err(); err != nil {
 				out = append(out, fmt.Sprintf("%s, %s client: stream ended: %v", p.name, c.role, err))
@@ -84,8 +84,19 @@ func convergenceProblems(h *harness, pairs []*convPair) string {
 			for _, n := range c.client.Nacks() {
 				out = append(out, fmt.Sprintf("%s, %s client: NACK of %s version %q: %s", p.name, c.role, n.TypeURL, n.Version, n.Error))
 			}
-			for _, w := range c.client.Warming() {
+			waits := unsettled(c.client)
+			for _, w := range waits {
 				out = append(out, fmt.Sprintf("%s, %s client: %s", p.name, c.role, w))
+			}
+			if g, ok := c.client.(*xdstest.GRPCClient); ok && len(waits) > 0 {
+				// Which request went unanswered, and what came before it.
+				reqs := g.Requests()
+				reqs = reqs[max(0, len(reqs)-maxDiffLines):]
+				lines := make([]string, len(reqs))
+				for i, r := range reqs {
+					lines[i] = "  " + r.String()
+				}
+				out = append(out, fmt.Sprintf("%s, %s client: its last requests:\n%s", p.name, c.role, strings.Join(lines, "\n")))
 			}
 		}
 		if diff := snapshotDiff(p.long.Active(), p.fresh.Active()); diff != "" {

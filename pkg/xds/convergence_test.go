@@ -14,6 +14,9 @@ import (
 
 	"github.com/meshpilot/meshpilot/internal/xdstest"
 	"github.com/meshpilot/meshpilot/pkg/model"
+	"github.com/meshpilot/meshpilot/pkg/xds/envoygen"
+	"github.com/meshpilot/meshpilot/pkg/xds/grpcgen"
+	"github.com/meshpilot/meshpilot/pkg/xds/loadassign"
 )
 
 // convergenceSeeds are the seeds TestConvergence runs by default: some 680
@@ -55,13 +58,15 @@ const (
 // server is quiet, a proxy that lived through any sequence of changes
 // serves exactly what a proxy connecting now is served. For each seed it
 // starts a server on a random world, connects Envoy-semantics clients
-// (SotW and delta; sidecars in two namespaces and the ingress gateway),
-// and applies random store changes with random pauses around the debounce.
-// Now and then a long-lived client loses its stream and opens a new one, at
-// once or after missing a few changes, keeping what it holds as Envoy
-// does. At random checkpoints, and after the last step, it waits until
-// every step is pushed and every client warm and ACKed, connects a fresh
-// client of each kind, and compares every type, resource by resource.
+// (SotW and delta; sidecars in two namespaces and the ingress gateway) and
+// a gRPC-semantics one (a proxyless application), and applies random
+// store changes with random pauses around the debounce. Now and then a
+// long-lived client loses its stream and opens a new one, at once or after
+// missing a few changes, keeping what it holds as Envoy and gRPC do. At
+// random checkpoints, and after the last step, it waits until every step
+// is pushed and every client warm (or answered) and ACKed, connects a
+// fresh client of each kind, and compares every type, resource by
+// resource.
 //
 // A push that leaves out a change (a scope too narrow, a warming
 // dependency not re-sent, a subscription change answered wrongly), or an
@@ -109,30 +114,45 @@ func parseSeedRange(spec string) ([]uint64, error) {
 }
 
 // convProxy is a kind of proxy the test connects, long-lived and fresh,
-// and the identity ("namespace/service-account") its clients prove.
+// and the identity ("namespace/service-account") its clients prove. A
+// proxyless gRPC application (grpcListeners set) subscribes to those
+// listeners and what they lead to, over SotW alone as grpc-go does; the
+// others are Envoys, over both variants of ADS.
 type convProxy struct {
-	name     string
-	identity string
-	node     func(id int) *corev3.Node
+	name          string
+	identity      string
+	node          func(id int) *corev3.Node
+	grpcListeners []string
 }
 
 var convProxies = []convProxy{
-	{"sidecar in apps", convApps + "/client", func(id int) *corev3.Node { return convSidecarNode(convApps, id) }},
-	{"sidecar in web", convWeb + "/client", func(id int) *corev3.Node { return convSidecarNode(convWeb, id) }},
-	{"ingress gateway", convRoot + "/istio-ingressgateway", func(id int) *corev3.Node {
+	{name: "sidecar in apps", identity: convApps + "/client", node: func(id int) *corev3.Node { return convSidecarNode(convApps, id, "") }},
+	{name: "sidecar in web", identity: convWeb + "/client", node: func(id int) *corev3.Node { return convSidecarNode(convWeb, id, "") }},
+	{name: "ingress gateway", identity: convRoot + "/istio-ingressgateway", node: func(id int) *corev3.Node {
 		node := gatewayNode()
 		node.Id = fmt.Sprintf("router~10.0.2.%d~gateway-%d.istio-system~istio-system.svc.cluster.local", id, id)
 		return node
 	}},
+	{name: "gRPC application in apps", identity: convApps + "/client",
+		node: func(id int) *corev3.Node { return convSidecarNode(convApps, id, "grpc") },
+		// Targets in each form a dial target may take (a short name
+		// resolves in the client's namespace), on ports the Services have
+		// in some steps and not in others; and the inbound listener of a
+		// gRPC server on the client Pod's address.
+		grpcListeners: []string{"a.apps.svc.cluster.local:80", "a:8000", "b.apps:9090", "d.web.svc.cluster.local:80",
+			"e.web.svc.cluster.local:3306", grpcgen.InboundListenerPrefix + convClientIPs[convApps] + ":8080"}},
 }
 
 // convSidecarNode is a sidecar of namespace ns on the namespace's client
-// Pod's address. Each client has a Pod name of its own, so none is named
-// by its node ID, and every one of them is that Pod's workload.
-func convSidecarNode(ns string, id int) *corev3.Node {
-	meta, err := structpb.NewStruct(map[string]any{
-		"NAMESPACE": ns, "INSTANCE_IPS": convClientIPs[ns], "LABELS": map[string]any{"app": "client"},
-	})
+// Pod's address, served by generator ("" for Envoy's). Each client has a
+// Pod name of its own, so none is named by its node ID, and every one of
+// them is that Pod's workload.
+func convSidecarNode(ns string, id int, generator string) *corev3.Node {
+	fields := map[string]any{"NAMESPACE": ns, "INSTANCE_IPS": convClientIPs[ns], "LABELS": map[string]any{"app": "client"}}
+	if generator != "" {
+		fields["GENERATOR"] = generator
+	}
+	meta, err := structpb.NewStruct(fields)
 	if err != nil {
 		panic(err)
 	}
@@ -144,7 +164,36 @@ type convPair struct {
 	name        string
 	proxy       convProxy
 	mode        xdstest.Mode
-	long, fresh *xdstest.EnvoyClient
+	long, fresh convClient
+}
+
+// convClient is what the test needs of a client: Envoy's model
+// (*xdstest.EnvoyClient) or gRPC's (*xdstest.GRPCClient).
+type convClient interface {
+	Active() xdstest.Snapshot
+	Nacks() []xdstest.Nack
+	Err() error
+	Disconnect()
+	Reconnect()
+	Close()
+}
+
+// unsettled is what a client still waits for from the server: an Envoy's
+// warming clusters and listeners, the names a gRPC client asked for and
+// has had no answer to.
+func unsettled(c convClient) []string {
+	var out []string
+	switch c := c.(type) {
+	case *xdstest.EnvoyClient:
+		for _, w := range c.Warming() {
+			out = append(out, w.String())
+		}
+	case *xdstest.GRPCClient:
+		for _, typ := range c.Awaiting() {
+			out = append(out, "no answer yet to its subscription to "+typ)
+		}
+	}
+	return out
 }
 
 // convPairs are the pairs the test connects, one per kind of proxy and ADS
@@ -153,7 +202,11 @@ type convPair struct {
 var convPairs = func() []convPair {
 	var out []convPair
 	for _, p := range convProxies {
-		for _, mode := range []xdstest.Mode{xdstest.SotW, xdstest.Delta} {
+		modes := []xdstest.Mode{xdstest.SotW, xdstest.Delta}
+		if p.grpcListeners != nil {
+			modes = modes[:1]
+		}
+		for _, mode := range modes {
 			out = append(out, convPair{name: p.name + " (" + mode.String() + ")", proxy: p, mode: mode})
 		}
 	}
@@ -184,7 +237,7 @@ func runConvergence(t *testing.T, seed uint64) {
 // steps, and at the latest right before a checkpoint (which then follows
 // the reconnection). One client at a time is without a stream.
 func convStreamBreaks(r *rand.Rand, steps []convStep, debounce time.Duration) []convStep {
-	streamStep := func(client int, what string, act func(*xdstest.EnvoyClient)) convStep {
+	streamStep := func(client int, what string, act func(convClient)) convStep {
 		return convStep{pause: convPause(r, debounce), desc: fmt.Sprintf("the long-lived %s client %s", convPairs[client].name, what),
 			stream: func(long []*convPair) { act(long[client].long) }}
 	}
@@ -194,10 +247,10 @@ func convStreamBreaks(r *rand.Rand, steps []convStep, debounce time.Duration) []
 		if away < 0 && chance(r, convStreamOdds) {
 			client := r.IntN(len(convPairs))
 			if missed = r.IntN(convMaxMissed + 1); missed == 0 {
-				out = append(out, streamStep(client, "reconnects", (*xdstest.EnvoyClient).Reconnect))
+				out = append(out, streamStep(client, "reconnects", convClient.Reconnect))
 			} else {
 				away = client
-				out = append(out, streamStep(client, "loses its stream", (*xdstest.EnvoyClient).Disconnect))
+				out = append(out, streamStep(client, "loses its stream", convClient.Disconnect))
 			}
 		}
 		out = append(out, s)
@@ -205,7 +258,7 @@ func convStreamBreaks(r *rand.Rand, steps []convStep, debounce time.Duration) []
 			continue
 		}
 		if missed--; missed == 0 || s.checkpoint {
-			back := streamStep(away, "opens a new stream", (*xdstest.EnvoyClient).Reconnect)
+			back := streamStep(away, "opens a new stream", convClient.Reconnect)
 			back.checkpoint, out[len(out)-1].checkpoint = s.checkpoint, false
 			out = append(out, back)
 			away = -1
@@ -220,7 +273,7 @@ func convStreamBreaks(r *rand.Rand, steps []convStep, debounce time.Duration) []
 // of the step after which it was found.
 func convergeThrough(t *testing.T, initial, steps []convStep, report func(step int, problems string)) {
 	t.Helper()
-	h := newHarness(t, harnessConfig{debounceAfter: convDebounce, generators: warmingGenerators(), authenticate: convAuthenticate,
+	h := newHarness(t, harnessConfig{debounceAfter: convDebounce, generatorsFor: convGeneratorSets(), authenticate: convAuthenticate,
 		seed: func(st model.Store) {
 			convBaseWorld(st)
 			for _, s := range initial {
@@ -228,9 +281,13 @@ func convergeThrough(t *testing.T, initial, steps []convStep, report func(step i
 			}
 		}})
 	ids := 0
-	connect := func(p convProxy, mode xdstest.Mode) *xdstest.EnvoyClient {
+	connect := func(p convProxy, mode xdstest.Mode) convClient {
 		ids++
-		return xdstest.NewEnvoyClient(t, provingConn{h.conn, p.identity}, p.node(ids), mode)
+		conn := provingConn{h.conn, p.identity}
+		if p.grpcListeners != nil {
+			return xdstest.NewGRPCClient(t, conn, p.node(ids), p.grpcListeners...)
+		}
+		return xdstest.NewEnvoyClient(t, conn, p.node(ids), mode)
 	}
 	var pairs []*convPair
 	for _, p := range convPairs {
@@ -241,7 +298,7 @@ func convergeThrough(t *testing.T, initial, steps []convStep, report func(step i
 	// step, so that every step is a change they must follow.
 	h.eventuallyWithin("the long-lived clients to warm", convSettleLimit, func() bool {
 		for _, p := range pairs {
-			if len(p.long.Warming()) > 0 {
+			if len(unsettled(p.long)) > 0 {
 				return false
 			}
 		}
@@ -283,4 +340,24 @@ func convergeThrough(t *testing.T, initial, steps []convStep, report func(step i
 	}
 	t.Logf("%d steps (%d of them streams closing or opening), %d checkpoints; converged to\n%s",
 		len(steps), streamSteps, checkpoints, strings.Join(sizes, "\n"))
+}
+
+// convGeneratorSets serves each proxy as the control plane does: gRPC's
+// generators to a node that asks for them, Envoy's to the others, with one
+// cache of load assignments shared by both.
+func convGeneratorSets() func(*model.Proxy) map[string]Generator {
+	assignments := new(loadassign.Cache)
+	envoy, grpc := map[string]Generator{}, map[string]Generator{}
+	for typeURL, g := range envoygen.New(envoygen.Options{DomainSuffix: "cluster.local", LoadAssignments: assignments}).ByTypeURL() {
+		envoy[typeURL] = g
+	}
+	for typeURL, g := range grpcgen.New(grpcgen.Options{DomainSuffix: "cluster.local", LoadAssignments: assignments}).ByTypeURL() {
+		grpc[typeURL] = g
+	}
+	return func(p *model.Proxy) map[string]Generator {
+		if p.Generator == "grpc" {
+			return grpc
+		}
+		return envoy
+	}
 }

@@ -55,8 +55,9 @@ type harnessConfig struct {
 	// noStoreHandler leaves pushes to the test (benchmarks push directly).
 	noStoreHandler bool
 	// generators, when set, is the generator set of every proxy instead of
-	// the recording fakes.
-	generators map[string]Generator
+	// the recording fakes; generatorsFor picks a set per proxy.
+	generators    map[string]Generator
+	generatorsFor func(*model.Proxy) map[string]Generator
 	// authenticate is Options.Authenticate.
 	authenticate func(context.Context) (*model.Identity, error)
 }
@@ -88,7 +89,10 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 	h := &harness{t: t, store: model.NewStore(), reg: prometheus.NewRegistry(), gens: newFakeGenerators(),
 		started: make(chan struct{})}
 	generators := h.gens.forProxy
-	if cfg.generators != nil {
+	switch {
+	case cfg.generatorsFor != nil:
+		generators = cfg.generatorsFor
+	case cfg.generators != nil:
 		generators = func(*model.Proxy) map[string]Generator { return cfg.generators }
 	}
 	h.server = NewServer(Options{
