@@ -168,17 +168,19 @@ func (c *connection) admitSync() bool {
 	return true
 }
 
-// syncAnswered is called after the connection recorded an ACK or NACK: a
-// stream that has nothing unacknowledged gives its slot back, at once if it
-// has been sent listeners and clusters, else after syncGrace unless it asks
-// for more first.
+// syncAnswered is called after the connection recorded an ACK or NACK, or
+// an unsubscription: a stream that has nothing unacknowledged gives its
+// slot back, at once if it has been sent listeners and clusters, else after
+// syncGrace unless it asks for more first.
 func (c *connection) syncAnswered() {
 	s := c.syncSlot
 	if s == nil || s.released.Load() {
 		return
 	}
 	for _, w := range c.watches {
-		if w.awaitsAnswer() {
+		// A type the client watches nothing of any more is owed no
+		// answer: Envoy takes a response of it in silence.
+		if w.subscribed() && w.awaitsAnswer() {
 			return
 		}
 	}

@@ -144,3 +144,25 @@ func TestInitialSyncsTakeTurns(t *testing.T) {
 		t.Errorf("meshpilot_xds_sync_wait_seconds: %d waits, %.3f s in all; want 2, at least 0.2 s", n, sum)
 	}
 }
+
+// TestUnwatchedTypeHoldsNoSlot: a type the client stopped watching in a
+// request that crossed a response is owed no answer (Envoy takes the
+// response in silence), so the stream's initial sync ends without it. The
+// hold bound is lifted: only the unsubscription can give the slot back.
+func TestUnwatchedTypeHoldsNoSlot(t *testing.T) {
+	h := newHarness(t, harnessConfig{maxSyncs: 1, seed: seedAB})
+	h.server.syncs.maxHold = time.Hour
+	first, second := h.sotw("first"), h.sotw("second")
+	eds := first.subscribe(EndpointType, hostname("a"))
+	setEndpoints(h.store, "a", "10.1.0.9")
+	first.expect(EndpointType)
+	first.ack(eds) // crossed that push: stale, and watches nothing
+	cds := first.subscribe(ClusterType)
+	first.ack(cds)
+	lds := first.subscribe(ListenerType)
+	first.ack(lds)
+	second.send(&discoveryv3.DiscoveryRequest{TypeUrl: ClusterType})
+	if r := second.recv(); r.GetTypeUrl() != ClusterType {
+		t.Fatalf("the second proxy got %s, want its clusters once the first was done", r.GetTypeUrl())
+	}
+}

@@ -75,6 +75,7 @@ func (c *sotwStream) handle(req *discoveryv3.DiscoveryRequest) error {
 			len(sortedDifference(names, w.resource.ResourceNames)) == 0 {
 			c.setNames(w, names, false, sent)
 			w.subscribedBy(sent)
+			c.syncAnswered()
 		}
 		c.log.Debug("ignoring stale request", "type", shortType(typeURL), "nonce", nonce, "current", w.sentNonce)
 		return nil
