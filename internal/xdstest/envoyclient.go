@@ -62,25 +62,11 @@ func (m Mode) String() string {
 type EnvoyClient struct {
 	t      testing.TB
 	mode   Mode
-	conn   grpc.ClientConnInterface
-	node   *corev3.Node
 	closer func()
-
-	// lifecycle serializes Disconnect, Reconnect and Close, which own
-	// stream and closed.
-	lifecycle sync.Mutex
-	stream    *adsStream // nil while disconnected
-	closed    bool
+	ads    adsClient
 
 	mu sync.Mutex
 	st *envoyState
-}
-
-// adsStream is one ADS stream of the client and its receive loop.
-type adsStream struct {
-	tr     transport
-	cancel context.CancelFunc
-	done   chan struct{} // closed when the receive loop has ended
 }
 
 // NewEnvoyClient opens an ADS stream of the given mode on conn, identifies
@@ -89,10 +75,15 @@ type adsStream struct {
 // configuration. The client closes itself when the test ends.
 func NewEnvoyClient(t testing.TB, conn grpc.ClientConnInterface, node *corev3.Node, mode Mode) *EnvoyClient {
 	t.Helper()
-	c := &EnvoyClient{t: t, mode: mode, conn: conn, node: node}
+	c := &EnvoyClient{t: t, mode: mode}
 	c.st = newEnvoyState(mode == Delta, &c.mu)
+	open := func(ctx context.Context) (transport, error) { return openSotW(ctx, conn, node) }
+	if mode == Delta {
+		open = func(ctx context.Context) (transport, error) { return openDelta(ctx, conn, node) }
+	}
+	c.ads = adsClient{open: open, model: c.st, mu: &c.mu}
 	t.Cleanup(c.Close)
-	if err := c.connect(); err != nil {
+	if err := c.ads.connect(); err != nil {
 		t.Fatalf("envoy client: open %s stream: %v", mode, err)
 	}
 	return c
@@ -111,66 +102,6 @@ func DialEnvoyClient(t testing.TB, target string, node *corev3.Node, mode Mode) 
 	return c
 }
 
-// connect opens a stream, sends its first requests and starts receiving.
-// The caller holds lifecycle, or owns the client still being built.
-func (c *EnvoyClient) connect() error {
-	ctx, cancel := context.WithCancel(context.Background())
-	var tr transport
-	var err error
-	if c.mode == Delta {
-		tr, err = openDelta(ctx, c.conn, c.node)
-	} else {
-		tr, err = openSotW(ctx, c.conn, c.node)
-	}
-	if err != nil {
-		cancel()
-		return err
-	}
-	s := &adsStream{tr: tr, cancel: cancel, done: make(chan struct{})}
-	c.stream = s
-	c.mu.Lock()
-	c.st.connect(tr)
-	c.mu.Unlock()
-	go c.receive(s)
-	return nil
-}
-
-// disconnect closes the current stream, if any, and waits for its receive
-// loop to end. The caller holds lifecycle.
-func (c *EnvoyClient) disconnect() {
-	s := c.stream
-	if s == nil {
-		return
-	}
-	c.stream = nil
-	c.mu.Lock()
-	c.st.disconnect()
-	c.mu.Unlock()
-	s.cancel()
-	<-s.done
-}
-
-func (c *EnvoyClient) receive(s *adsStream) {
-	defer close(s.done)
-	for {
-		resp, err := s.tr.recv()
-		c.mu.Lock()
-		if !c.st.current(s.tr) {
-			// Closed by disconnect: what the stream still delivers is
-			// lost, as it is to Envoy once its stream is reset.
-			c.mu.Unlock()
-			return
-		}
-		if err != nil {
-			c.st.fail(err)
-			c.mu.Unlock()
-			return
-		}
-		c.st.handle(resp)
-		c.mu.Unlock()
-	}
-}
-
 // Disconnect closes the client's stream, as a broken connection to the
 // management server does, and leaves it closed until Reconnect. The
 // client keeps serving what it holds: "the last known configuration
@@ -182,11 +113,7 @@ func (c *EnvoyClient) receive(s *adsStream) {
 // grpc_subscription_impl.cc). Requests due meanwhile are dropped, as the
 // next stream starts with the whole subscription anyway
 // (GrpcMuxImpl::queueDiscoveryRequest, grpc_mux_impl.cc).
-func (c *EnvoyClient) Disconnect() {
-	c.lifecycle.Lock()
-	defer c.lifecycle.Unlock()
-	c.disconnect()
-}
+func (c *EnvoyClient) Disconnect() { c.ads.Disconnect() }
 
 // Reconnect closes the client's stream, if it has one, and opens a new one
 // on the same connection, as Envoy does when its ADS stream breaks. Nothing
@@ -195,32 +122,21 @@ func (c *EnvoyClient) Disconnect() {
 // revives a stream that ended by itself (Err). A closed client stays closed.
 func (c *EnvoyClient) Reconnect() {
 	c.t.Helper()
-	c.lifecycle.Lock()
-	defer c.lifecycle.Unlock()
-	if c.closed {
-		return
-	}
-	c.disconnect()
-	if err := c.connect(); err != nil {
+	if err := c.ads.reconnect(); err != nil {
 		c.t.Fatalf("envoy client: reopen %s stream: %v", c.mode, err)
 	}
 }
 
 // Close ends the stream and stops all timers. It is idempotent.
 func (c *EnvoyClient) Close() {
-	c.lifecycle.Lock()
-	defer c.lifecycle.Unlock()
-	if c.closed {
-		return
-	}
-	c.closed = true
-	c.disconnect()
-	c.mu.Lock()
-	c.st.stopTimers()
-	c.mu.Unlock()
-	if c.closer != nil {
-		c.closer()
-	}
+	c.ads.close(func() {
+		c.mu.Lock()
+		c.st.stopTimers()
+		c.mu.Unlock()
+		if c.closer != nil {
+			c.closer()
+		}
+	})
 }
 
 // Snapshot is the configuration an Envoy would be serving: active (warm)

@@ -47,13 +47,8 @@ import (
 // All methods are safe for concurrent use. Returned protos are shared with
 // the client and must not be modified.
 type GRPCClient struct {
-	t    testing.TB
-	conn grpc.ClientConnInterface
-	node *corev3.Node
-
-	lifecycle sync.Mutex
-	stream    *adsStream // nil while disconnected
-	closed    bool
+	t   testing.TB
+	ads adsClient
 
 	mu sync.Mutex
 	st *grpcState
@@ -71,93 +66,31 @@ func NewGRPCClient(t testing.TB, conn grpc.ClientConnInterface, node *corev3.Nod
 	if len(listeners) == 0 {
 		t.Fatal("grpc client: no listener to subscribe to")
 	}
-	c := &GRPCClient{t: t, conn: conn, node: node, st: newGRPCState(listeners)}
+	c := &GRPCClient{t: t, st: newGRPCState(listeners)}
+	c.ads = adsClient{open: func(ctx context.Context) (transport, error) { return openSotW(ctx, conn, node) }, model: c.st, mu: &c.mu}
 	t.Cleanup(c.Close)
-	if err := c.connect(); err != nil {
+	if err := c.ads.connect(); err != nil {
 		t.Fatalf("grpc client: open stream: %v", err)
 	}
 	return c
 }
 
-func (c *GRPCClient) connect() error {
-	ctx, cancel := context.WithCancel(context.Background())
-	tr, err := openSotW(ctx, c.conn, c.node)
-	if err != nil {
-		cancel()
-		return err
-	}
-	s := &adsStream{tr: tr, cancel: cancel, done: make(chan struct{})}
-	c.stream = s
-	c.mu.Lock()
-	c.st.connect(tr)
-	c.mu.Unlock()
-	go c.receive(s)
-	return nil
-}
-
-func (c *GRPCClient) disconnect() {
-	s := c.stream
-	if s == nil {
-		return
-	}
-	c.stream = nil
-	c.mu.Lock()
-	c.st.tr = nil
-	c.mu.Unlock()
-	s.cancel()
-	<-s.done
-}
-
-func (c *GRPCClient) receive(s *adsStream) {
-	defer close(s.done)
-	for {
-		resp, err := s.tr.recv()
-		c.mu.Lock()
-		if c.st.tr != s.tr {
-			c.mu.Unlock()
-			return
-		}
-		if err != nil {
-			c.st.err = err
-			c.mu.Unlock()
-			return
-		}
-		c.st.handle(resp)
-		c.mu.Unlock()
-	}
-}
-
 // Disconnect closes the client's stream, as a broken connection does, and
 // leaves it closed until Reconnect; the client keeps what it holds.
-func (c *GRPCClient) Disconnect() {
-	c.lifecycle.Lock()
-	defer c.lifecycle.Unlock()
-	c.disconnect()
-}
+func (c *GRPCClient) Disconnect() { c.ads.Disconnect() }
 
 // Reconnect closes the client's stream, if it has one, and opens a new one
 // on the same connection, keeping what it holds. A closed client stays
 // closed.
 func (c *GRPCClient) Reconnect() {
 	c.t.Helper()
-	c.lifecycle.Lock()
-	defer c.lifecycle.Unlock()
-	if c.closed {
-		return
-	}
-	c.disconnect()
-	if err := c.connect(); err != nil {
+	if err := c.ads.reconnect(); err != nil {
 		c.t.Fatalf("grpc client: reopen stream: %v", err)
 	}
 }
 
 // Close ends the stream. It is idempotent.
-func (c *GRPCClient) Close() {
-	c.lifecycle.Lock()
-	defer c.lifecycle.Unlock()
-	c.closed = true
-	c.disconnect()
-}
+func (c *GRPCClient) Close() { c.ads.close(nil) }
 
 // Active returns what the client uses now. It has no Secrets: gRPC reads
 // its certificates from the certificate providers of its bootstrap.
@@ -239,6 +172,10 @@ func newGRPCState(listeners []string) *grpcState {
 	lds.names = slices.Compact(lds.names)
 	return st
 }
+
+func (st *grpcState) disconnect()               { st.tr = nil }
+func (st *grpcState) current(tr transport) bool { return st.tr == tr }
+func (st *grpcState) fail(err error)            { st.err = err }
 
 // connect starts a stream: every type with subscriptions is asked for
 // again, with the last accepted version and no nonce.
