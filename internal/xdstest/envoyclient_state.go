@@ -283,8 +283,16 @@ func (s *envoyState) applyTop(entries map[string]*warmEntry, kind string, decode
 			e.warming = nil
 			continue
 		}
-		s.destroy(e.warming)
+		// The new version is built before the one it replaces goes, as
+		// Envoy builds the new listener or cluster before it drops the
+		// warming one (ListenerManagerImpl::addOrUpdateListenerInternal,
+		// ClusterManagerImpl::addOrUpdateCluster): an SDS secret or route
+		// configuration both use stays subscribed, with what it holds, and
+		// the new version does not wait for a response the server owes
+		// nobody.
+		replaced := e.warming
 		e.warming = s.create(kind, name, m)
+		s.destroy(replaced)
 	}
 	if !s.delta {
 		for name := range entries {

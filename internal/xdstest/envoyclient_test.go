@@ -1,6 +1,7 @@
 package xdstest
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -376,4 +377,37 @@ func TestEnvoyClientDeltaRemovedAssignmentEndsWarming(t *testing.T) {
 	if d := c.Dangling(); !slices.Equal(d, []string{"Cluster a: active without ClusterLoadAssignment a"}) {
 		t.Errorf("Dangling = %v, want the missing assignment", d)
 	}
+}
+
+// TestEnvoyClientReplacedWarmingKeepsSecret: a cluster whose warming
+// version is replaced keeps the secret both versions name, as Envoy builds
+// the new version before it drops the old: the new one warms on the
+// secret already received, and the server owes no second response of it.
+func TestEnvoyClientReplacedWarmingKeepsSecret(t *testing.T) {
+	tlsCluster := func(lb clusterv3.Cluster_LbPolicy) *clusterv3.Cluster {
+		c := ecCluster("tls", lb, 0)
+		tlsCtx, err := anypb.New(&tlsv3.UpstreamTlsContext{CommonTlsContext: &tlsv3.CommonTlsContext{
+			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{{Name: "cert", SdsConfig: ecADS(0)}},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.TransportSocket = &corev3.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: tlsCtx}}
+		return c
+	}
+	ecBothModes(t, func(t *testing.T, mode Mode) {
+		s, c := startScripted(t, mode)
+		s.expect(ecCDS)
+		s.send(ecCDS, "c1", ecMsgs(tlsCluster(clusterv3.Cluster_ROUND_ROBIN)))
+		s.send(ecSDS, "s1", ecMsgs(&tlsv3.Secret{Name: "cert"}))
+		s.send(ecCDS, "c2", ecMsgs(tlsCluster(clusterv3.Cluster_LEAST_REQUEST)))
+		s.send(ecEDS, "e1", ecMsgs(ecAssignment("tls", "10.3.0.1")))
+		s.send(ecLDS, "l1", nil)
+		c.RequireWarm(ecWaitLimit, func(snap Snapshot) error {
+			if got := snap.Clusters["tls"].GetLbPolicy(); got != clusterv3.Cluster_LEAST_REQUEST {
+				return fmt.Errorf("cluster tls serves with %v, want the second version's LEAST_REQUEST", got)
+			}
+			return nil
+		})
+	})
 }
