@@ -17,6 +17,7 @@ import (
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 )
 
 // Mode is the ADS protocol variant the client speaks.
@@ -139,8 +140,8 @@ func (c *EnvoyClient) Close() {
 	})
 }
 
-// Snapshot is the configuration an Envoy would be serving: active (warm)
-// resources only, keyed by name. Endpoints are keyed by cluster name and
+// Snapshot is the configuration a client would be serving: for an Envoy,
+// active (warm) resources only, keyed by name. Endpoints are keyed by cluster name and
 // belong to the active version of that cluster.
 type Snapshot struct {
 	Clusters  map[string]*clusterv3.Cluster
@@ -148,6 +149,9 @@ type Snapshot struct {
 	Listeners map[string]*listenerv3.Listener
 	Routes    map[string]*routev3.RouteConfiguration
 	Secrets   map[string]*tlsv3.Secret
+	// Workload is what a node proxy follows (istio.workload.Address,
+	// istio.security.Authorization), by type URL and then name.
+	Workload map[string]map[string]proto.Message
 }
 
 // Active returns a copy of the active configuration.

@@ -31,6 +31,9 @@ func snapshotDiff(long, fresh xdstest.Snapshot) string {
 	entries = append(entries, diffByName("Listener", long.Listeners, fresh.Listeners)...)
 	entries = append(entries, diffByName("RouteConfiguration", long.Routes, fresh.Routes)...)
 	entries = append(entries, diffByName("Secret", long.Secrets, fresh.Secrets)...)
+	for _, typeURL := range slices.Sorted(maps.Keys(fresh.Workload)) {
+		entries = append(entries, diffByName(shortTypeName(typeURL), long.Workload[typeURL], fresh.Workload[typeURL])...)
+	}
 	if len(entries) > maxDiffEntries {
 		entries = append(entries[:maxDiffEntries], fmt.Sprintf("... and %d more differences", len(entries)-maxDiffEntries))
 	}
@@ -40,8 +43,22 @@ func snapshotDiff(long, fresh xdstest.Snapshot) string {
 // sameSnapshot is snapshotDiff(a, b) == "", for polling: it allocates
 // nothing and stops at the first difference.
 func sameSnapshot(a, b xdstest.Snapshot) bool {
+	if len(a.Workload) != len(b.Workload) {
+		return false
+	}
+	for typeURL, held := range a.Workload {
+		if !sameByName(held, b.Workload[typeURL]) {
+			return false
+		}
+	}
 	return sameByName(a.Clusters, b.Clusters) && sameByName(a.Endpoints, b.Endpoints) &&
 		sameByName(a.Listeners, b.Listeners) && sameByName(a.Routes, b.Routes) && sameByName(a.Secrets, b.Secrets)
+}
+
+// shortTypeName is the message name of a type URL, "Address" for
+// type.googleapis.com/istio.workload.Address.
+func shortTypeName(typeURL string) string {
+	return typeURL[strings.LastIndex(typeURL, ".")+1:]
 }
 
 func sameByName[M proto.Message](a, b map[string]M) bool {

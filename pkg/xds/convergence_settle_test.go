@@ -88,7 +88,7 @@ func convergenceProblems(h *harness, pairs []*convPair) string {
 			for _, w := range waits {
 				out = append(out, fmt.Sprintf("%s, %s client: %s", p.name, c.role, w))
 			}
-			if g, ok := c.client.(*xdstest.GRPCClient); ok && len(waits) > 0 {
+			if g, ok := c.client.(interface{ Requests() []xdstest.SentRequest }); ok && len(waits) > 0 {
 				// Which request went unanswered, and what came before it.
 				reqs := g.Requests()
 				reqs = reqs[max(0, len(reqs)-maxDiffLines):]

@@ -17,6 +17,7 @@ import (
 	"github.com/meshpilot/meshpilot/pkg/xds/envoygen"
 	"github.com/meshpilot/meshpilot/pkg/xds/grpcgen"
 	"github.com/meshpilot/meshpilot/pkg/xds/loadassign"
+	"github.com/meshpilot/meshpilot/pkg/xds/wdsgen"
 )
 
 // convergenceSeeds are the seeds TestConvergence runs by default: some 680
@@ -116,13 +117,15 @@ func parseSeedRange(spec string) ([]uint64, error) {
 // convProxy is a kind of proxy the test connects, long-lived and fresh,
 // and the identity ("namespace/service-account") its clients prove. A
 // proxyless gRPC application (grpcListeners set) subscribes to those
-// listeners and what they lead to, over SotW alone as grpc-go does; the
-// others are Envoys, over both variants of ADS.
+// listeners and what they lead to, over SotW alone as grpc-go does; a node
+// proxy follows workload discovery over delta; the others are Envoys, over
+// both variants of ADS.
 type convProxy struct {
 	name          string
 	identity      string
 	node          func(id int) *corev3.Node
 	grpcListeners []string
+	nodeProxy     bool
 }
 
 var convProxies = []convProxy{
@@ -141,6 +144,9 @@ var convProxies = []convProxy{
 		// gRPC server on the client Pod's address.
 		grpcListeners: []string{"a.apps.svc.cluster.local:80", "a:8000", "b.apps:9090", "d.web.svc.cluster.local:80",
 			"e.web.svc.cluster.local:3306", grpcgen.InboundListenerPrefix + convClientIPs[convApps] + ":8080"}},
+	{name: "node proxy", identity: convRoot + "/ztunnel", nodeProxy: true, node: func(id int) *corev3.Node {
+		return &corev3.Node{Id: fmt.Sprintf("ztunnel~10.0.9.%d~ztunnel-%d.istio-system~istio-system.svc.cluster.local", id, id)}
+	}},
 }
 
 // convSidecarNode is a sidecar of namespace ns on the namespace's client
@@ -168,7 +174,8 @@ type convPair struct {
 }
 
 // convClient is what the test needs of a client: Envoy's model
-// (*xdstest.EnvoyClient) or gRPC's (*xdstest.GRPCClient).
+// (*xdstest.EnvoyClient), gRPC's (*xdstest.GRPCClient) or a node proxy's
+// (*xdstest.NodeProxyClient).
 type convClient interface {
 	Active() xdstest.Snapshot
 	Nacks() []xdstest.Nack
@@ -180,7 +187,7 @@ type convClient interface {
 
 // unsettled is what a client still waits for from the server: an Envoy's
 // warming clusters and listeners, the names a gRPC client asked for and
-// has had no answer to.
+// has had no answer to, a node proxy's first answer on its stream.
 func unsettled(c convClient) []string {
 	var out []string
 	switch c := c.(type) {
@@ -191,6 +198,10 @@ func unsettled(c convClient) []string {
 	case *xdstest.GRPCClient:
 		for _, typ := range c.Awaiting() {
 			out = append(out, "no answer yet to its subscription to "+typ)
+		}
+	case *xdstest.NodeProxyClient:
+		if !c.Answered() {
+			out = append(out, "not answered yet on its stream")
 		}
 	}
 	return out
@@ -203,8 +214,11 @@ var convPairs = func() []convPair {
 	var out []convPair
 	for _, p := range convProxies {
 		modes := []xdstest.Mode{xdstest.SotW, xdstest.Delta}
-		if p.grpcListeners != nil {
+		switch {
+		case p.grpcListeners != nil:
 			modes = modes[:1]
+		case p.nodeProxy:
+			modes = modes[1:]
 		}
 		for _, mode := range modes {
 			out = append(out, convPair{name: p.name + " (" + mode.String() + ")", proxy: p, mode: mode})
@@ -284,8 +298,11 @@ func convergeThrough(t *testing.T, initial, steps []convStep, report func(step i
 	connect := func(p convProxy, mode xdstest.Mode) convClient {
 		ids++
 		conn := provingConn{h.conn, p.identity}
-		if p.grpcListeners != nil {
+		switch {
+		case p.grpcListeners != nil:
 			return xdstest.NewGRPCClient(t, conn, p.node(ids), p.grpcListeners...)
+		case p.nodeProxy:
+			return xdstest.NewNodeProxyClient(t, conn, p.node(ids), wdsgen.AddressType, wdsgen.AuthorizationType)
 		}
 		return xdstest.NewEnvoyClient(t, conn, p.node(ids), mode)
 	}
@@ -335,19 +352,23 @@ func convergeThrough(t *testing.T, initial, steps []convStep, report func(step i
 	var sizes []string
 	for _, p := range pairs {
 		s := p.long.Active()
-		sizes = append(sizes, fmt.Sprintf("%s: %d clusters, %d load assignments, %d listeners, %d routes, %d secrets", p.name,
-			len(s.Clusters), len(s.Endpoints), len(s.Listeners), len(s.Routes), len(s.Secrets)))
+		sizes = append(sizes, fmt.Sprintf("%s: %d clusters, %d load assignments, %d listeners, %d routes, %d secrets, %d addresses", p.name,
+			len(s.Clusters), len(s.Endpoints), len(s.Listeners), len(s.Routes), len(s.Secrets), len(s.Workload[wdsgen.AddressType])))
 	}
 	t.Logf("%d steps (%d of them streams closing or opening), %d checkpoints; converged to\n%s",
 		len(steps), streamSteps, checkpoints, strings.Join(sizes, "\n"))
 }
 
-// convGeneratorSets serves each proxy as the control plane does: gRPC's
-// generators to a node that asks for them, Envoy's to the others, with one
-// cache of load assignments shared by both.
+// convGeneratorSets serves each proxy as the control plane does: workload
+// discovery to node proxies, gRPC's generators to a node that asks for
+// them, Envoy's to the others, with one cache of load assignments shared
+// by the last two.
 func convGeneratorSets() func(*model.Proxy) map[string]Generator {
 	assignments := new(loadassign.Cache)
-	envoy, grpc := map[string]Generator{}, map[string]Generator{}
+	envoy, grpc, node := map[string]Generator{}, map[string]Generator{}, map[string]Generator{}
+	for typeURL, g := range wdsgen.New(wdsgen.Options{}).ByTypeURL() {
+		node[typeURL] = g
+	}
 	for typeURL, g := range envoygen.New(envoygen.Options{DomainSuffix: "cluster.local", LoadAssignments: assignments}).ByTypeURL() {
 		envoy[typeURL] = g
 	}
@@ -355,7 +376,10 @@ func convGeneratorSets() func(*model.Proxy) map[string]Generator {
 		grpc[typeURL] = g
 	}
 	return func(p *model.Proxy) map[string]Generator {
-		if p.Generator == "grpc" {
+		switch {
+		case p.Type == model.NodeProxy:
+			return node
+		case p.Generator == "grpc":
 			return grpc
 		}
 		return envoy

@@ -235,9 +235,16 @@ func convWorkloadStep(r *rand.Rand) convStep {
 	if chance(r, 4) {
 		return convStep{desc: "delete Pod " + key.String(), apply: func(st model.Store) { st.DeleteWorkload(key) }}
 	}
-	w := &model.Workload{Name: "client", Namespace: ns, IPs: []string{convClientIPs[ns]}, ServiceAccount: "client",
-		Labels: map[string]string{"app": "client", "version": oneOf(r, "v1", "v2")}, Ready: true}
-	return convStep{desc: fmt.Sprintf("Pod %s labels=%v", key, w.Labels), apply: func(st model.Store) { st.UpsertWorkload(w) }}
+	w := convClientPod(ns, oneOf(r, "v1", "v2"), chance(r, 2))
+	return convStep{desc: fmt.Sprintf("Pod %s labels=%v redirected=%v", key, w.Labels, w.Redirected),
+		apply: func(st model.Store) { st.UpsertWorkload(w) }}
+}
+
+// convClientPod is the Pod of namespace ns's client proxies; redirected
+// says whether the node agent captures its traffic (ambient mode).
+func convClientPod(ns, version string, redirected bool) *model.Workload {
+	return &model.Workload{Name: "client", Namespace: ns, IPs: []string{convClientIPs[ns]}, ServiceAccount: "client",
+		Labels: map[string]string{"app": "client", "version": version}, Ready: true, Redirected: redirected, NodeName: "node-1"}
 }
 
 // convIngressStep rewrites Ingress apps/web, which the ingress gateway
@@ -295,10 +302,12 @@ func convGatewayServiceStep(r *rand.Rand) convStep {
 var convSentinel = convService{"convergence-sentinel", "sentinel", 9}
 
 // convBaseWorld is what every seed starts from before its random steps:
-// the gateway's Service and IngressClass, the credential Secrets, and the
-// sentinel.
+// the gateway's Service and IngressClass, the credential Secrets, the
+// client Pods, and the sentinel.
 func convBaseWorld(st model.Store) {
 	upsertGatewayService(st, 8443)
+	st.UpsertWorkload(convClientPod(convApps, "v1", false))
+	st.UpsertWorkload(convClientPod(convWeb, "v1", true))
 	for _, ns := range convCredentialNamespaces {
 		st.UpsertSecret(convCredentialSecret(ns, 0))
 	}
