@@ -336,9 +336,9 @@ func (p *pushPlan) computeScope(proxy *model.Proxy) pushScope {
 // gatewayScope is what the push changes in the ingress gateway's own
 // configuration. An Ingress or IngressClass change may change any of its
 // listeners, routes and the Secrets they use. A Secret change that leaves
-// the TLS hosts as they were (a rotated certificate) changes only SDS; one
-// that makes a TLS host usable or unusable changes the listeners and
-// routes too. A change of a Service that an Ingress routes to (or names as
+// the TLS hosts as they were (a rotated certificate) changes only SDS; TLS
+// hosts that became usable or unusable change the listeners and routes
+// too. A change of a Service that an Ingress routes to (or names as
 // an alias: the change of a hop of its chain counts as the alias's), or of
 // the gateway Service's ports, changes everything.
 func (p *pushPlan) gatewayScope() pushScope {
@@ -347,13 +347,15 @@ func (p *pushPlan) gatewayScope() pushScope {
 	if p.ingressChanged {
 		sc.listeners, sc.routes, sc.secrets = true, true, true
 	}
+	// TLS hosts are compared whatever the plan says changed: a build reads
+	// the store as it is then, which may already hold a Secret change whose
+	// own event comes in a later plan, when there is nothing left to tell.
+	if !sameTLSHosts(before, after) {
+		sc.listeners, sc.routes, sc.secrets = true, true, true
+	}
 	for _, name := range p.secrets {
-		if !gatewayUsesSecret(before, name) && !gatewayUsesSecret(after, name) {
-			continue
-		}
-		sc.secrets = true
-		if !sameTLSHosts(before, after) {
-			sc.listeners, sc.routes = true, true
+		if gatewayUsesSecret(before, name) || gatewayUsesSecret(after, name) {
+			sc.secrets = true
 		}
 	}
 	for _, svc := range p.services {

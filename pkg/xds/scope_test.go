@@ -607,6 +607,19 @@ func TestPushScopes(t *testing.T) {
 			gateway: gatewayConfig,
 		},
 		{
+			// A build reads the store as it is: the broken certificate is
+			// in it before its own event comes, with another Secret's.
+			// That later event finds nothing left to change, so this push
+			// must carry the listeners.
+			name: "gateway's certificate broken, built under another Secret's event",
+			change: func(s model.Store) []model.ConfigKey {
+				upsertTLSSecret(s, "unused", certB)
+				upsertTLSSecret(s, "a-cert", scopePEM{cert: certA.cert, key: certB.key})
+				return []model.ConfigKey{secretKey("unused")}
+			},
+			gateway: gatewayConfig,
+		},
+		{
 			name: "ingress changed",
 			change: func(s model.Store) []model.ConfigKey {
 				upsertIngress(s, "/a", "/b")
