@@ -56,9 +56,9 @@ func (a *adsClient) connect() error {
 	return nil
 }
 
-// disconnect closes the current stream, if any, and waits for its receive
+// closeStream closes the current stream, if any, and waits for its receive
 // loop to end. The caller holds lifecycle.
-func (a *adsClient) disconnect() {
+func (a *adsClient) closeStream() {
 	s := a.stream
 	if s == nil {
 		return
@@ -92,13 +92,13 @@ func (a *adsClient) receive(s *adsStream) {
 	}
 }
 
-// Disconnect closes the client's stream, as a broken connection to the
-// management server does, and leaves it closed until Reconnect. What the
+// disconnect closes the client's stream, as a broken connection to the
+// management server does, and leaves it closed until reconnect. What the
 // model does meanwhile is its own (see EnvoyClient.Disconnect).
-func (a *adsClient) Disconnect() {
+func (a *adsClient) disconnect() {
 	a.lifecycle.Lock()
 	defer a.lifecycle.Unlock()
-	a.disconnect()
+	a.closeStream()
 }
 
 // reconnect closes the client's stream, if it has one, and opens a new one
@@ -109,7 +109,7 @@ func (a *adsClient) reconnect() error {
 	if a.closed {
 		return nil
 	}
-	a.disconnect()
+	a.closeStream()
 	return a.connect()
 }
 
@@ -122,7 +122,7 @@ func (a *adsClient) close(more func()) {
 		return
 	}
 	a.closed = true
-	a.disconnect()
+	a.closeStream()
 	if more != nil {
 		more()
 	}

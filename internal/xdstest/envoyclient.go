@@ -114,7 +114,7 @@ func DialEnvoyClient(t testing.TB, target string, node *corev3.Node, mode Mode) 
 // grpc_subscription_impl.cc). Requests due meanwhile are dropped, as the
 // next stream starts with the whole subscription anyway
 // (GrpcMuxImpl::queueDiscoveryRequest, grpc_mux_impl.cc).
-func (c *EnvoyClient) Disconnect() { c.ads.Disconnect() }
+func (c *EnvoyClient) Disconnect() { c.ads.disconnect() }
 
 // Reconnect closes the client's stream, if it has one, and opens a new one
 // on the same connection, as Envoy does when its ADS stream breaks. Nothing

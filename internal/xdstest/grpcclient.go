@@ -77,7 +77,7 @@ func NewGRPCClient(t testing.TB, conn grpc.ClientConnInterface, node *corev3.Nod
 
 // Disconnect closes the client's stream, as a broken connection does, and
 // leaves it closed until Reconnect; the client keeps what it holds.
-func (c *GRPCClient) Disconnect() { c.ads.Disconnect() }
+func (c *GRPCClient) Disconnect() { c.ads.disconnect() }
 
 // Reconnect closes the client's stream, if it has one, and opens a new one
 // on the same connection, keeping what it holds. A closed client stays
@@ -205,10 +205,8 @@ func (st *grpcState) send(typeURL string, ts *grpcType, nack string) {
 	}
 	r.At = time.Now()
 	st.requests = append(st.requests, r)
-	if st.tr != nil {
-		if err := st.tr.send(r); err != nil && st.err == nil {
-			st.err = err
-		}
+	if err := st.tr.send(r); err != nil && st.err == nil {
+		st.err = err
 	}
 }
 

@@ -58,7 +58,7 @@ func NewNodeProxyClient(t testing.TB, conn grpc.ClientConnInterface, node *corev
 
 // Disconnect closes the client's stream and leaves it closed until
 // Reconnect; the client keeps what it holds.
-func (c *NodeProxyClient) Disconnect() { c.ads.Disconnect() }
+func (c *NodeProxyClient) Disconnect() { c.ads.disconnect() }
 
 // Reconnect closes the client's stream, if it has one, and opens a new one
 // on the same connection. A closed client stays closed.
