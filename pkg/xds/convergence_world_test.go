@@ -109,6 +109,7 @@ var convGenerators = []struct {
 	{5, convPeerAuthnStep},
 	{4, convNamespaceStep},
 	{3, convWorkloadStep},
+	{6, convBackendPodStep},
 	{5, convIngressStep},
 	{4, convSecretStep},
 	{1, convGatewayServiceStep},
@@ -164,9 +165,14 @@ func convServiceStep(r *rand.Rand) convStep {
 	svc := &model.Service{Name: s.name, Namespace: s.ns, Hostname: s.host(),
 		ClusterIPs: []string{fmt.Sprintf("10.96.0.%d", s.index)}, Ports: oneOf(r, convPortSets...),
 		ExportTo: oneOf(r, nil, model.ExportTo{s.ns}, model.ExportTo{convApps, convWeb}, model.ExportTo{s.ns, convRoot})}
-	if chance(r, 4) {
+	switch r.IntN(4) {
+	case 0:
 		// The client Pods serve it: their sidecars get inbound listeners.
 		svc.Selector = map[string]string{"app": "client"}
+	case 1:
+		// Its backend Pods (convBackendPodStep): workload discovery lists
+		// the Service among theirs by the selector, not by the slices.
+		svc.Selector = map[string]string{"app": s.name}
 	}
 	if chance(r, 8) {
 		// An alias of another slot's Service, or a name outside the mesh.
@@ -201,15 +207,18 @@ func convEndpointsStep(r *rand.Rand) convStep {
 			ServiceAccount: oneOf(r, s.name, s.name, s.name, s.name, s.name+"-v2", ""),
 			Locality:       oneOf(r, model.Locality{Region: "r1", Zone: "z1"}, model.Locality{Region: "r2", Zone: "z2"}),
 			Labels:         map[string]string{"app": s.name, "version": oneOf(r, "v1", "v2")},
-			FromPod:        true,
+			// Most name their backend Pod, which may or may not exist
+			// (convBackendPodStep); the others are workloads of their
+			// own for node proxies, as hand-written slices are.
+			FromPod: !chance(r, 4),
 		}
 		if chance(r, 2) {
 			ep.Labels[model.TLSModeLabel] = model.TLSModeIstio
 			ep.MTLS = true
 		}
 		eps = append(eps, ep)
-		descs = append(descs, fmt.Sprintf("%s:%d(%s) %s %s sa=%q mtls=%v %s", ep.Address, ep.Port, ep.ServicePortName,
-			ep.Labels["version"], ep.Health, ep.ServiceAccount, ep.MTLS, ep.Locality.Region))
+		descs = append(descs, fmt.Sprintf("%s:%d(%s) %s %s sa=%q mtls=%v %s pod=%v", ep.Address, ep.Port, ep.ServicePortName,
+			ep.Labels["version"], ep.Health, ep.ServiceAccount, ep.MTLS, ep.Locality.Region, ep.FromPod))
 	}
 	desc := fmt.Sprintf("EndpointSlice %s/%s: [%s]", s.ns, slice, strings.Join(descs, ", "))
 	return convStep{desc: desc, apply: func(st model.Store) { st.SetEndpoints(s.key(), slice, eps) }}
@@ -238,6 +247,26 @@ func convWorkloadStep(r *rand.Rand) convStep {
 	w := convClientPod(ns, oneOf(r, "v1", "v2"), chance(r, 2))
 	return convStep{desc: fmt.Sprintf("Pod %s labels=%v redirected=%v", key, w.Labels, w.Redirected),
 		apply: func(st model.Store) { st.UpsertWorkload(w) }}
+}
+
+// convBackendPodStep changes one of the Pods at the addresses a Service's
+// endpoints use (10.1.<index>.1-4): node proxies learn them as workloads,
+// each with the Services that select it, or, for a Service without a
+// selector, whose slices name it. Its labels, identity, readiness, node and
+// capture change under the endpoints that name it, as in a rollout.
+func convBackendPodStep(r *rand.Rand) convStep {
+	s := oneOf(r, convServices...)
+	k := 1 + r.IntN(4)
+	key := model.NamespacedName{Namespace: s.ns, Name: fmt.Sprintf("%s-%d", s.name, k)}
+	if chance(r, 4) {
+		return convStep{desc: "delete Pod " + key.String(), apply: func(st model.Store) { st.DeleteWorkload(key) }}
+	}
+	w := &model.Workload{Name: key.Name, Namespace: s.ns, IPs: []string{fmt.Sprintf("10.1.%d.%d", s.index, k)},
+		ServiceAccount: oneOf(r, s.name, s.name+"-v2"),
+		Labels:         map[string]string{"app": oneOf(r, s.name, s.name, s.name, "other"), "version": oneOf(r, "v1", "v2")},
+		Ready:          !chance(r, 5), Redirected: chance(r, 2), NodeName: oneOf(r, "node-1", "node-2")}
+	return convStep{desc: fmt.Sprintf("Pod %s labels=%v sa=%s ready=%v redirected=%v node=%s", key, w.Labels,
+		w.ServiceAccount, w.Ready, w.Redirected, w.NodeName), apply: func(st model.Store) { st.UpsertWorkload(w) }}
 }
 
 // convClientPod is the Pod of namespace ns's client proxies; redirected
