@@ -22,13 +22,20 @@ import (
 // pushed takes the endpoint change along, as it would any other.)
 func awaitSentinel(h *harness, checkpoint int) {
 	h.t.Helper()
-	address := fmt.Sprintf("10.255.0.%d", 1+checkpoint%2)
-	h.store.SetEndpoints(convSentinel.key(), "sentinel", []*model.Endpoint{{Address: address, Port: 8080,
-		ServicePortName: "http", Namespace: convSentinel.ns, Labels: map[string]string{"app": "sentinel"}, FromPod: true}})
+	address := moveSentinel(h.store, checkpoint)
 	h.eventuallyWithin("the push of the last step", convSettleLimit, func() bool {
 		eps := h.server.PushContext().Endpoints(convSentinel.host(), 80, nil)
 		return len(eps) == 1 && eps[0].Address == address
 	})
+}
+
+// moveSentinel gives the sentinel Service the endpoint of checkpoint, and
+// returns its address.
+func moveSentinel(st model.Store, checkpoint int) string {
+	address := fmt.Sprintf("10.255.0.%d", 1+checkpoint%2)
+	st.SetEndpoints(convSentinel.key(), "sentinel", []*model.Endpoint{{Address: address, Port: 8080,
+		ServicePortName: "http", Namespace: convSentinel.ns, Labels: map[string]string{"app": "sentinel"}, FromPod: true}})
+	return address
 }
 
 // awaitConvergence polls until every client is warm and has answered

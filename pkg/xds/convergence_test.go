@@ -67,7 +67,8 @@ const (
 // random checkpoints, and after the last step, it waits until every step
 // is pushed and every client warm (or answered) and ACKed, connects a
 // fresh client of each kind, and compares every type, resource by
-// resource.
+// resource. After the last step it does the same with fresh clients of a
+// second server, started on the final world.
 //
 // A push that leaves out a change (a scope too narrow, a warming
 // dependency not re-sent, a subscription change answered wrongly), or an
@@ -287,15 +288,13 @@ func convStreamBreaks(r *rand.Rand, steps []convStep, debounce time.Duration) []
 // of the step after which it was found.
 func convergeThrough(t *testing.T, initial, steps []convStep, report func(step int, problems string)) {
 	t.Helper()
-	h := newHarness(t, harnessConfig{debounceAfter: convDebounce, generatorsFor: convGeneratorSets(), authenticate: convAuthenticate,
-		seed: func(st model.Store) {
-			convBaseWorld(st)
-			for _, s := range initial {
-				s.apply(st)
-			}
-		}})
+	h := newConvHarness(t, func(st model.Store) {
+		for _, s := range initial {
+			s.apply(st)
+		}
+	})
 	ids := 0
-	connect := func(p convProxy, mode xdstest.Mode) convClient {
+	connect := func(h *harness, p convProxy, mode xdstest.Mode) convClient {
 		ids++
 		conn := provingConn{h.conn, p.identity}
 		switch {
@@ -308,7 +307,7 @@ func convergeThrough(t *testing.T, initial, steps []convStep, report func(step i
 	}
 	var pairs []*convPair
 	for _, p := range convPairs {
-		p.long = connect(p.proxy, p.mode)
+		p.long = connect(h, p.proxy, p.mode)
 		pairs = append(pairs, &p)
 	}
 	// The long-lived clients hold the initial world before the first
@@ -337,7 +336,7 @@ func convergeThrough(t *testing.T, initial, steps []convStep, report func(step i
 		checkpoints++
 		awaitSentinel(h, checkpoints)
 		for _, p := range pairs {
-			p.fresh = connect(p.proxy, p.mode)
+			p.fresh = connect(h, p.proxy, p.mode)
 		}
 		if problems := awaitConvergence(h, pairs); problems != "" {
 			report(i+1, problems)
@@ -348,6 +347,31 @@ func convergeThrough(t *testing.T, initial, steps []convStep, report func(step i
 		}
 		h.eventually("the fresh clients to go", func() bool { return len(h.server.connections()) == len(pairs) })
 	}
+
+	// The fresh clients above share the server's caches with the
+	// long-lived ones (load assignments, workload addresses, anything a
+	// generation reuses from the one before), so a cache that kept a
+	// stale entry would serve both alike. A server that starts on the
+	// final world has caches that never saw the steps: its clients must
+	// be served what the long-lived clients hold.
+	cold := newConvHarness(t, func(st model.Store) {
+		for _, s := range initial {
+			s.apply(st)
+		}
+		for _, s := range steps {
+			if s.apply != nil {
+				s.apply(st)
+			}
+		}
+		moveSentinel(st, checkpoints)
+	})
+	for _, p := range pairs {
+		p.fresh = connect(cold, p.proxy, p.mode)
+	}
+	if problems := awaitConvergence(cold, pairs); problems != "" {
+		report(len(steps), "against a server started on the final world: "+problems)
+		return
+	}
 	// With -v, a glance tells that the seed's world was not empty.
 	var sizes []string
 	for _, p := range pairs {
@@ -357,6 +381,17 @@ func convergeThrough(t *testing.T, initial, steps []convStep, report func(step i
 	}
 	t.Logf("%d steps (%d of them streams closing or opening), %d checkpoints; converged to\n%s",
 		len(steps), streamSteps, checkpoints, strings.Join(sizes, "\n"))
+}
+
+// newConvHarness starts a server, with generators of its own, on the base
+// world and what seed adds to it.
+func newConvHarness(t *testing.T, seed func(model.Store)) *harness {
+	t.Helper()
+	return newHarness(t, harnessConfig{debounceAfter: convDebounce, generatorsFor: convGeneratorSets(), authenticate: convAuthenticate,
+		seed: func(st model.Store) {
+			convBaseWorld(st)
+			seed(st)
+		}})
 }
 
 // convGeneratorSets serves each proxy as the control plane does: workload
