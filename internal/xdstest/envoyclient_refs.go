@@ -48,13 +48,9 @@ func decodeResponse(resp *response) (map[string]proto.Message, error) {
 		removed[name] = true
 	}
 	for _, r := range resp.resources {
-		if r.any.GetTypeUrl() != resp.typeURL {
-			errs = append(errs, fmt.Errorf("resource of type %s in a %s response", r.any.GetTypeUrl(), resp.typeURL))
-			continue
-		}
-		m, err := r.any.UnmarshalNew()
+		m, err := resp.unpack(r)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("unpack %s: %w", r.any.GetTypeUrl(), err))
+			errs = append(errs, err)
 			continue
 		}
 		name := resourceName(m)
@@ -73,6 +69,18 @@ func decodeResponse(resp *response) (map[string]proto.Message, error) {
 		out[name] = m
 	}
 	return out, errors.Join(errs...)
+}
+
+// unpack unpacks one resource of resp, which must be of resp's type.
+func (resp *response) unpack(r wireResource) (proto.Message, error) {
+	if r.any.GetTypeUrl() != resp.typeURL {
+		return nil, fmt.Errorf("resource of type %s in a %s response", r.any.GetTypeUrl(), resp.typeURL)
+	}
+	m, err := r.any.UnmarshalNew()
+	if err != nil {
+		return nil, fmt.Errorf("unpack %s: %w", r.any.GetTypeUrl(), err)
+	}
+	return m, nil
 }
 
 func resourceName(m proto.Message) string {

@@ -2,6 +2,8 @@ package xdstest
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"sync"
@@ -36,10 +38,13 @@ import (
 //     configuration or load assignment left out.
 //   - A name no longer referenced is unsubscribed and its resource dropped
 //     (an xDS client forgets a resource when its last watcher goes).
-//   - A response with any resource that fails ValidateDeep, does not unpack
-//     or repeats a name is NACKed with the last accepted version, and all
-//     of it is ignored. grpc-go would still take the valid resources
-//     (gRFC A46); ignoring them can only make a test stricter.
+//   - A response is taken resource by resource (gRFC A46;
+//     xdsChannel.decodeResponse, channel.go): each resource that unpacks
+//     and passes ValidateDeep is used, one that fails keeps what the client
+//     held of its name, and a later resource of a name replaces an earlier
+//     one. Any failure NACKs the response with the last accepted version.
+//     A resource that does not unpack has no name, so a full-state response
+//     deletes what the client held of it.
 //   - A new stream sends, for every type with subscriptions, the whole set
 //     of names with the last accepted version and no nonce
 //     (adsStreamImpl.sendExisting, ads_stream.go).
@@ -217,25 +222,54 @@ func (st *grpcState) handle(resp *response) {
 		return // a type the client never asked for
 	}
 	ts.nonce = resp.nonce
-	decoded, err := decodeResponse(resp)
+	valid, failed, err := decodeEach(resp)
+	nack := ""
 	if err != nil {
-		st.nacks = append(st.nacks, Nack{TypeURL: resp.typeURL, Version: resp.version, Nonce: resp.nonce, Error: err.Error()})
-		st.send(resp.typeURL, ts, err.Error())
-		return
+		nack = err.Error()
+		st.nacks = append(st.nacks, Nack{TypeURL: resp.typeURL, Version: resp.version, Nonce: resp.nonce, Error: nack})
+	} else {
+		ts.version = resp.version
 	}
-	ts.version = resp.version
 	fullState := resp.typeURL == resourcev3.ListenerType || resp.typeURL == resourcev3.ClusterType
 	for _, name := range ts.names {
-		if m, ok := decoded[name]; ok {
+		switch m, ok := valid[name]; {
+		case ok:
 			ts.resources[name] = m
 			delete(ts.awaiting, name)
-		} else if fullState {
+		case failed[name]:
+			delete(ts.awaiting, name) // answered, with an error
+		case fullState:
 			delete(ts.resources, name)
 			delete(ts.awaiting, name)
 		}
 	}
-	st.send(resp.typeURL, ts, "")
+	st.send(resp.typeURL, ts, nack)
 	st.follow()
+}
+
+// decodeEach splits a response's resources into those that unpack and
+// validate, by name, and the names of those that do not validate; the
+// error joins every failure, named or not.
+func decodeEach(resp *response) (valid map[string]proto.Message, failed map[string]bool, err error) {
+	valid, failed = map[string]proto.Message{}, map[string]bool{}
+	var errs []error
+	for _, r := range resp.resources {
+		m, err := resp.unpack(r)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		name := resourceName(m)
+		if err := ValidateDeep(m); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			delete(valid, name)
+			failed[name] = true
+			continue
+		}
+		valid[name] = m
+		delete(failed, name)
+	}
+	return valid, failed, errors.Join(errs...)
 }
 
 // follow subscribes each type after LDS to what the types before it now

@@ -109,7 +109,8 @@ func TestGRPCClientFullStateTypes(t *testing.T) {
 }
 
 // TestGRPCClientNacks: a response with an invalid resource is NACKed with
-// the last accepted version, and nothing of it is used.
+// the last accepted version, and the client keeps what it held of that
+// name.
 func TestGRPCClientNacks(t *testing.T) {
 	s, c := startGRPCScripted(t)
 	grpcFollow(t, s, "a")
@@ -125,6 +126,26 @@ func TestGRPCClientNacks(t *testing.T) {
 	}
 	if n := c.Nacks(); len(n) != 1 || !strings.Contains(n[0].Error, "ConnectTimeout") {
 		t.Fatalf("NACKs %v, want one naming ConnectTimeout", n)
+	}
+}
+
+// TestGRPCClientTakesValidResourcesOfANackedResponse: as grpc-go does
+// (gRFC A46), the client uses the valid resources of a response it NACKs,
+// and follows them.
+func TestGRPCClientTakesValidResourcesOfANackedResponse(t *testing.T) {
+	s, c := startGRPCScripted(t)
+	_, _, cds, eds := grpcFollow(t, s, "a")
+	bad := ecRoute("x", "a")
+	bad.VirtualHosts[0].Domains = nil
+	nonce := s.send(ecRDS, "r2", ecMsgs(ecRoute("r", "b"), bad))
+	r := s.expect(ecRDS)
+	if r.version != "r1" || r.nonce != nonce || !strings.Contains(r.errorDetail, "x:") || !slices.Equal(r.names, []string{"r"}) {
+		t.Fatalf("RDS request %v, want a NACK of nonce %s at version r1 naming route configuration x", r, nonce)
+	}
+	s.expectSubscription(ecCDS, "c1", cds, []string{"b"}, nil, nil)
+	s.expectSubscription(ecEDS, "e1", eds, []string{}, nil, nil)
+	if got := c.Active().Routes["r"]; got == nil || got.GetVirtualHosts()[0].GetRoutes()[0].GetRoute().GetCluster() != "b" {
+		t.Fatalf("the client uses route configuration %v, want the one to cluster b that the NACKed response carried", got)
 	}
 }
 
