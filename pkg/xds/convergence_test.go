@@ -134,7 +134,7 @@ var convProxies = []convProxy{
 	{name: "sidecar in web", identity: convWeb + "/client", node: func(id int) *corev3.Node { return convSidecarNode(convWeb, id, "") }},
 	{name: "ingress gateway", identity: convRoot + "/istio-ingressgateway", node: func(id int) *corev3.Node {
 		node := gatewayNode()
-		node.Id = fmt.Sprintf("router~10.0.2.%d~gateway-%d.istio-system~istio-system.svc.cluster.local", id, id)
+		node.Id = fmt.Sprintf("router~%s~gateway-%d.istio-system~istio-system.svc.cluster.local", convNodeIP(2, id), id)
 		return node
 	}},
 	{name: "gRPC application in apps", identity: convApps + "/client",
@@ -146,8 +146,14 @@ var convProxies = []convProxy{
 		grpcListeners: []string{"a.apps.svc.cluster.local:80", "a:8000", "b.apps:9090", "d.web.svc.cluster.local:80",
 			"e.web.svc.cluster.local:3306", grpcgen.InboundListenerPrefix + convClientIPs[convApps] + ":8080"}},
 	{name: "node proxy", identity: convRoot + "/ztunnel", nodeProxy: true, node: func(id int) *corev3.Node {
-		return &corev3.Node{Id: fmt.Sprintf("ztunnel~10.0.9.%d~ztunnel-%d.istio-system~istio-system.svc.cluster.local", id, id)}
+		return &corev3.Node{Id: fmt.Sprintf("ztunnel~%s~ztunnel-%d.istio-system~istio-system.svc.cluster.local", convNodeIP(9, id), id)}
 	}},
+}
+
+// convNodeIP is the address of client id of a kind of proxy (a network
+// 10.<kind>.0.0/16 of its own): a seed connects hundreds of clients.
+func convNodeIP(kind, id int) string {
+	return fmt.Sprintf("10.%d.%d.%d", kind, id>>8&0xff, id&0xff)
 }
 
 // convSidecarNode is a sidecar of namespace ns on the namespace's client
