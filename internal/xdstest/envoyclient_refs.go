@@ -48,12 +48,11 @@ func decodeResponse(resp *response) (map[string]proto.Message, error) {
 		removed[name] = true
 	}
 	for _, r := range resp.resources {
-		m, err := resp.unpack(r)
+		m, name, err := resp.unpack(r)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		name := resourceName(m)
 		if r.name != "" && r.name != name {
 			errs = append(errs, fmt.Errorf("resource %q holds %q", r.name, name))
 		}
@@ -71,16 +70,17 @@ func decodeResponse(resp *response) (map[string]proto.Message, error) {
 	return out, errors.Join(errs...)
 }
 
-// unpack unpacks one resource of resp, which must be of resp's type.
-func (resp *response) unpack(r wireResource) (proto.Message, error) {
+// unpack unpacks one resource of resp, which must be of resp's type, and
+// names it.
+func (resp *response) unpack(r wireResource) (proto.Message, string, error) {
 	if r.any.GetTypeUrl() != resp.typeURL {
-		return nil, fmt.Errorf("resource of type %s in a %s response", r.any.GetTypeUrl(), resp.typeURL)
+		return nil, "", fmt.Errorf("resource of type %s in a %s response", r.any.GetTypeUrl(), resp.typeURL)
 	}
 	m, err := r.any.UnmarshalNew()
 	if err != nil {
-		return nil, fmt.Errorf("unpack %s: %w", r.any.GetTypeUrl(), err)
+		return nil, "", fmt.Errorf("unpack %s: %w", r.any.GetTypeUrl(), err)
 	}
-	return m, nil
+	return m, resourceName(m), nil
 }
 
 func resourceName(m proto.Message) string {

@@ -254,12 +254,11 @@ func decodeEach(resp *response) (valid map[string]proto.Message, failed map[stri
 	valid, failed = map[string]proto.Message{}, map[string]bool{}
 	var errs []error
 	for _, r := range resp.resources {
-		m, err := resp.unpack(r)
+		m, name, err := resp.unpack(r)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		name := resourceName(m)
 		if err := ValidateDeep(m); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", name, err))
 			delete(valid, name)
