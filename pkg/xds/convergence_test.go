@@ -294,11 +294,19 @@ func convStreamBreaks(r *rand.Rand, steps []convStep, debounce time.Duration) []
 // of the step after which it was found.
 func convergeThrough(t *testing.T, initial, steps []convStep, report func(step int, problems string)) {
 	t.Helper()
-	h := newConvHarness(t, func(st model.Store) {
+	// worldAfter applies the initial steps and the first n steps' store
+	// changes: the world as it is once step n is taken.
+	worldAfter := func(st model.Store, n int) {
 		for _, s := range initial {
 			s.apply(st)
 		}
-	})
+		for _, s := range steps[:n] {
+			if s.apply != nil {
+				s.apply(st)
+			}
+		}
+	}
+	h := newConvHarness(t, func(st model.Store) { worldAfter(st, 0) })
 	ids := 0
 	connect := func(h *harness, p convProxy, mode xdstest.Mode) convClient {
 		ids++
@@ -360,14 +368,7 @@ func convergeThrough(t *testing.T, initial, steps []convStep, report func(step i
 		// the world as it is now has caches that never saw the steps: its
 		// clients must be served what the long-lived clients hold.
 		cold := newConvHarness(t, func(st model.Store) {
-			for _, s := range initial {
-				s.apply(st)
-			}
-			for _, s := range steps[:i+1] {
-				if s.apply != nil {
-					s.apply(st)
-				}
-			}
+			worldAfter(st, i+1)
 			moveSentinel(st, checkpoints)
 		})
 		for _, p := range pairs {
