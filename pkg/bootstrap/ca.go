@@ -176,7 +176,7 @@ func (s *Server) newSecureXDS() (*secureXDS, error) {
 	if err != nil {
 		return nil, err
 	}
-	l, err := listen(s.opts.SecureXDSAddr, flagSecureXDSAddr)
+	l, err := listenXDS(s.opts.SecureXDSAddr, flagSecureXDSAddr)
 	if err != nil {
 		return nil, fmt.Errorf("secure xds listener: %w", err)
 	}

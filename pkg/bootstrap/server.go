@@ -125,7 +125,7 @@ func New(opts Options) (*Server, error) {
 }
 
 func (s *Server) listen() error {
-	l, err := listen(s.opts.XDSAddr, flagXDSAddr)
+	l, err := listenXDS(s.opts.XDSAddr, flagXDSAddr)
 	if err != nil {
 		return fmt.Errorf("xds listener: %w", err)
 	}
@@ -393,6 +393,10 @@ func addrString(a net.Addr) string {
 	return a.String()
 }
 
+// keepaliveTimeout is how long a keepalive ping, or data sent, may go
+// unacknowledged before an xDS connection is closed.
+const keepaliveTimeout = 10 * time.Second
+
 // newXDSGRPCServer is a gRPC server for xDS streams: many long-lived streams
 // per connection, requests of a few MiB at most, and keepalives that notice
 // a vanished proxy within a minute without letting clients ping too often.
@@ -401,7 +405,7 @@ func addrString(a net.Addr) string {
 // so that after a rollout or a scale-up the load spreads out again instead
 // of staying on the replicas that were up first.
 func newXDSGRPCServer(maxAge, grace time.Duration, opts ...grpc.ServerOption) *grpc.Server {
-	params := keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}
+	params := keepalive.ServerParameters{Time: 30 * time.Second, Timeout: keepaliveTimeout}
 	if maxAge > 0 {
 		params.MaxConnectionAge, params.MaxConnectionAgeGrace = maxAge, grace
 	}
