@@ -19,13 +19,13 @@ import (
 // race detector.
 const Enabled = true
 
-// Conn is a TCP connection whose Read and Write are raw read(2) and
+// conn is a TCP connection whose Read and Write are raw read(2) and
 // write(2) on its non-blocking socket. Waiting for the socket, deadlines
 // and closing are the net package's, through syscall.RawConn: a call that
 // would block returns false to it, and it parks the goroutine on the
 // network poller until the socket is ready, as net.TCPConn's own Read and
 // Write do. Everything else is the embedded *net.TCPConn's.
-type Conn struct {
+type conn struct {
 	*net.TCPConn
 	raw syscall.RawConn
 
@@ -58,14 +58,14 @@ func wrap(tc *net.TCPConn, userTimeout time.Duration) (net.Conn, error) {
 			return nil, err
 		}
 	}
-	c := &Conn{TCPConn: tc, raw: raw}
+	c := &conn{TCPConn: tc, raw: raw}
 	c.readFn, c.writeFn = c.readSome, c.writeAll
 	return c, nil
 }
 
 // Read reads as net.TCPConn does: at most len(b) bytes once some are
 // there, io.EOF once the peer has closed.
-func (c *Conn) Read(b []byte) (int, error) {
+func (c *conn) Read(b []byte) (int, error) {
 	if len(b) == 0 {
 		return 0, nil
 	}
@@ -87,7 +87,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 
 // Write writes all of b, as net.TCPConn does, waiting for the socket as
 // often as it fills.
-func (c *Conn) Write(b []byte) (int, error) {
+func (c *conn) Write(b []byte) (int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	c.wbuf, c.wn, c.werrno = b, 0, 0
@@ -103,7 +103,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 }
 
 // readSome is one read(2); false asks RawConn to wait for data.
-func (c *Conn) readSome(fd uintptr) bool {
+func (c *conn) readSome(fd uintptr) bool {
 	for {
 		n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&c.rbuf[0])), uintptr(len(c.rbuf)))
 		switch e {
@@ -122,7 +122,7 @@ func (c *Conn) readSome(fd uintptr) bool {
 
 // writeAll writes until the buffer is sent or the socket is full; false
 // asks RawConn to wait for room.
-func (c *Conn) writeAll(fd uintptr) bool {
+func (c *conn) writeAll(fd uintptr) bool {
 	for c.wn < len(c.wbuf) {
 		p := c.wbuf[c.wn:]
 		n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
@@ -143,7 +143,7 @@ func (c *Conn) writeAll(fd uintptr) bool {
 // opError is the error net.TCPConn returns for the same failure, so that
 // callers' checks (net.ErrClosed, os.ErrDeadlineExceeded, syscall errnos,
 // net.Error's Timeout) see no difference.
-func (c *Conn) opError(op string, err error) error {
+func (c *conn) opError(op string, err error) error {
 	return &net.OpError{Op: op, Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
 }
 

@@ -6,8 +6,9 @@ import (
 )
 
 // Listener returns l with each TCP connection it accepts wrapped to read and
-// write with raw system calls (as Conn describes), or l itself where that is
-// off (Enabled).
+// write with raw system calls, or l itself where that is off (Enabled).
+// Apart from how they reach the kernel, the connections behave as
+// *net.TCPConn's: the same waiting, deadlines, close and errors.
 //
 // userTimeout is the TCP_USER_TIMEOUT to set on each connection: gRPC sets
 // it from its keepalive timeout, but only on a *net.TCPConn, which the
