@@ -74,12 +74,10 @@ func (c *conn) Read(b []byte) (int, error) {
 	c.rbuf, c.rn, c.rerrno = b, 0, 0
 	err := c.raw.Read(c.readFn)
 	c.rbuf = nil
-	switch {
-	case err != nil:
-		return 0, c.opError("read", rawCause(err))
-	case c.rerrno != 0:
-		return 0, c.opError("read", os.NewSyscallError("read", c.rerrno))
-	case c.rn == 0:
+	if err := c.callError("read", err, c.rerrno); err != nil {
+		return 0, err
+	}
+	if c.rn == 0 {
 		return 0, io.EOF
 	}
 	return c.rn, nil
@@ -93,13 +91,7 @@ func (c *conn) Write(b []byte) (int, error) {
 	c.wbuf, c.wn, c.werrno = b, 0, 0
 	err := c.raw.Write(c.writeFn)
 	c.wbuf = nil
-	switch {
-	case err != nil:
-		return c.wn, c.opError("write", rawCause(err))
-	case c.werrno != 0:
-		return c.wn, c.opError("write", os.NewSyscallError("write", c.werrno))
-	}
-	return c.wn, nil
+	return c.wn, c.callError("write", err, c.werrno)
 }
 
 // readSome is one read(2); false asks RawConn to wait for data.
@@ -140,18 +132,23 @@ func (c *conn) writeAll(fd uintptr) bool {
 	return true
 }
 
-// opError is the error net.TCPConn returns for the same failure, so that
-// callers' checks (net.ErrClosed, os.ErrDeadlineExceeded, syscall errnos,
-// net.Error's Timeout) see no difference.
-func (c *conn) opError(op string, err error) error {
-	return &net.OpError{Op: op, Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
-}
-
-// rawCause takes off RawConn's own wrapping ("raw-read", "raw-write").
-func rawCause(err error) error {
-	var op *net.OpError
-	if errors.As(err, &op) {
-		return op.Err
+// callError is the error of a Read or Write (op) whose RawConn call
+// returned err and whose system call failed with errno, or nil. It is the
+// error net.TCPConn returns for the same failure, so that callers' checks
+// (net.ErrClosed, os.ErrDeadlineExceeded, syscall errnos, net.Error's
+// Timeout) see no difference.
+func (c *conn) callError(op string, err error, errno syscall.Errno) error {
+	switch {
+	case err != nil:
+		// RawConn's own wrapping ("raw-read", "raw-write") comes off.
+		var raw *net.OpError
+		if errors.As(err, &raw) {
+			err = raw.Err
+		}
+	case errno != 0:
+		err = os.NewSyscallError(op, errno)
+	default:
+		return nil
 	}
-	return err
+	return &net.OpError{Op: op, Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
 }
