@@ -182,9 +182,10 @@ func TestErrorsMatchNet(t *testing.T) {
 		for _, k := range kinds {
 			t.Run(tc.name+"/"+k.name, func(t *testing.T) {
 				got := tc.run(t, newPair(t, k.wrap))
-				got.err = nil
+				err := got.err
+				got.err = nil // compared by its kind above, not its text
 				if got != tc.want {
-					t.Errorf("got %+v, want %+v", got, tc.want)
+					t.Errorf("got %+v (error %v), want %+v", got, err, tc.want)
 				}
 			})
 		}
@@ -231,16 +232,7 @@ func TestUserTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	go func() {
-		if c, err := net.Dial("tcp", l.Addr().String()); err == nil {
-			t.Cleanup(func() { c.Close() })
-		}
-	}()
-	c, err := Listener(l, 7*time.Second).Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := acceptOne(t, l, 7*time.Second)
 	raw, err := c.(syscall.Conn).SyscallConn()
 	if err != nil {
 		t.Fatal(err)
@@ -264,17 +256,33 @@ func TestOtherConnectionsPassThrough(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	go func() {
-		if c, err := net.Dial("unix", path); err == nil {
-			t.Cleanup(func() { c.Close() })
-		}
-	}()
-	c, err := Listener(l, time.Second).Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := acceptOne(t, l, time.Second)
 	if _, ok := c.(*net.UnixConn); !ok {
 		t.Errorf("accepted %T, want the *net.UnixConn itself", c)
 	}
+}
+
+// acceptOne dials l and returns the connection Listener(l, userTimeout)
+// accepts; both ends close when the test ends.
+func acceptOne(t *testing.T, l net.Listener, userTimeout time.Duration) net.Conn {
+	t.Helper()
+	dialled := make(chan net.Conn, 1)
+	go func() {
+		c, err := net.Dial(l.Addr().Network(), l.Addr().String())
+		if err != nil {
+			t.Error(err)
+		}
+		dialled <- c
+	}()
+	c, err := Listener(l, userTimeout).Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.Close()
+		if d := <-dialled; d != nil {
+			d.Close()
+		}
+	})
+	return c
 }
