@@ -29,8 +29,8 @@ func listen(addr, flag string) (net.Listener, error) {
 }
 
 // listenXDS opens an xDS listener on addr, which flag sets. Its
-// connections read and write with raw system calls (package rawio): an
-// eighth less CPU for the control plane in a connect storm.
+// connections read and write with raw system calls (package rawio), which
+// spares the Go scheduler's system-call handoffs in a connect storm.
 func listenXDS(addr, flag string) (net.Listener, error) {
 	l, err := listen(addr, flag)
 	if err != nil {
